@@ -1,0 +1,143 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisCluster is a local Redis Cluster of three masters, no replicas.
+type RedisCluster struct {
+	nodes []*RedisServer
+}
+
+func startCluster(dir string) (*RedisCluster, error) {
+	c := &RedisCluster{}
+	var addrs []string
+	for i := range 3 {
+		port, err := clusterPort()
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		nodeDir := filepath.Join(dir, "node"+strconv.Itoa(i))
+		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+			c.close()
+			return nil, err
+		}
+		n, err := startRedis(nodeDir, port,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.nodes = append(c.nodes, n)
+		addrs = append(addrs, n.Addr())
+	}
+	out, err := exec.Command("redis-cli", append([]string{"--cluster", "create"},
+		append(addrs, "--cluster-replicas", "0", "--cluster-yes")...)...).CombinedOutput()
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.waitReady(); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitReady waits until every node reports cluster_state:ok and a cluster
+// client can write to keys on every node.
+func (c *RedisCluster) waitReady() error {
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	defer client.Close()
+	for {
+		err := c.ready(ctx, client)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redis cluster not ready: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *RedisCluster) ready(ctx context.Context, client *redis.ClusterClient) error {
+	for _, n := range c.nodes {
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		info, err := nc.ClusterInfo(ctx).Result()
+		nc.Close()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return fmt.Errorf("node %s: cluster_state not ok", n.Addr())
+		}
+	}
+	// Keys a, b and c hash to slots on three different masters.
+	for _, k := range []string{"a", "b", "c"} {
+		if err := client.Set(ctx, k, "1", time.Second).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Addrs are the masters' addresses.
+func (c *RedisCluster) Addrs() []string {
+	addrs := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Client returns a new cluster client, closed when the test ends.
+func (c *RedisCluster) Client(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+func (c *RedisCluster) close() {
+	for _, n := range c.nodes {
+		n.close()
+	}
+}
+
+// clusterPort finds a port p where p and p+10000 (the cluster bus) are free.
+func clusterPort() (int, error) {
+	for range 100 {
+		p := 20000 + rand.IntN(25000)
+		if free(p) && free(p+10000) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port pair for a cluster node")
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
