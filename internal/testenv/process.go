@@ -79,6 +79,11 @@ func (p *Process) Line(t testing.TB, prefix string, timeout time.Duration) strin
 	}
 }
 
+// Lines returns the channel of the process's stdout lines, closed when its
+// stdout closes. A test that reads it must keep reading: a helper blocks once
+// it has printed more than the buffer holds.
+func (p *Process) Lines() <-chan string { return p.lines }
+
 // Kill sends SIGKILL and waits for the process to be gone.
 func (p *Process) Kill(t testing.TB) {
 	t.Helper()

@@ -1,0 +1,25 @@
+// Package scripts holds Leasehold's Lua scripts, one per .lua file. Each file
+// starts with its contract: the KEYS and ARGV it takes and what it returns.
+// Every key a script touches comes in through KEYS and shares one hash tag,
+// so each script is atomic on a Redis Cluster too; time comes from Redis TIME.
+package scripts
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+// Load returns the script in file name. go-redis runs it with EVALSHA and
+// falls back to EVAL once when Redis does not have it cached yet. A missing
+// file is a programming error, so Load panics.
+func Load(name string) *redis.Script {
+	src, err := files.ReadFile(name)
+	if err != nil {
+		panic("scripts: " + err.Error())
+	}
+	return redis.NewScript(string(src))
+}
