@@ -42,12 +42,12 @@
 // cancelled or its next renew refused; fencing tokens make any write it
 // still attempts harmless.
 //
-//	          Acquire                 Renew (member live)
-//	  (none) ─────────▶ held ◀──────────────────────┐
-//	                     │ └────────────────────────┘
-//	   Release / expiry  │
-//	   (reaped by the    ▼
-//	   next Acquire)   gone ── Renew ──▶ ErrLost
+//	        Acquire                 Renew (member live)
+//	(none) ─────────▶ held ◀──────────────────────┐
+//	                   │ └────────────────────────┘
+//	 Release / expiry  │
+//	 (reaped by the    ▼
+//	 next Acquire)   gone ── Renew ──▶ ErrLost
 //
 // Keys hash to one Redis Cluster slot per lease key (the set and its
 // counter share a hash tag), so a Client works the same on a Cluster.

@@ -103,8 +103,8 @@ type holding struct {
 
 // tracker collects holdings from goroutines and helper subprocesses.
 type tracker struct {
-	mu    sync.Mutex
-	open  map[string]holding // end is the current TrustedUntil
+	mu   sync.Mutex
+	open map[string]holding // end is the current TrustedUntil
 	done []holding
 }
 
