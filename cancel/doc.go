@@ -1,0 +1,55 @@
+// Package cancel asks running work to stop and turns that request into a
+// cancelled context whose cause is ErrRequested.
+//
+// # State first, event second
+//
+// A request is two writes in a fixed order:
+//
+//	Flags.Request ──1──▶ Redis   SET <flag> 1 PX ttl   (the truth)
+//	              ──2──▶ NATS    publish id            (the accelerator)
+//
+// Watcher.Run listens on NATS and reads the flags of every watched id from
+// Redis every Poll, all in one pipelined round trip:
+//
+//	NATS message for id ─┐
+//	                     ├──▶ every context watching id: cancel(ErrRequested)
+//	flag of id found set ┘
+//
+// The flag is written before the message is sent, so whenever a message
+// could have been lost (the watcher was reconnecting, NATS was down, the
+// subscriber was too slow and NATS dropped it) the flag is already there for
+// the next poll to find. No path depends on one message arriving: the
+// message only makes cancellation fast. That is why Request fails when
+// Redis fails (nothing was promised, and nothing is published), and succeeds
+// when only NATS fails (the promise is kept, later).
+//
+// # Guarantees
+//
+//   - A Request that returned nil is seen by every Watcher watching id while
+//     the flag lives: by message, normally within milliseconds; by poll, within
+//     Poll (default 2s), when NATS is down or the message was lost.
+//   - After a NATS outage the Watcher reads every watched flag as soon as its
+//     connection is back, since messages sent meanwhile are gone.
+//   - An id watched after its flag was set is caught right after Watch (Run
+//     reads the flags of new ids at once), or at the next poll at the latest.
+//     Watch itself never waits on Redis.
+//   - With Redis down nothing is cancelled by poll, and Request fails: nothing
+//     is promised that cannot be kept. Stopping work whose owner is cut off
+//     from Redis is self-fencing's job, in the lease keeper.
+//   - A Redis failover with asynchronous replication can lose a flag written
+//     just before it, like any other write; the message, if delivered, has
+//     cancelled the watchers that were listening by then.
+//
+// # The flag's TTL is a cache lifetime
+//
+// The flag says "stop" to whoever still runs id. Its TTL only bounds how long
+// Redis keeps that answer; it is not the truth about the job, which its own
+// record keeps for good. Pick a ttl that covers every time id can still run
+// (timeout × remaining attempts, plus backoff). Requesting again never
+// shortens a flag: it lives at least as long as the longest request promised.
+//
+// # Heartbeats
+//
+// A lease keeper can learn of a request in the round trip it already makes:
+// Flags.CheckPipe queues the flag read into its renew pipeline.
+package cancel

@@ -1,0 +1,150 @@
+package cancel_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+// env is one test's own corner of the shared servers: a key prefix, a NATS
+// subject no other test uses, and a log it can read back.
+type env struct {
+	prefix  string
+	subject string
+	log     *slog.Logger
+	logs    *logBuffer
+}
+
+func newEnv(t testing.TB) env {
+	t.Helper()
+	prefix := testenv.Prefix(t)
+	logs := &logBuffer{}
+	// Registered first, so it runs last: after every watcher has stopped.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logs)
+		}
+	})
+	return env{
+		prefix:  prefix,
+		subject: "lhtest.cancel." + prefix,
+		log:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		logs:    logs,
+	}
+}
+
+func (e env) flags(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn) *cancel.Flags {
+	t.Helper()
+	f, err := cancel.New(rdb, nc, cancel.Config{Prefix: e.prefix, Subject: e.subject, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// watcher starts a Watcher's Run for the rest of the test and checks, when
+// the test ends, that Run returned nil.
+func (e env) watcher(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn, poll time.Duration) *cancel.Watcher {
+	t.Helper()
+	return e.watcherWithPrefix(t, rdb, nc, poll, e.prefix)
+}
+
+func (e env) watcherWithPrefix(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn, poll time.Duration, prefix string) *cancel.Watcher {
+	t.Helper()
+	w, err := cancel.NewWatcher(rdb, nc, cancel.WatcherConfig{Prefix: prefix, Subject: e.subject, Poll: poll, Logger: e.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return w
+}
+
+// subscribed returns once w's subscription is live on the server: it
+// publishes a bare message (no flag behind it, so only NATS can deliver it)
+// for a watched probe id until the probe is cancelled.
+func (e env) subscribed(t testing.TB, w *cancel.Watcher, nc *nats.Conn) {
+	t.Helper()
+	ctx, stop := w.Watch(context.Background(), "probe")
+	defer stop()
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		if err := nc.Publish(e.subject, []byte("probe")); err != nil {
+			t.Fatal(err)
+		}
+		return ctx.Err() != nil
+	}, "watcher never received a NATS message")
+}
+
+// disconnected waits until every nc has noticed that its server is gone.
+func disconnected(t testing.TB, ncs ...*nats.Conn) {
+	t.Helper()
+	for _, nc := range ncs {
+		testenv.Eventually(t, 5*time.Second, func() bool { return nc.Status() != nats.CONNECTED },
+			"NATS connection still CONNECTED after its server stopped")
+	}
+}
+
+// cancelled waits until ctx is done and checks that it was cancelled because
+// cancellation was requested.
+func cancelled(t testing.TB, ctx context.Context, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(timeout):
+		t.Fatalf("%s: context not cancelled within %v", what, timeout)
+	}
+	if cause := context.Cause(ctx); cause != cancel.ErrRequested {
+		t.Fatalf("%s: cause = %v, want %v", what, cause, cancel.ErrRequested)
+	}
+}
+
+// logBuffer collects log output from several goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// has reports whether a log line contains every one of parts.
+func (l *logBuffer) has(parts ...string) bool {
+	for line := range strings.Lines(l.String()) {
+		found := true
+		for _, p := range parts {
+			found = found && strings.Contains(line, p)
+		}
+		if found {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,244 @@
+package cancel
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+)
+
+const defaultPoll = 2 * time.Second
+
+// flushTimeout bounds the wait for NATS to confirm the subscription before a
+// sweep of the flags. Past it the sweep runs anyway: the poll covers the rest.
+const flushTimeout = time.Second
+
+// WatcherConfig configures a Watcher. The zero value is ready to use.
+type WatcherConfig struct {
+	// Prefix starts every Redis key; default keys.DefaultPrefix. It must be
+	// the prefix requests are written under.
+	Prefix string
+	// Subject is the NATS subject requests arrive on; default
+	// "leasehold.cancel". It must be the subject requests are published on.
+	Subject string
+	// Poll is how often the flags of all watched ids are read from Redis, in
+	// one pipelined round trip; default 2s. It bounds cancellation latency
+	// when a NATS message is lost or NATS is down.
+	Poll time.Duration
+	// Logger receives warnings about failed polls; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher turns cancel requests into cancelled contexts. One Watcher serves a
+// whole process: one NATS subscription and one poll loop, however many ids
+// are watched. It is safe for concurrent use.
+type Watcher struct {
+	rdb     redis.UniversalClient
+	nc      *nats.Conn
+	keys    keys.Space
+	subject string
+	poll    time.Duration
+	log     *slog.Logger
+
+	// wake tells Run that fresh has ids to check; one pending signal is enough.
+	wake chan struct{}
+
+	mu      sync.Mutex
+	watches map[string]map[*watch]struct{} // by id; no empty sets
+	fresh   map[string]struct{}            // watched ids whose flag Run has not read yet
+}
+
+type watch struct {
+	cancel context.CancelCauseFunc
+}
+
+// NewWatcher returns a Watcher that reads flags from rdb and listens on nc.
+// nc may be nil: then the Watcher works by polling alone.
+func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*Watcher, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	subject := cmp.Or(cfg.Subject, defaultSubject)
+	if err := validSubject(subject); err != nil {
+		return nil, err
+	}
+	if cfg.Poll < 0 {
+		return nil, fmt.Errorf("%w: poll %v: must not be negative", ErrInvalid, cfg.Poll)
+	}
+	return &Watcher{
+		rdb:     rdb,
+		nc:      nc,
+		keys:    keys.New(cfg.Prefix),
+		subject: subject,
+		poll:    cmp.Or(cfg.Poll, defaultPoll),
+		log:     cmp.Or(cfg.Logger, slog.Default()),
+		wake:    make(chan struct{}, 1),
+		watches: make(map[string]map[*watch]struct{}),
+		fresh:   make(map[string]struct{}),
+	}, nil
+}
+
+// Run subscribes to the subject and polls the flags of watched ids until ctx
+// is done; then it unsubscribes and returns nil. Call it once per Watcher.
+// It fails only when it cannot subscribe (nc closed).
+func (w *Watcher) Run(ctx context.Context) error {
+	// nil when there is no NATS: a nil channel never fires.
+	var connected chan nats.Status
+	if w.nc != nil {
+		// Registered before subscribing, so no reconnect can slip between.
+		connected = w.nc.StatusChanged(nats.CONNECTED)
+		defer w.nc.RemoveStatusListener(connected)
+		sub, err := w.nc.Subscribe(w.subject, func(m *nats.Msg) { w.fire(string(m.Data), "nats") })
+		if err != nil {
+			return fmt.Errorf("cancel: subscribe %q: %w", w.subject, err)
+		}
+		defer func() {
+			if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				w.log.WarnContext(ctx, "cancel: unsubscribe", attrErr, err)
+			}
+		}()
+		w.settle(ctx)
+	}
+	// Ids watched before Run started may have been requested already.
+	w.check(ctx, w.watched())
+
+	tick := time.NewTicker(w.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			w.check(ctx, w.watched())
+		case <-w.wake:
+			// A request made before its id was watched sent its message to
+			// nobody; read the flags of new ids now rather than a Poll later.
+			w.check(ctx, w.takeFresh())
+		case <-connected:
+			// Messages published while the connection was down are lost;
+			// their flags are not.
+			w.settle(ctx)
+			w.check(ctx, w.watched())
+		}
+	}
+}
+
+// settle waits until the server has the subscription (nats.go resends it on
+// reconnect, just after reporting CONNECTED), so that every request is either
+// in the flags the next check reads or delivered as a message: none falls in
+// between.
+func (w *Watcher) settle(ctx context.Context) {
+	fctx, stop := context.WithTimeout(ctx, flushTimeout)
+	defer stop()
+	_ = w.nc.FlushWithContext(fctx) // on failure the next poll covers the gap
+}
+
+// Watch returns a context that is cancelled with cause ErrRequested once
+// cancellation of id is requested, whether a NATS message says so or the
+// flag is found set. The returned func (call it stop) unregisters id and
+// cancels the context with cause context.Canceled; calling it again does
+// nothing. As with context.WithCancel, call stop when the work is done. Watch
+// never touches Redis: an id whose flag was set before Watch is caught by Run
+// straight after, or at the next poll at the latest. Run must be running for
+// anything to be cancelled.
+func (w *Watcher) Watch(parent context.Context, id string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	wt := &watch{cancel: cancel}
+
+	w.mu.Lock()
+	set := w.watches[id]
+	if set == nil {
+		set = make(map[*watch]struct{})
+		w.watches[id] = set
+	}
+	set[wt] = struct{}{}
+	w.fresh[id] = struct{}{}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+
+	// If parent ends first, stop polling id without waiting for stop.
+	stopAfter := context.AfterFunc(ctx, func() { w.unregister(id, wt) })
+	return ctx, func() {
+		stopAfter()
+		w.unregister(id, wt)
+		cancel(nil)
+	}
+}
+
+func (w *Watcher) unregister(id string, wt *watch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	set := w.watches[id]
+	delete(set, wt)
+	if len(set) == 0 {
+		delete(w.watches, id)
+		delete(w.fresh, id)
+	}
+}
+
+// fire cancels every watch of id with ErrRequested and unregisters them.
+func (w *Watcher) fire(id, via string) {
+	w.mu.Lock()
+	set := w.watches[id]
+	delete(w.watches, id)
+	delete(w.fresh, id)
+	w.mu.Unlock()
+	for wt := range set {
+		wt.cancel(ErrRequested)
+	}
+	if len(set) > 0 {
+		w.log.Debug("cancel: watched contexts cancelled", attrID, id, attrVia, via, attrCount, len(set))
+	}
+}
+
+func (w *Watcher) watched() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	clear(w.fresh) // about to read them all
+	return slices.Collect(maps.Keys(w.watches))
+}
+
+func (w *Watcher) takeFresh() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := slices.Collect(maps.Keys(w.fresh))
+	clear(w.fresh)
+	return ids
+}
+
+// check reads the flags of ids in one pipelined round trip and fires those
+// that are set. Reads that fail are logged and retried at the next poll.
+func (w *Watcher) check(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Exists(ctx, w.keys.CancelFlag(id))
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.WarnContext(ctx, "cancel: reading flags failed; retrying at the next poll", attrCount, len(ids), attrErr, err)
+	}
+	// On a cluster some nodes may have answered when others did not.
+	for i, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == 1 {
+			w.fire(ids[i], "flag")
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package cancel_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+func TestWatchIsCancelledOverNATS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	wnc := testenv.NATS(t).Conn(t)
+	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
+	// Polls once an hour, under a prefix no request is written to: only the
+	// NATS message can cancel.
+	w := e.watcherWithPrefix(t, rdb, wnc, time.Hour, e.prefix+"elsewhere:")
+	e.subscribed(t, w, wnc)
+
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	defer stop()
+	start := time.Now()
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Generous: a loaded machine is slow, and the hour-long poll already
+	// proves which path delivered.
+	cancelled(t, ctx, 5*time.Second, "job-1")
+	t.Logf("request to cancelled context over NATS: %v", time.Since(start))
+}
+
+func TestWatchIsCancelledByFlagWhenNATSIsDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	srv := testenv.StartNATS(t)
+	wnc, rnc := srv.Conn(t), srv.Conn(t)
+	f := e.flags(t, rdb, rnc)
+	w := e.watcher(t, rdb, wnc, 50*time.Millisecond)
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	defer stop()
+
+	srv.Stop(t)
+	disconnected(t, wnc, rnc)
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatalf("Request with NATS down: %v", err)
+	}
+	cancelled(t, ctx, 5*time.Second, "job-1")
+}
+
+func TestMessageLostInAnOutageIsNotNeeded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	srv := testenv.StartNATS(t)
+	wnc, rnc := srv.Conn(t), srv.Conn(t)
+	f := e.flags(t, rdb, rnc)
+	// The hour-long poll never comes: what cancels is the sweep of the
+	// flags the watcher makes when its connection is back.
+	w := e.watcher(t, rdb, wnc, time.Hour)
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	defer stop()
+	e.subscribed(t, w, wnc)
+
+	srv.Stop(t)
+	disconnected(t, wnc, rnc)
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !e.logs.has("level=WARN", "not published", "cancel_id=job-1") {
+		t.Fatalf("the request was published during the outage; this test needs it lost. log:\n%s", e.logs)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("cancelled before NATS came back: %v", context.Cause(ctx))
+	}
+	srv.Start(t)
+	cancelled(t, ctx, 5*time.Second, "job-1")
+}
+
+func TestWatchAfterFlagWasSet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, nil)
+	// No NATS, and the regular poll is an hour away: only the read of newly
+	// watched ids can find the flag.
+	w := e.watcher(t, rdb, nil, time.Hour)
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	defer stop()
+	cancelled(t, ctx, 5*time.Second, "job-1")
+}
+
+func TestWatchPollsAlone(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			f := e.flags(t, b.Client, nil)
+			w := e.watcher(t, b.Client, nil, 20*time.Millisecond)
+
+			// Ids spread over the cluster's slots; one poll reads them all.
+			ctxs := make([]context.Context, 20)
+			for i := range ctxs {
+				ctx, stop := w.Watch(context.Background(), "job-"+strconv.Itoa(i))
+				defer stop()
+				ctxs[i] = ctx
+			}
+			for i := 0; i < len(ctxs); i += 2 {
+				if err := f.Request(t.Context(), "job-"+strconv.Itoa(i), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < len(ctxs); i += 2 {
+				cancelled(t, ctxs[i], 5*time.Second, "job-"+strconv.Itoa(i))
+			}
+			for i := 1; i < len(ctxs); i += 2 {
+				if ctxs[i].Err() != nil {
+					t.Fatalf("job-%d was never requested but is cancelled: %v", i, context.Cause(ctxs[i]))
+				}
+			}
+		})
+	}
+}
+
+func TestOnlyRequestedIDsAreCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
+	w := e.watcher(t, rdb, testenv.NATS(t).Conn(t), 10*time.Millisecond)
+
+	requested, stopRequested := w.Watch(context.Background(), "requested")
+	defer stopRequested()
+	other, stopOther := w.Watch(context.Background(), "other")
+	defer stopOther()
+	if err := f.Request(t.Context(), "requested", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cancelled(t, requested, 5*time.Second, "requested")
+	// Absence can only be waited for: many polls and any message have come by now.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if other.Err() != nil {
+			t.Fatalf("an id nobody requested was cancelled: %v", context.Cause(other))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestStopAndParentEndAWatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	w := e.watcher(t, rdb, nil, time.Hour)
+
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	stop()
+	stop() // idempotent
+	if cause := context.Cause(ctx); cause != context.Canceled {
+		t.Fatalf("cause after stop = %v, want context.Canceled", cause)
+	}
+
+	// A parent that ends cancels the watch too, with the parent's cause.
+	parent, stopParent := context.WithCancelCause(context.Background())
+	ctx, stop = w.Watch(parent, "job-2")
+	defer stop()
+	shutdown := errors.New("shutting down")
+	stopParent(shutdown)
+	if cause := context.Cause(ctx); cause != shutdown {
+		t.Fatalf("cause after the parent ended = %v, want %v", cause, shutdown)
+	}
+}
+
+func TestEveryWatchOfAnIDIsCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
+	w := e.watcher(t, rdb, testenv.NATS(t).Conn(t), 10*time.Millisecond)
+
+	parent, stopParent := context.WithCancel(context.Background())
+	defer stopParent()
+	var ctxs []context.Context
+	for _, p := range []context.Context{context.Background(), context.Background(), parent} {
+		ctx, stop := w.Watch(p, "job-1")
+		defer stop()
+		ctxs = append(ctxs, ctx)
+	}
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i, ctx := range ctxs {
+		cancelled(t, ctx, 5*time.Second, "watch "+strconv.Itoa(i))
+	}
+}
+
+func TestWatchConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
+	wnc := testenv.NATS(t).Conn(t)
+	w := e.watcher(t, rdb, wnc, 10*time.Millisecond)
+	e.subscribed(t, w, wnc)
+
+	const n = 200
+	id := func(i int) string { return "job-" + strconv.Itoa(i) }
+	requested := func(i int) bool { return i%2 == 0 }
+	ctxs := make([]context.Context, n)
+	stops := make([]context.CancelFunc, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ctxs[i], stops[i] = w.Watch(context.Background(), id(i)) })
+	}
+	wg.Wait()
+
+	// While requests arrive, other goroutines keep watching and unwatching
+	// ids nobody requests: none of those may ever see ErrRequested.
+	churn, stopChurn := context.WithCancel(context.Background())
+	var churners sync.WaitGroup
+	defer churners.Wait()
+	defer stopChurn()
+	for g := range 8 {
+		churners.Go(func() {
+			for k := 0; churn.Err() == nil; k++ {
+				i := (2*(g*1000+k) + 1) % n // odd: never requested
+				ctx, stop := w.Watch(context.Background(), id(i))
+				stop()
+				if cause := context.Cause(ctx); cause != context.Canceled {
+					t.Errorf("churn watch of %s: cause %v, want context.Canceled", id(i), cause)
+					return
+				}
+			}
+		})
+	}
+	for i := range n {
+		if requested(i) {
+			wg.Go(func() {
+				if err := f.Request(t.Context(), id(i), time.Minute); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+
+	// At every step: no id that was not requested is cancelled.
+	check := func() (done int) {
+		for i, ctx := range ctxs {
+			if ctx.Err() == nil {
+				continue
+			}
+			if !requested(i) {
+				t.Fatalf("%s was never requested but is cancelled: %v", id(i), context.Cause(ctx))
+			}
+			done++
+		}
+		return done
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return check() == n/2 }, "not every requested id was cancelled")
+	wg.Wait()
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		check()
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := 0
+	for i, ctx := range ctxs {
+		if context.Cause(ctx) == cancel.ErrRequested {
+			got++
+		}
+		stops[i]()
+	}
+	if got != n/2 {
+		t.Fatalf("%d contexts cancelled with ErrRequested, want exactly %d", got, n/2)
+	}
+}
+
+func TestRunFailsOnAClosedConnection(t *testing.T) {
+	t.Parallel()
+	nc := testenv.NATS(t).Conn(t)
+	nc.Close()
+	w, err := cancel.NewWatcher(testenv.Redis(t).Client(t), nc, cancel.WatcherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); err == nil {
+		t.Fatal("Run on a closed NATS connection returned nil; it must say it cannot subscribe")
+	}
+}
