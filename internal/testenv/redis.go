@@ -49,8 +49,6 @@ func (s *RedisServer) start() error {
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
 		"--appendonly", "yes",
-		// Fault tests kill -9 the server and expect acknowledged writes back.
-		"--appendfsync", "always",
 		"--save", "",
 		"--maxmemory-policy", "noeviction",
 		"--protected-mode", "no",
@@ -120,14 +118,15 @@ func (s *RedisServer) close() {
 }
 
 // StartRedis starts a redis-server of the test's own, for tests that kill or
-// restart it; it is stopped and removed when the test ends.
+// restart it; it is stopped and removed when the test ends. It fsyncs every
+// write, so what it acknowledged before a kill -9 is there after a restart.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := startRedis(t.TempDir(), port)
+	s, err := startRedis(t.TempDir(), port, "--appendfsync", "always")
 	if err != nil {
 		t.Fatal(err)
 	}
