@@ -1,0 +1,47 @@
+package keys
+
+// Job keys. Everything of one queue shares the hash tag {q:<queue>}, so a
+// queue is one slot and every script on it is atomic on a cluster. Queue
+// names and job ids are validated by package job before they get here: no
+// braces, no colons, so no name can step into another's key.
+
+// Queues is the set of every queue name that has received a job.
+func (s Space) Queues() string { return s.key("queues", "set") }
+
+// JobQueue maps a job id to the name of its queue, so a job can be found by
+// id alone. It lives in its own slot, outside every queue.
+func (s Space) JobQueue(id string) string { return s.key("job:"+id, "queue") }
+
+// Idempotency is a tenant's idempotency record for one Idempotency-Key.
+func (s Space) Idempotency(tenant, key string) string { return s.key("idem:"+tenant, key) }
+
+// Job is the hash that holds one job's record.
+func (s Space) Job(queue, id string) string { return s.key("q:"+queue, "job:"+id) }
+
+// JobEvents is the capped stream of one job's events.
+func (s Space) JobEvents(queue, id string) string { return s.key("q:"+queue, "events:"+id) }
+
+// QueueReady is the sorted set of a queue's jobs ready to be claimed.
+func (s Space) QueueReady(queue string) string { return s.key("q:"+queue, "ready") }
+
+// QueueScheduled is the sorted set of a queue's jobs waiting for a time
+// (delay, retry backoff), scored by when they become ready.
+func (s Space) QueueScheduled(queue string) string { return s.key("q:"+queue, "scheduled") }
+
+// QueueDeadlines is the sorted set of a queue's jobs with a max_wait, scored
+// by when they expire if they have not started.
+func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "deadlines") }
+
+// QueueSeq is the counter that orders a queue's jobs of equal priority.
+func (s Space) QueueSeq(queue string) string { return s.key("q:"+queue, "seq") }
+
+// QueueStats is the hash counting a queue's jobs per state.
+func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats") }
+
+// QueueTenantJobs indexes one tenant's jobs in a queue by creation time.
+func (s Space) QueueTenantJobs(queue, tenant string) string {
+	return s.key("q:"+queue, "tenant:"+tenant)
+}
+
+// QueueAllJobs indexes every job in a queue by creation time.
+func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }

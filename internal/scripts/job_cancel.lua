@@ -1,0 +1,48 @@
+-- Cancels a job: at once when it waits in its queue, by request when it runs.
+-- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
+-- KEYS[5] stats      KEYS[6] events
+-- ARGV[1] tenant of the caller ("" = admin, any tenant)
+-- ARGV[2] retention_ms (PEXPIRE of a job that became terminal)
+-- ARGV[3] events stream MAXLEN
+-- Returns {'missing'} when there is no such job for this caller, else
+-- {outcome, HGETALL of the job} where outcome is 'cancelled' (now terminal),
+-- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled
+-- or requested) or 'finished' (it ended otherwise: succeeded, failed, expired).
+local job, ready, scheduled, deadlines, stats, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
+
+local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'attempt')
+local id, owner, state, requested, attempt = f[1], f[2], f[3], f[4], f[5]
+-- Another tenant's job is as absent as one that never existed.
+if not id or (tenant ~= '' and owner ~= tenant) then
+  return {'missing'}
+end
+
+if state == 'queued' or state == 'retrying' then
+  redis.call('ZREM', ready, id)
+  redis.call('ZREM', scheduled, id)
+  redis.call('ZREM', deadlines, id)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', job, 'state', 'cancelled', 'finished_at', now,
+    'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'}))
+  redis.call('HINCRBY', stats, state, -1)
+  redis.call('HINCRBY', stats, 'cancelled', 1)
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
+    'type', 'state', 'data', cjson.encode({state = 'cancelled', attempt = tonumber(attempt)}))
+  redis.call('PEXPIRE', job, retention_ms)
+  redis.call('PEXPIRE', events, retention_ms)
+  return {'cancelled', redis.call('HGETALL', job)}
+end
+
+if state == 'cancelled' or (state == 'running' and requested == '1') then
+  return {'unchanged', redis.call('HGETALL', job)}
+end
+
+if state == 'running' then
+  -- The owner (or the reaper, if the owner is gone) finishes it as cancelled.
+  redis.call('HSET', job, 'cancel_requested', '1')
+  return {'requested', redis.call('HGETALL', job)}
+end
+
+return {'finished', redis.call('HGETALL', job)}

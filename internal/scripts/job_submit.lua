@@ -1,0 +1,55 @@
+-- Creates a job, unless it already exists.
+-- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
+-- KEYS[5] seq counter   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
+-- KEYS[9] all index
+-- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
+-- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
+-- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
+-- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
+-- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
+-- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
+-- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed.
+local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local seq, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
+
+-- A retried idempotent request and a crashed winner's successor both land
+-- here with the same id: only the first creates.
+if redis.call('EXISTS', job) == 1 then
+  return {0, redis.call('HGETALL', job)}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+redis.call('HSET', job,
+  'id', id, 'tenant', ARGV[2], 'queue', ARGV[3], 'kind', ARGV[4],
+  'state', 'queued', 'attempt', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
+  'concurrency_keys', ARGV[7], 'created_at', now, 'started_at', '', 'finished_at', '',
+  'cancel_requested', '0', 'input', ARGV[8], 'metadata', ARGV[9], 'result', '', 'error', '',
+  'timeout_ms', ARGV[10], 'max_wait_ms', ARGV[11], 'on_busy', ARGV[12], 'token', '0',
+  'exec_id', '', 'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '',
+  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '')
+
+-- Higher priority first, then FIFO: 2^43 sequence numbers per priority
+-- band keep the score an exact integer in a double (201 * 2^43 < 2^53), and
+-- Redis 7 passes such a Lua number to a command exactly (never tostring it:
+-- that keeps 14 digits).
+if delay > 0 then
+  redis.call('ZADD', scheduled, now + delay, id)
+else
+  local n = redis.call('INCR', seq)
+  redis.call('ZADD', ready, (100 - priority) * 8796093022208 + n, id)
+end
+-- max_wait counts from when the job may first run, so a delay does not eat it.
+if max_wait > 0 then
+  redis.call('ZADD', deadlines, now + delay + max_wait, id)
+end
+
+redis.call('ZADD', tenant_index, now, id)
+redis.call('ZADD', all_index, now, id)
+redis.call('HINCRBY', stats, 'queued', 1)
+redis.call('XADD', events, 'MAXLEN', '~', ARGV[14], '*',
+  'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
+
+return {1, redis.call('HGETALL', job)}

@@ -1,0 +1,108 @@
+// Package job is Leasehold's job model and job store: what a client
+// submits, how it is validated, how it is kept in Redis, and how it is read,
+// listed and cancelled. It does not run jobs; package execution claims and
+// runs them on the same Redis data.
+//
+// # Model
+//
+// A Job is what a client submitted (kind, input, options) plus where it is
+// in its life. Its JSON form is the API's job object. An Execution is one
+// attempt at running it; a job shows its latest. A job's State moves so:
+//
+//	submit ─► queued ──► running ──► succeeded | failed | cancelled
+//	            ▲  │        │
+//	            │  │        ▼
+//	            │  │     retrying ──► cancelled | expired
+//	            │  │        │
+//	            │  └────────┼───────► cancelled | expired
+//	            └───────────┘
+//
+// queued → running is a claim; running → retrying is a failed attempt with
+// attempts left, which waits out its backoff and is queued again; an
+// execution handed back at a graceful worker shutdown puts its job straight
+// back to queued. A queued or retrying job can be cancelled or can expire
+// (its max_wait passed before it started). succeeded, failed, cancelled and
+// expired are terminal: a job in one never changes again.
+//
+// Cancel decides in one script: a queued or retrying job becomes cancelled
+// at once (it leaves ready, scheduled and deadlines); a running one only
+// gets cancel_requested, and its owner, or the reaper if the owner is gone,
+// finishes it as cancelled. Cancelling twice changes nothing; cancelling a
+// job that ended otherwise is ErrConflict.
+//
+// # Redis layout
+//
+// Package internal/keys builds every key; the names below leave out the
+// prefix. A queue's keys share the hash tag {q:<queue>}, so a queue lives in
+// one slot and every script on it is atomic on a Redis Cluster too.
+//
+//	{q:Q}:job:<id>        hash: the job record, one string per field; the
+//	                      latest execution is flattened into exec_* fields
+//	{q:Q}:ready           zset of claimable ids, score (100-priority)*2^43 + seq:
+//	                      higher priority first, submission order within one
+//	{q:Q}:seq             counter behind that order
+//	{q:Q}:scheduled       zset of ids waiting for a time (delay, retry
+//	                      backoff), score = unix ms when they become ready
+//	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
+//	                      they expire unless started: created_at + delay +
+//	                      max_wait (a delay does not eat into max_wait)
+//	{q:Q}:stats           hash: number of jobs per state name
+//	{q:Q}:events:<id>     stream of the job's events (state, progress,
+//	                      output, log), capped at about EventsMaxLen
+//	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms
+//	{q:Q}:all             zset of every id in Q, score = created_at ms
+//	{queues}:set          set of queue names
+//	{job:<id>}:queue      string: the job's queue, to find a job by id
+//	{idem:<t>}:<key>      string: what tenant t's Idempotency-Key stands for
+//
+// Every script that changes a job's state does, in the same step: the
+// compare-and-set on the state, HINCRBY of stats (-1 old state, +1 new), an
+// XADD of a state event {"state", "attempt"}, and, when the new state is
+// terminal, PEXPIRE of the job hash and its event stream by the retention
+// (Config.Retention, DefaultRetention by default). So queue counts are exact
+// and O(1), and finished jobs disappear on their own. Index entries of
+// expired jobs are removed lazily, by the listings that meet them.
+//
+// The id → queue lookup lives Retention + 30 days from submission, since
+// nobody can touch it from the queue's slot when the job ends. A job still
+// alive after that is found by asking each queue.
+//
+// # Submission and idempotency
+//
+// Submit validates everything before it writes anything: invalid input
+// returns a *ValidationError listing every bad field, and Redis is
+// untouched. Then it writes the queue name and the id → queue lookup, which
+// are idempotent and invisible to clients, and then one script that creates
+// the job record, enqueues it (ready, or scheduled when delayed), adds its
+// deadline, index entries, stats and first event, all at once, and only if
+// the job does not exist yet.
+//
+// With an Idempotency-Key, a fresh job id is first offered with SET NX on
+// the key's record, which holds the job id, the queue and a hash of the
+// normalized request (defaults applied, keys sorted, JSON canonical, so key
+// order and white space do not matter). Whoever set it, and every later
+// request with the same hash, then runs the create script with the id in
+// the record. Because that script creates only a job that does not exist:
+//
+//   - concurrent requests with one key create exactly one job;
+//   - a request that crashed after SET NX and before the script leaves a
+//     record with no job, and the next retry creates the job;
+//   - a request with a different body under the same key gets
+//     ErrIdempotencyConflict and changes nothing.
+//
+// Retention must be at least the idempotency TTL: a retry must never find
+// the record but not the job, or it would create the job a second time.
+//
+// The scripts need Redis 7.0 or later (SET NX GET; Lua numbers passed to
+// commands exactly).
+//
+// # Cost
+//
+// Submit is three round trips (two without an idempotency key), each O(1)
+// apart from O(log n) sorted-set inserts. Get is two (the lookup, then the
+// hash). A List page examines at most 1000 index entries, whatever the
+// filters, in at most about log2(1000/limit) + 1 rounds of two pipelined
+// round trips: each round reads every queue's index and the hashes of the
+// entries it examines. Queues are expected to be few (tens): List, Stats and
+// a lookup miss ask every queue.
+package job

@@ -1,0 +1,246 @@
+package job
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/fencing"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The states of a job. See the package documentation for the transitions.
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateRetrying  State = "retrying"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+	StateExpired   State = "expired"
+)
+
+// Terminal reports whether s is final: a job in it never changes again.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateCancelled, StateExpired:
+		return true
+	}
+	return false
+}
+
+func (s State) valid() bool {
+	switch s {
+	case StateQueued, StateRunning, StateRetrying:
+		return true
+	}
+	return s.Terminal()
+}
+
+// Code says why a job or an attempt ended badly.
+type Code string
+
+// The error codes of the API.
+const (
+	CodeHandlerError    Code = "handler_error"
+	CodeTimeout         Code = "timeout"
+	CodeLeaseLost       Code = "lease_lost"
+	CodeMaxWaitExceeded Code = "max_wait_exceeded"
+	CodeCancelled       Code = "cancelled"
+	CodeUnknownKind     Code = "unknown_kind"
+)
+
+// Error is the error a job ended with, or on a retried job the last
+// attempt's error.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// OnBusy says what a submission wants when its concurrency keys are full.
+type OnBusy string
+
+const (
+	// OnBusyQueue waits in the queue for room (up to max_wait). The default.
+	OnBusyQueue OnBusy = "queue"
+	// OnBusyReject refuses the job at once when there is no room.
+	OnBusyReject OnBusy = "reject"
+)
+
+// Execution is one attempt at running a job, by one worker, under one lease
+// and one fencing token.
+type Execution struct {
+	ID           string        `json:"id"`
+	Worker       string        `json:"worker"`
+	FencingToken fencing.Token `json:"fencing_token"`
+	Attempt      int           `json:"attempt"`
+	StartedAt    time.Time     `json:"started_at"`
+	HeartbeatAt  time.Time     `json:"heartbeat_at"`
+	FinishedAt   *time.Time    `json:"finished_at"`
+}
+
+// Job is a job as the API shows it. Its JSON form is the API's job object;
+// the fields tagged "-" are the options a worker needs, which the API does
+// not show.
+type Job struct {
+	ID              string          `json:"id"`
+	Tenant          string          `json:"tenant"`
+	Queue           string          `json:"queue"`
+	Kind            string          `json:"kind"`
+	State           State           `json:"state"`
+	Attempt         int             `json:"attempt"`
+	MaxAttempts     int             `json:"max_attempts"`
+	Priority        int             `json:"priority"`
+	ConcurrencyKeys []string        `json:"concurrency_keys"`
+	CreatedAt       time.Time       `json:"created_at"`
+	StartedAt       *time.Time      `json:"started_at"`
+	FinishedAt      *time.Time      `json:"finished_at"`
+	CancelRequested bool            `json:"cancel_requested"`
+	Execution       *Execution      `json:"execution"` // the latest; nil before the first
+	Result          json.RawMessage `json:"result"`
+	Error           *Error          `json:"error"`
+	Metadata        json.RawMessage `json:"metadata"`
+
+	// Input is the job's input. Store.List leaves it empty: a page of
+	// listings should not carry up to 1 MiB per job that it does not show.
+	Input   json.RawMessage `json:"-"`
+	Timeout time.Duration   `json:"-"` // per execution
+	MaxWait time.Duration   `json:"-"` // 0 = unlimited
+	OnBusy  OnBusy          `json:"-"`
+}
+
+// stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
+type stamp time.Time
+
+func (s stamp) MarshalJSON() ([]byte, error) {
+	return []byte(time.Time(s).UTC().Format(`"2006-01-02T15:04:05.000Z07:00"`)), nil
+}
+
+func stampOf(t *time.Time) *stamp { return (*stamp)(t) }
+
+// MarshalJSON writes the API's job object. Decoding needs no counterpart:
+// time.Time reads RFC 3339 with milliseconds as it is.
+func (j Job) MarshalJSON() ([]byte, error) {
+	type plain Job // no methods, so no recursion; the fields below shadow its times
+	return json.Marshal(struct {
+		plain
+		CreatedAt  stamp  `json:"created_at"`
+		StartedAt  *stamp `json:"started_at"`
+		FinishedAt *stamp `json:"finished_at"`
+	}{plain(j), stamp(j.CreatedAt), stampOf(j.StartedAt), stampOf(j.FinishedAt)})
+}
+
+// MarshalJSON writes the API's execution object.
+func (e Execution) MarshalJSON() ([]byte, error) {
+	type plain Execution
+	return json.Marshal(struct {
+		plain
+		StartedAt   stamp  `json:"started_at"`
+		HeartbeatAt stamp  `json:"heartbeat_at"`
+		FinishedAt  *stamp `json:"finished_at"`
+	}{plain(e), stamp(e.StartedAt), stamp(e.HeartbeatAt), stampOf(e.FinishedAt)})
+}
+
+// ParseRecord builds a Job from the fields of its Redis hash (HGETALL). The
+// execution package reads the same hash, so this is the one place that knows
+// how each field is encoded.
+func ParseRecord(h map[string]string) (Job, error) {
+	if h["id"] == "" {
+		return Job{}, fmt.Errorf("job: record has no id")
+	}
+	r := record{h: h}
+	j := Job{
+		ID:              h["id"],
+		Tenant:          h["tenant"],
+		Queue:           h["queue"],
+		Kind:            h["kind"],
+		State:           State(h["state"]),
+		Attempt:         int(r.int("attempt")),
+		MaxAttempts:     int(r.int("max_attempts")),
+		Priority:        int(r.int("priority")),
+		CreatedAt:       r.time("created_at"),
+		StartedAt:       r.optTime("started_at"),
+		FinishedAt:      r.optTime("finished_at"),
+		CancelRequested: h["cancel_requested"] == "1",
+		Result:          r.raw("result"),
+		Metadata:        r.raw("metadata"),
+		Input:           r.raw("input"),
+		Timeout:         time.Duration(r.int("timeout_ms")) * time.Millisecond,
+		MaxWait:         time.Duration(r.int("max_wait_ms")) * time.Millisecond,
+		OnBusy:          OnBusy(h["on_busy"]),
+	}
+	r.json("concurrency_keys", &j.ConcurrencyKeys)
+	if h["error"] != "" {
+		j.Error = &Error{}
+		r.json("error", j.Error)
+	}
+	if h["exec_id"] != "" {
+		j.Execution = &Execution{
+			ID:           h["exec_id"],
+			Worker:       h["exec_worker"],
+			FencingToken: fencing.Token(r.int("token")),
+			Attempt:      int(r.int("exec_attempt")),
+			StartedAt:    r.time("exec_started_at"),
+			HeartbeatAt:  r.time("exec_heartbeat_at"),
+			FinishedAt:   r.optTime("exec_finished_at"),
+		}
+	}
+	if r.err != nil {
+		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)
+	}
+	return j, nil
+}
+
+// record decodes hash fields, keeping the first error so ParseRecord reads
+// as a plain list of fields.
+type record struct {
+	h   map[string]string
+	err error
+}
+
+func (r *record) fail(field string, err error) {
+	if r.err == nil {
+		r.err = fmt.Errorf("field %s: %w", field, err)
+	}
+}
+
+func (r *record) int(field string) int64 {
+	n, err := strconv.ParseInt(r.h[field], 10, 64)
+	if err != nil {
+		r.fail(field, err)
+	}
+	return n
+}
+
+// time reads unix milliseconds.
+func (r *record) time(field string) time.Time {
+	return time.UnixMilli(r.int(field)).UTC()
+}
+
+// optTime reads unix milliseconds where "" means not yet.
+func (r *record) optTime(field string) *time.Time {
+	if r.h[field] == "" {
+		return nil
+	}
+	t := r.time(field)
+	return &t
+}
+
+// raw returns stored JSON as it is, nil (JSON null) for "".
+func (r *record) raw(field string) json.RawMessage {
+	if r.h[field] == "" {
+		return nil
+	}
+	return json.RawMessage(r.h[field])
+}
+
+func (r *record) json(field string, v any) {
+	if err := json.Unmarshal([]byte(r.h[field]), v); err != nil {
+		r.fail(field, err)
+	}
+}

@@ -1,0 +1,279 @@
+package job
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	defaultListLimit = 50
+	maxListLimit     = 500
+	// listScanBound is how many index entries one List call examines at
+	// most. Filters that match rarely would otherwise make a page read the
+	// whole index; instead the page comes back short, with a cursor.
+	listScanBound = 1000
+)
+
+// listFields are the hash fields a listing reads: all but input, which the
+// API's job object does not show and which may be 1 MiB per job.
+var listFields = []string{
+	"id", "tenant", "queue", "kind", "state", "attempt", "max_attempts", "priority",
+	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
+	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
+	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
+	"exec_finished_at", "exec_state",
+}
+
+// ListQuery selects a page of jobs.
+type ListQuery struct {
+	// Tenant is the caller, whose jobs are listed. With Admin it is a filter
+	// instead: one tenant's jobs, or every tenant's when "".
+	Tenant string
+	Admin  bool
+	State  State  // "" = any
+	Kind   string // "" = any
+	Queue  string // "" = every queue
+	Limit  int    // 1–500; 0 = 50
+	Cursor string // next from the previous page; "" = from the newest
+}
+
+func (q ListQuery) validate() error {
+	if !q.Admin {
+		if err := ValidateTenant(q.Tenant); err != nil {
+			return err
+		}
+	}
+	var v ValidationError
+	if q.Admin && q.Tenant != "" && ValidateTenant(q.Tenant) != nil {
+		v.add("tenant", "must match %s", tenantPattern)
+	}
+	if q.State != "" && !q.State.valid() {
+		v.add("state", "unknown state %q", q.State)
+	}
+	if q.Kind != "" && !kindPattern.MatchString(q.Kind) {
+		v.add("kind", "must match %s", kindPattern)
+	}
+	if q.Queue != "" && !queuePattern.MatchString(q.Queue) {
+		v.add("queue", "must match %s", queuePattern)
+	}
+	if q.Limit < 0 || q.Limit > maxListLimit {
+		v.add("limit", "must be between 1 and %d", maxListLimit)
+	}
+	return v.err()
+}
+
+// List returns a page of jobs, newest first (by created_at, then id), across
+// every queue or the one asked for, and the cursor of the next page ("" when
+// there is none). Filters are applied while paging, and a page examines at
+// most 1000 index entries, so a page may hold fewer than Limit jobs (even
+// none) while next is not "": stop when next is "".
+//
+// A page is read in rounds. Each round reads, in one pipeline, the next
+// entries of every queue's index (the tenant's, or every tenant's for an
+// admin), merges them, and reads the examined jobs in a second pipeline.
+// One round fills a page unless filters reject or jobs have expired; the
+// rounds then widen, doubling, so a page takes at most about
+// log2(1000/Limit) + 1 rounds.
+func (s *Store) List(ctx context.Context, q ListQuery) (jobs []Job, next string, err error) {
+	if err := q.validate(); err != nil {
+		return nil, "", err
+	}
+	after, err := parseCursor(q.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	queues := []string{q.Queue}
+	if q.Queue == "" {
+		if queues, err = s.queues(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	indexes := make([]string, len(queues))
+	for i, name := range queues {
+		indexes[i] = s.keys.QueueAllJobs(name)
+		if q.Tenant != "" {
+			indexes[i] = s.keys.QueueTenantJobs(name, q.Tenant)
+		}
+	}
+
+	limit := cmp.Or(q.Limit, defaultListLimit)
+	// A round examines width entries; width doubles while filters reject,
+	// so a page takes a handful of rounds, not one per rejected entry.
+	width, scanned, more := limit, 0, true
+	for more && len(jobs) < limit && scanned < listScanBound {
+		batch, rest, err := s.nextEntries(ctx, indexes, after, min(width, listScanBound-scanned))
+		if err != nil {
+			return nil, "", err
+		}
+		loaded, err := s.load(ctx, queues, indexes, batch)
+		if err != nil {
+			return nil, "", err
+		}
+		more = rest
+		for i, j := range loaded {
+			if len(jobs) == limit {
+				more = true // batch[i:] is left for the next page
+				break
+			}
+			after = &batch[i].position
+			scanned++
+			if j.ID != "" && q.matches(j) {
+				jobs = append(jobs, j)
+			}
+		}
+		width *= 2
+	}
+	if more {
+		next = after.cursor()
+	}
+	return jobs, next, nil
+}
+
+func (q ListQuery) matches(j Job) bool {
+	return (q.State == "" || j.State == q.State) && (q.Kind == "" || j.Kind == q.Kind) &&
+		(q.Tenant == "" || j.Tenant == q.Tenant)
+}
+
+// position is a place in the listing order: newer created_at first, then
+// greater id first, which is how a sorted set lists equal scores in reverse.
+type position struct {
+	created int64 // unix ms, the index score
+	id      string
+}
+
+// before reports whether p comes before o in the listing.
+func (p position) before(o position) bool {
+	return p.created > o.created || (p.created == o.created && p.id > o.id)
+}
+
+func (p *position) cursor() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.created, 10) + ":" + p.id))
+}
+
+// parseCursor reads a cursor; "" is the start (nil).
+func parseCursor(c string) (*position, error) {
+	if c == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, ErrBadCursor
+	}
+	ms, id, _ := strings.Cut(string(b), ":")
+	created, err := strconv.ParseInt(ms, 10, 64)
+	if u, uerr := uuid.Parse(id); err != nil || created < 0 || uerr != nil || u.String() != id {
+		return nil, ErrBadCursor
+	}
+	return &position{created: created, id: id}, nil
+}
+
+// entry is an index entry: where it sorts, and which index (and queue) it
+// came from.
+type entry struct {
+	position
+	index int
+}
+
+// nextEntries returns up to n entries that follow after (nil = the start)
+// across indexes, in listing order, and whether more follow them.
+//
+// Any of the first n entries overall is among the first n of its own index,
+// so reading n+1 of each index and merging is exact; the extra one tells
+// whether more follow. Entries that share after's millisecond are read
+// apart, all of them (a few at most), because a score range cannot start
+// between two equal scores.
+func (s *Store) nextEntries(ctx context.Context, indexes []string, after *position, n int) ([]entry, bool, error) {
+	ties := make([]*redis.StringSliceCmd, len(indexes))
+	rest := make([]*redis.ZSliceCmd, len(indexes))
+	top := "+inf"
+	if after != nil {
+		top = "(" + strconv.FormatInt(after.created, 10)
+	}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, idx := range indexes {
+			if after != nil {
+				ties[i] = p.ZRangeArgs(ctx, redis.ZRangeArgs{Key: idx, ByScore: true, Rev: true,
+					Start: after.created, Stop: after.created})
+			}
+			rest[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: idx, ByScore: true, Rev: true,
+				Start: top, Stop: "-inf", Count: int64(n + 1)})
+		}
+		return nil
+	}); err != nil {
+		return nil, false, fmt.Errorf("job: list: %w", err)
+	}
+
+	var merged []entry
+	for i := range indexes {
+		if after != nil {
+			for _, id := range ties[i].Val() {
+				if id < after.id {
+					merged = append(merged, entry{position{after.created, id}, i})
+				}
+			}
+		}
+		for _, z := range rest[i].Val() {
+			merged = append(merged, entry{position{int64(z.Score), z.Member.(string)}, i})
+		}
+	}
+	slices.SortFunc(merged, func(a, b entry) int {
+		if a.before(b.position) {
+			return -1
+		}
+		return 1
+	})
+	return merged[:min(n, len(merged))], len(merged) > n, nil
+}
+
+// load reads the jobs of entries, in order; a job whose hash has expired is
+// left zero and its entry removed from its index: indexes are cleaned
+// lazily, by the listings that meet dead entries.
+func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, error) {
+	cmds := make([]*redis.SliceCmd, len(entries))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range entries {
+			cmds[i] = p.HMGet(ctx, s.keys.Job(queues[e.index], e.id), listFields...)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("job: list: %w", err)
+	}
+	jobs := make([]Job, len(entries))
+	var gone []entry
+	for i, e := range entries {
+		vals := cmds[i].Val()
+		if vals[0] == nil {
+			gone = append(gone, e)
+			continue
+		}
+		h := make(map[string]string, len(listFields))
+		for k, v := range vals {
+			if v != nil {
+				h[listFields[k]] = v.(string)
+			}
+		}
+		var err error
+		if jobs[i], err = ParseRecord(h); err != nil {
+			return nil, err
+		}
+	}
+	if len(gone) > 0 {
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, e := range gone {
+				p.ZRem(ctx, indexes[e.index], e.id)
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("job: list: clean index: %w", err)
+		}
+	}
+	return jobs, nil
+}

@@ -1,0 +1,242 @@
+package job_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// listAll follows cursors from the first page to the last and returns the
+// ids in the order they came, failing on any repeat.
+func listAll(t *testing.T, fx fixture, q job.ListQuery) []string {
+	t.Helper()
+	var ids []string
+	seen := map[string]bool{}
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("paging never ends")
+		}
+		jobs, next, err := fx.store.List(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) > cmpOr(q.Limit, 50) {
+			t.Fatalf("page of %d jobs, limit %d", len(jobs), q.Limit)
+		}
+		for _, j := range jobs {
+			if seen[j.ID] {
+				t.Fatalf("job %s listed twice", j.ID)
+			}
+			seen[j.ID] = true
+			ids = append(ids, j.ID)
+		}
+		if next == "" {
+			return ids
+		}
+		q.Cursor = next
+	}
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// newestFirst returns the ids of the jobs that keep holds, in listing order.
+func newestFirst(jobs []job.Job, keep func(job.Job) bool) []string {
+	var sel []job.Job
+	for _, j := range jobs {
+		if keep(j) {
+			sel = append(sel, j)
+		}
+	}
+	slices.SortFunc(sel, func(a, b job.Job) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	ids := make([]string, len(sel))
+	for i, j := range sel {
+		ids[i] = j.ID
+	}
+	return ids
+}
+
+func TestListPagesAcrossQueues(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		// 120 jobs, many created in the same millisecond, spread over three
+		// queues, two kinds and two tenants.
+		var all []job.Job
+		for i := range 120 {
+			tenant := "acme"
+			if i%10 == 9 {
+				tenant = "globex"
+			}
+			all = append(all, fx.submit(t, tenant, job.Submission{
+				Kind:  []string{"k.even", "k.odd"}[i%2],
+				Queue: []string{"q1", "q2", "q3"}[i%3],
+			}))
+		}
+		for i := 0; i < len(all); i += 11 {
+			if _, err := fx.store.Cancel(ctx, all[i].Tenant, all[i].ID, false); err != nil {
+				t.Fatal(err)
+			}
+			all[i].State = job.StateCancelled
+		}
+		acme := func(j job.Job) bool { return j.Tenant == "acme" }
+		cases := []struct {
+			name string
+			q    job.ListQuery
+			keep func(job.Job) bool
+		}{
+			{"tenant", job.ListQuery{Tenant: "acme", Limit: 7}, acme},
+			{"kind", job.ListQuery{Tenant: "acme", Limit: 7, Kind: "k.odd"},
+				func(j job.Job) bool { return acme(j) && j.Kind == "k.odd" }},
+			{"queue", job.ListQuery{Tenant: "acme", Limit: 7, Queue: "q2"},
+				func(j job.Job) bool { return acme(j) && j.Queue == "q2" }},
+			{"state", job.ListQuery{Tenant: "acme", Limit: 7, State: job.StateCancelled},
+				func(j job.Job) bool { return acme(j) && j.State == job.StateCancelled }},
+			{"all filters", job.ListQuery{Tenant: "acme", Limit: 3, Queue: "q1", Kind: "k.even", State: job.StateQueued},
+				func(j job.Job) bool {
+					return acme(j) && j.Queue == "q1" && j.Kind == "k.even" && j.State == job.StateQueued
+				}},
+			{"unknown queue", job.ListQuery{Tenant: "acme", Queue: "nope"}, func(job.Job) bool { return false }},
+			{"admin", job.ListQuery{Admin: true, Limit: 7}, func(job.Job) bool { return true }},
+			{"admin, one tenant", job.ListQuery{Admin: true, Tenant: "globex", Limit: 7},
+				func(j job.Job) bool { return j.Tenant == "globex" }},
+			{"default limit", job.ListQuery{Tenant: "acme"}, acme},
+			{"limit 1", job.ListQuery{Tenant: "acme", Limit: 1, Queue: "q3"},
+				func(j job.Job) bool { return acme(j) && j.Queue == "q3" }},
+			{"limit 500", job.ListQuery{Admin: true, Limit: 500}, func(job.Job) bool { return true }},
+		}
+		for _, c := range cases {
+			got := listAll(t, fx, c.q)
+			want := newestFirst(all, c.keep)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: listed %d jobs, want %d\n got %v\nwant %v", c.name, len(got), len(want), got, want)
+			}
+		}
+		// Full pages: limit 7 over 108 jobs is 15 pages of 7 and one of 3.
+		q := job.ListQuery{Tenant: "acme", Limit: 7}
+		for page := 0; ; page++ {
+			jobs, next, err := fx.store.List(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := min(7, 108-7*page); len(jobs) != want {
+				t.Fatalf("page %d holds %d jobs, want %d", page, len(jobs), want)
+			}
+			if next == "" {
+				if page != 15 {
+					t.Fatalf("%d pages, want 16", page+1)
+				}
+				break
+			}
+			q.Cursor = next
+		}
+	})
+}
+
+func TestListSkipsAndForgetsExpiredJobs(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		a := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		b := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		fx.rdb.Del(ctx, fx.keys.Job(a.Queue, a.ID)) // as its retention would
+		jobs, next, err := fx.store.List(ctx, job.ListQuery{Tenant: "acme"})
+		if err != nil || next != "" || len(jobs) != 1 || jobs[0].ID != b.ID {
+			t.Fatalf("List = %v, %q, %v", jobs, next, err)
+		}
+		if c := fx.rdb.ZCard(ctx, fx.keys.QueueTenantJobs(a.Queue, "acme")).Val(); c != 1 {
+			t.Errorf("the expired job is still indexed (%d entries)", c)
+		}
+		if jobs[0].Input != nil {
+			t.Errorf("a listing carries the input %s", jobs[0].Input)
+		}
+	})
+}
+
+func TestListWorkPerPageIsBounded(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	for range 1001 {
+		fx.submit(t, "acme", job.Submission{Kind: "common"})
+	}
+	target := fx.submit(t, "acme", job.Submission{Kind: "rare"}) // the newest
+	q := job.ListQuery{Tenant: "acme", Kind: "common", Limit: 500}
+	// A filter that matches: full pages.
+	if jobs, next, err := fx.store.List(t.Context(), q); err != nil || len(jobs) != 500 || next == "" {
+		t.Fatalf("first page: %d jobs, %q, %v", len(jobs), next, err)
+	}
+	// A filter that never matches past the first entry: the first page
+	// stops after 1000 entries with a cursor; the next one ends the list.
+	q = job.ListQuery{Tenant: "acme", Kind: "rare", Limit: 500}
+	jobs, next, err := fx.store.List(t.Context(), q)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != target.ID || next == "" {
+		t.Fatalf("first page: %d jobs, %q, %v; want the rare job and a cursor", len(jobs), next, err)
+	}
+	q.Cursor = next
+	if jobs, next, err = fx.store.List(t.Context(), q); err != nil || len(jobs) != 0 || next != "" {
+		t.Fatalf("second page: %d jobs, %q, %v; want none and the end", len(jobs), next, err)
+	}
+}
+
+func TestListRefusesBadQueries(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	id := uuid.Must(uuid.NewV7()).String()
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, c := range []string{"!!!", enc("x:" + id), enc("123:not-a-uuid"), enc("-5:" + id), enc("123"), enc("123:{" + id + "}")} {
+		if _, _, err := fx.store.List(t.Context(), job.ListQuery{Tenant: "acme", Cursor: c}); !errors.Is(err, job.ErrBadCursor) {
+			t.Errorf("cursor %q: %v, want ErrBadCursor", c, err)
+		}
+	}
+	for _, q := range []job.ListQuery{
+		{Tenant: "acme", Limit: 501},
+		{Tenant: "acme", Limit: -1},
+		{Tenant: "acme", State: "done"},
+		{Tenant: "acme", Kind: "Bad"},
+		{Tenant: "acme", Queue: "{x}"},
+		{Admin: true, Tenant: "a:b"},
+	} {
+		var verr *job.ValidationError
+		if _, _, err := fx.store.List(t.Context(), q); !errors.As(err, &verr) {
+			t.Errorf("%+v: %v, want a *ValidationError", q, err)
+		}
+	}
+	if _, _, err := fx.store.List(t.Context(), job.ListQuery{}); err == nil {
+		t.Error("a listing with no tenant and no admin was accepted")
+	}
+}
+
+// A page can fill up in the middle of a round that reached the end of the
+// index: the entries after it still belong to the next page.
+func TestListPageFullInsideTheLastRound(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	var all []job.Job
+	for i := range 10 {
+		all = append(all, fx.submit(t, "acme", job.Submission{Kind: []string{"a", "b"}[i%2]}))
+	}
+	for _, limit := range []int{1, 2, 3} {
+		q := job.ListQuery{Tenant: "acme", Kind: "a", Limit: limit}
+		got := listAll(t, fx, q)
+		want := newestFirst(all, func(j job.Job) bool { return j.Kind == "a" })
+		if !slices.Equal(got, want) {
+			t.Errorf("limit %d: got %v, want %v", limit, got, want)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+// fixture is a Store on its own key prefix, with the key space to inspect
+// what it wrote.
+type fixture struct {
+	store  *job.Store
+	rdb    redis.UniversalClient
+	keys   keys.Space
+	prefix string
+}
+
+func newFixture(t testing.TB, rdb redis.UniversalClient, cfg job.Config) fixture {
+	t.Helper()
+	cfg.Prefix = testenv.Prefix(t)
+	s, err := job.NewStore(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{store: s, rdb: rdb, keys: keys.New(cfg.Prefix), prefix: cfg.Prefix}
+}
+
+// eachBackend runs f in parallel subtests on the single Redis and on the
+// Redis Cluster, each with a fresh fixture.
+func eachBackend(t *testing.T, cfg job.Config, f func(t *testing.T, fx fixture)) {
+	t.Helper()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			f(t, newFixture(t, b.Client, cfg))
+		})
+	}
+}
+
+// onEveryMaster runs f on the single Redis, or on each master of a cluster.
+func (fx fixture) onEveryMaster(t testing.TB, f func(context.Context, *redis.Client) error) {
+	t.Helper()
+	var err error
+	switch c := fx.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(context.Background(), f)
+	case *redis.Client:
+		err = f(context.Background(), c)
+	default:
+		t.Fatalf("unexpected client %T", fx.rdb)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// written returns every key under the fixture's prefix.
+func (fx fixture) written(t testing.TB) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var found []string
+	fx.onEveryMaster(t, func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, fx.prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			found = append(found, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	})
+	slices.Sort(found)
+	return found
+}
+
+// blockedClients counts the clients blocked in a command (XREAD BLOCK).
+func (fx fixture) blockedClients(t testing.TB) int {
+	t.Helper()
+	var total atomic.Int64
+	fx.onEveryMaster(t, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "clients").Result()
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
+				n, err := strconv.Atoi(v)
+				total.Add(int64(n))
+				return err
+			}
+		}
+		return errors.New("no blocked_clients in INFO clients")
+	})
+	return int(total.Load())
+}
+
+func (fx fixture) submit(t testing.TB, tenant string, s job.Submission) job.Job {
+	t.Helper()
+	j, created, err := fx.store.Submit(context.Background(), tenant, s, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !created {
+		t.Fatalf("job %s not created", j.ID)
+	}
+	return j
+}
+
+// stats returns the queue's per-state counts as stored.
+func (fx fixture) stats(t testing.TB, queue string) map[string]string {
+	t.Helper()
+	h, err := fx.rdb.HGetAll(context.Background(), fx.keys.QueueStats(queue)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		if v == "0" {
+			delete(h, k)
+		}
+	}
+	return h
+}

@@ -1,0 +1,12 @@
+package job
+
+import "fmt"
+
+// ValidateQueue reports whether name can name a queue: workers check the
+// queues they are configured with by the same rule as submissions.
+func ValidateQueue(name string) error {
+	if !queuePattern.MatchString(name) {
+		return fmt.Errorf("queue %q: must match %s", name, queuePattern)
+	}
+	return nil
+}

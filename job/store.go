@@ -1,0 +1,412 @@
+package job
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no such job, or one another tenant owns (the two are
+	// indistinguishable on purpose).
+	ErrNotFound = errors.New("job: not found")
+	// ErrConflict: the job already ended succeeded, failed or expired, so
+	// it cannot be cancelled. Cancel returns the job with it.
+	ErrConflict = errors.New("job: already finished")
+	// ErrIdempotencyConflict: the Idempotency-Key was used before with a
+	// different request.
+	ErrIdempotencyConflict = errors.New("job: idempotency key reused with a different request")
+	// ErrBadCursor: a List cursor or an event id that this package did not
+	// hand out.
+	ErrBadCursor = errors.New("job: bad cursor")
+)
+
+// Defaults of Config.
+const (
+	DefaultRetention      = 7 * 24 * time.Hour
+	DefaultIdempotencyTTL = 24 * time.Hour
+)
+
+// EventsMaxLen caps each job's event stream (XADD MAXLEN ~): every script
+// that appends an event uses it.
+const EventsMaxLen = 1000
+
+// lookupSlack is how much longer than Retention the id → queue lookup lives.
+// It is written at submit, before anyone knows when the job will end; a job
+// that outlives it is still found (see locate).
+const lookupSlack = 30 * 24 * time.Hour
+
+// Config configures a Store. Zero values mean the defaults.
+type Config struct {
+	// Prefix starts every key. Default keys.DefaultPrefix.
+	Prefix string
+	// Retention is how long a job and its events stay readable after the job
+	// ends: every transition to a terminal state PEXPIREs the job hash and
+	// its event stream by it. Default DefaultRetention (7 days). It must be
+	// at least IdempotencyTTL, or a retried request could find its job gone
+	// and create it again.
+	Retention time.Duration
+	// IdempotencyTTL is how long an Idempotency-Key is remembered.
+	// Default DefaultIdempotencyTTL (24h).
+	IdempotencyTTL time.Duration
+}
+
+// Store keeps jobs in Redis.
+type Store struct {
+	rdb       redis.UniversalClient
+	keys      keys.Space
+	retention time.Duration
+	idemTTL   time.Duration
+	submit    *redis.Script
+	cancel    *redis.Script
+}
+
+// NewStore returns a Store on rdb, a single Redis or a Redis Cluster.
+func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if rdb == nil {
+		return nil, errors.New("job: nil redis client")
+	}
+	s := &Store{
+		rdb:       rdb,
+		keys:      keys.New(cfg.Prefix),
+		retention: cmp.Or(cfg.Retention, DefaultRetention),
+		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
+		submit:    scripts.Load("job_submit.lua"),
+		cancel:    scripts.Load("job_cancel.lua"),
+	}
+	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
+		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)
+	}
+	if s.retention < s.idemTTL {
+		return nil, fmt.Errorf("job: retention %v is shorter than the idempotency TTL %v", s.retention, s.idemTTL)
+	}
+	return s, nil
+}
+
+// idempotencyRecord is what an Idempotency-Key stands for.
+type idempotencyRecord struct {
+	Job   string `json:"job"`
+	Queue string `json:"queue"`
+	Body  string `json:"body"` // sha256 of the normalized submission
+}
+
+// Submit validates sub and creates the job for tenant. With an
+// idempotency key ("" = none) a repeated request returns the job the first
+// one created, with created false. Invalid input returns a
+// *ValidationError and writes nothing.
+func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemKey string) (j Job, created bool, err error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return Job{}, false, err
+	}
+	if idemKey != "" && !validIdempotencyKey(idemKey) {
+		return Job{}, false, &ValidationError{Errors: []FieldError{{
+			Field: "Idempotency-Key", Message: "must be 1 to 255 printable ASCII characters"}}}
+	}
+	n, err := sub.normalize(tenant)
+	if err != nil {
+		return Job{}, false, err
+	}
+	id := uuid.Must(uuid.NewV7()).String()
+	if idemKey != "" {
+		if id, err = s.claimIdempotencyKey(ctx, tenant, idemKey, id, n); err != nil {
+			return Job{}, false, err
+		}
+	}
+	// Both writes are idempotent and come before the job, so a crash here
+	// leaves nothing a client can see, and the retry writes them again.
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, s.keys.Queues(), n.Queue)
+		p.Set(ctx, s.keys.JobQueue(id), n.Queue, s.retention+lookupSlack)
+		return nil
+	}); err != nil {
+		return Job{}, false, fmt.Errorf("job: register %s: %w", id, err)
+	}
+	keysJSON, err := json.Marshal(n.ConcurrencyKeys)
+	if err != nil {
+		return Job{}, false, err
+	}
+	q := n.Queue
+	res, err := s.submit.Run(ctx, s.rdb, []string{
+		s.keys.Job(q, id), s.keys.QueueReady(q), s.keys.QueueScheduled(q),
+		s.keys.QueueDeadlines(q), s.keys.QueueSeq(q), s.keys.QueueStats(q),
+		s.keys.JobEvents(q, id), s.keys.QueueTenantJobs(q, tenant), s.keys.QueueAllJobs(q),
+	},
+		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
+		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
+		millis(n.Delay), EventsMaxLen,
+	).Slice()
+	if err != nil {
+		return Job{}, false, fmt.Errorf("job: submit %s: %w", id, err)
+	}
+	j, err = parseReply(res[1])
+	return j, res[0] == int64(1), err
+}
+
+// claimIdempotencyKey returns the id of the job key stands for: id when
+// this request is the first to use key, else the id the first one stored.
+// SET NX GET decides the winner and reads the record in one atomic step.
+// The caller then runs the submit script with the returned id whether it
+// won or not: the script creates the job only once, so a winner that
+// crashed before creating it is completed by the next request.
+func (s *Store) claimIdempotencyKey(ctx context.Context, tenant, key, id string, n Submission) (string, error) {
+	body, err := n.hash()
+	if err != nil {
+		return "", err
+	}
+	rec, err := json.Marshal(idempotencyRecord{Job: id, Queue: n.Queue, Body: body})
+	if err != nil {
+		return "", err
+	}
+	old, err := s.rdb.SetArgs(ctx, s.keys.Idempotency(tenant, key), rec,
+		redis.SetArgs{Mode: "NX", Get: true, TTL: s.idemTTL}).Result()
+	if errors.Is(err, redis.Nil) {
+		return id, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("job: idempotency key: %w", err)
+	}
+	var prev idempotencyRecord
+	if err := json.Unmarshal([]byte(old), &prev); err != nil {
+		return "", fmt.Errorf("job: idempotency record: %w", err)
+	}
+	if prev.Body != body {
+		return "", ErrIdempotencyConflict
+	}
+	return prev.Job, nil
+}
+
+// Get returns the job id of tenant; admin reads any tenant's job.
+func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, error) {
+	queue, err := s.locate(ctx, id)
+	if err != nil {
+		return Job{}, err
+	}
+	h, err := s.rdb.HGetAll(ctx, s.keys.Job(queue, id)).Result()
+	if err != nil {
+		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
+	}
+	if len(h) == 0 || (!admin && h["tenant"] != tenant) {
+		return Job{}, ErrNotFound
+	}
+	return ParseRecord(h)
+}
+
+// Cancel cancels the job id of tenant (admin: of any tenant). A job waiting
+// in its queue becomes cancelled at once; a running one gets
+// CancelRequested and is finished by its owner, or by the reaper if the
+// owner is gone. Cancelling again changes nothing and succeeds. A job that
+// ended otherwise is returned with ErrConflict.
+//
+// Cancel writes the job record only: the caller also sets the cancel flag
+// and publishes the cancel message, which are the cancel package's.
+func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job, error) {
+	queue, err := s.locate(ctx, id)
+	if err != nil {
+		return Job{}, err
+	}
+	owner := tenant // the script matches it against the job's tenant
+	if admin {
+		owner = ""
+	} else if ValidateTenant(tenant) != nil {
+		return Job{}, ErrNotFound // "" would mean any tenant to the script
+	}
+	res, err := s.cancel.Run(ctx, s.rdb, []string{
+		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
+		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
+	}, owner, s.retention.Milliseconds(), EventsMaxLen).Slice()
+	if err != nil {
+		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
+	}
+	if res[0] == "missing" {
+		return Job{}, ErrNotFound
+	}
+	j, err := parseReply(res[1])
+	if err != nil {
+		return Job{}, err
+	}
+	if res[0] == "finished" {
+		return j, ErrConflict
+	}
+	return j, nil
+}
+
+// Event is one entry of a job's event stream.
+type Event struct {
+	ID   string          `json:"id"`   // the stream entry id, to resume after
+	Type string          `json:"type"` // state, progress, output or log
+	Data json.RawMessage `json:"data"`
+}
+
+// Events returns the events of job id after the event id after ("" = from
+// the start). With block > 0 and nothing there yet, it waits up to block
+// for the next events, holding one Redis connection meanwhile. A malformed
+// after is ErrBadCursor.
+func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
+	if after != "" && !validStreamID(after) {
+		return nil, ErrBadCursor
+	}
+	queue, err := s.locate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "tenant").Result()
+	if errors.Is(err, redis.Nil) || (err == nil && !admin && owner != tenant) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job: events %s: %w", id, err)
+	}
+	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
+	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Block: -1}
+	if block > 0 {
+		args.Block = max(block, time.Millisecond)
+	}
+	streams, err := s.rdb.XRead(ctx, args).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job: events %s: %w", id, err)
+	}
+	var events []Event
+	for _, m := range streams[0].Messages {
+		typ, _ := m.Values["type"].(string)
+		data, _ := m.Values["data"].(string)
+		events = append(events, Event{ID: m.ID, Type: typ, Data: json.RawMessage(data)})
+	}
+	return events, nil
+}
+
+// QueueStats counts a queue's jobs in the states that are still moving.
+type QueueStats struct {
+	Name     string `json:"name"`
+	Queued   int64  `json:"queued"`
+	Running  int64  `json:"running"`
+	Retrying int64  `json:"retrying"`
+}
+
+// Stats returns every queue's counts, by queue name. Each is one read of
+// the queue's stats hash, which every state transition keeps exact.
+func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
+	queues, err := s.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cmds := make([]*redis.SliceCmd, len(queues))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), string(StateQueued), string(StateRunning), string(StateRetrying))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("job: stats: %w", err)
+	}
+	stats := make([]QueueStats, len(queues))
+	for i, q := range queues {
+		var n [3]int64
+		for k, v := range cmds[i].Val() {
+			if v != nil {
+				if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
+					return nil, fmt.Errorf("job: stats of %s: %w", q, err)
+				}
+			}
+		}
+		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2]}
+	}
+	return stats, nil
+}
+
+// queues returns the names of every queue that has received a job, sorted.
+func (s *Store) queues(ctx context.Context) ([]string, error) {
+	queues, err := s.rdb.SMembers(ctx, s.keys.Queues()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("job: queues: %w", err)
+	}
+	slices.Sort(queues)
+	return queues, nil
+}
+
+// locate returns the queue of job id. The lookup key is written before the
+// job and lives Retention + lookupSlack; for a job still waiting after that,
+// each queue is asked in turn. A malformed id is ErrNotFound before any
+// Redis call, so hostile input never reaches a key name.
+func (s *Store) locate(ctx context.Context, id string) (string, error) {
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return "", ErrNotFound
+	}
+	queue, err := s.rdb.Get(ctx, s.keys.JobQueue(id)).Result()
+	if err == nil {
+		return queue, nil
+	}
+	if !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("job: locate %s: %w", id, err)
+	}
+	queues, err := s.queues(ctx)
+	if err != nil {
+		return "", err
+	}
+	exists := make([]*redis.IntCmd, len(queues))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			exists[i] = p.Exists(ctx, s.keys.Job(q, id))
+		}
+		return nil
+	}); err != nil {
+		return "", fmt.Errorf("job: locate %s: %w", id, err)
+	}
+	for i, q := range queues {
+		if exists[i].Val() == 1 {
+			return q, nil
+		}
+	}
+	return "", ErrNotFound
+}
+
+// parseReply parses a job hash that a script returned as HGETALL's flat
+// field, value list.
+func parseReply(v any) (Job, error) {
+	flat, ok := v.([]any)
+	if !ok || len(flat)%2 != 0 {
+		return Job{}, fmt.Errorf("job: unexpected script reply %T", v)
+	}
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		h[k], _ = flat[i+1].(string)
+	}
+	return ParseRecord(h)
+}
+
+// millis converts d to whole milliseconds, rounding up so that no positive
+// duration becomes 0 (which would mean "none" or "unlimited").
+func millis(d Duration) int64 {
+	return int64((time.Duration(d) + time.Millisecond - 1) / time.Millisecond)
+}
+
+// validStreamID accepts a stream entry id, "<ms>" or "<ms>-<seq>", each part
+// a uint64, so Redis is never handed one it refuses.
+func validStreamID(id string) bool {
+	ms, seq, hasSeq := strings.Cut(id, "-")
+	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
+		return false
+	}
+	if hasSeq {
+		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}

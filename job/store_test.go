@@ -1,0 +1,653 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestNewStoreConfig(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client(t)
+	for _, cfg := range []job.Config{
+		{Retention: -time.Second},
+		{IdempotencyTTL: -time.Second},
+		{Retention: time.Hour}, // shorter than the default idempotency TTL
+	} {
+		if _, err := job.NewStore(rdb, cfg); err == nil {
+			t.Errorf("NewStore(%+v) accepted", cfg)
+		}
+	}
+	if _, err := job.NewStore(nil, job.Config{}); err == nil {
+		t.Error("NewStore(nil) accepted")
+	}
+}
+
+func TestSubmitGetRoundTrip(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		before := time.Now().Add(-time.Second)
+		sub := job.Submission{
+			Kind:            "llm.chat",
+			Queue:           "gpu",
+			Input:           json.RawMessage(`{ "model": "gpt-4o", "messages": [{"role":"user","content":"<hi>"}] }`),
+			ConcurrencyKeys: []string{"model:gpt-4o", "tenant:acme", "model:gpt-4o"},
+			Priority:        7,
+			MaxAttempts:     5,
+			Timeout:         dur(90 * time.Second),
+			MaxWait:         dur(5 * time.Minute),
+			OnBusy:          job.OnBusyReject,
+			Metadata:        json.RawMessage(`{"z":1, "conversation":"c-1"}`),
+		}
+		j, created, err := fx.store.Submit(ctx, "acme", sub, "")
+		if err != nil || !created {
+			t.Fatalf("Submit = %v, %v", created, err)
+		}
+		if u, err := uuid.Parse(j.ID); err != nil || u.Version() != 7 {
+			t.Errorf("id %q is not a UUIDv7", j.ID)
+		}
+		got, err := fx.store.Get(ctx, "acme", j.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.CreatedAt.Before(before) || got.CreatedAt.After(time.Now().Add(time.Second)) {
+			t.Errorf("created_at %v, not now", got.CreatedAt)
+		}
+		want := job.Job{
+			ID: j.ID, Tenant: "acme", Queue: "gpu", Kind: "llm.chat", State: job.StateQueued,
+			Attempt: 0, MaxAttempts: 5, Priority: 7,
+			ConcurrencyKeys: []string{"model:gpt-4o", "tenant:acme"},
+			CreatedAt:       got.CreatedAt,
+			Metadata:        json.RawMessage(`{"conversation":"c-1","z":1}`),
+			Input:           json.RawMessage(`{"messages":[{"content":"<hi>","role":"user"}],"model":"gpt-4o"}`),
+			Timeout:         90 * time.Second, MaxWait: 5 * time.Minute, OnBusy: job.OnBusyReject,
+		}
+		if diff := jobDiff(got, want); diff != "" {
+			t.Errorf("Get: %s", diff)
+		}
+		if diff := jobDiff(j, want); diff != "" {
+			t.Errorf("Submit: %s", diff)
+		}
+
+		// The record holds every field of the layout the execution package relies on.
+		h := fx.rdb.HGetAll(ctx, fx.keys.Job("gpu", j.ID)).Val()
+		for field, v := range map[string]string{
+			"token": "0", "cancel_requested": "0", "result": "", "error": "", "started_at": "",
+			"finished_at": "", "exec_id": "", "exec_state": "", "timeout_ms": "90000",
+			"max_wait_ms": "300000", "on_busy": "reject", "concurrency_keys": `["model:gpt-4o","tenant:acme"]`,
+			"created_at": strconv.FormatInt(got.CreatedAt.UnixMilli(), 10),
+		} {
+			if h[field] != v {
+				t.Errorf("field %s = %q, want %q", field, h[field], v)
+			}
+		}
+		if len(h) != 28 {
+			t.Errorf("record has %d fields, want 28: %v", len(h), h)
+		}
+		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
+			t.Errorf("lookup = %q", q)
+		}
+		if ttl := fx.rdb.TTL(ctx, fx.keys.JobQueue(j.ID)).Val(); ttl < 36*24*time.Hour {
+			t.Errorf("lookup TTL %v, want retention + 30 days", ttl)
+		}
+		if !fx.rdb.SIsMember(ctx, fx.keys.Queues(), "gpu").Val() {
+			t.Error("queue not registered")
+		}
+		if fx.rdb.PTTL(ctx, fx.keys.Job("gpu", j.ID)).Val() != -1 {
+			t.Error("a queued job has a TTL")
+		}
+	})
+}
+
+// jobDiff describes how two jobs differ, comparing their JSON and the fields
+// JSON does not show.
+func jobDiff(got, want job.Job) string {
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if string(g) != string(w) {
+		return fmt.Sprintf("\n got %s\nwant %s", g, w)
+	}
+	if string(got.Input) != string(want.Input) || got.Timeout != want.Timeout ||
+		got.MaxWait != want.MaxWait || got.OnBusy != want.OnBusy {
+		return fmt.Sprintf("options: got %s %v %v %s, want %s %v %v %s", got.Input, got.Timeout,
+			got.MaxWait, got.OnBusy, want.Input, want.Timeout, want.MaxWait, want.OnBusy)
+	}
+	return ""
+}
+
+func TestSubmitDefaults(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Input: json.RawMessage("null"), Timeout: dur(time.Nanosecond)})
+		if j.Queue != job.DefaultQueue || j.MaxAttempts != 3 || j.OnBusy != job.OnBusyQueue ||
+			j.MaxWait != 0 || string(j.Input) != "{}" || j.Metadata != nil ||
+			!slices.Equal(j.ConcurrencyKeys, []string{"tenant:acme"}) {
+			t.Errorf("defaults not applied: %+v", j)
+		}
+		// A positive duration never rounds down to zero (which would mean "none").
+		if j.Timeout != time.Millisecond {
+			t.Errorf("timeout 1ns stored as %v, want 1ms", j.Timeout)
+		}
+		j = fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		if j.Timeout != 10*time.Minute {
+			t.Errorf("default timeout %v", j.Timeout)
+		}
+	})
+}
+
+func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		priorities := []int{0, 5, 0, -3, 5, 100, -100, 0}
+		ids := make([]string, len(priorities))
+		for i, p := range priorities {
+			ids[i] = fx.submit(t, "acme", job.Submission{Kind: "echo", Priority: p}).ID
+		}
+		// Highest priority first; equal priorities in submission order.
+		want := []string{ids[5], ids[1], ids[4], ids[0], ids[2], ids[7], ids[3], ids[6]}
+		zs := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueReady(job.DefaultQueue), 0, -1).Val()
+		var got []string
+		for _, z := range zs {
+			got = append(got, z.Member.(string))
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("ready order\n got %v\nwant %v", got, want)
+		}
+		// The score is exact: (100 - priority) * 2^43 + seq.
+		for _, z := range zs {
+			i := slices.Index(ids, z.Member.(string))
+			score := int64(z.Score)
+			if float64(score) != z.Score || score>>43 != int64(100-priorities[i]) || score&(1<<43-1) != int64(i+1) {
+				t.Errorf("job %d (priority %d): score %.0f", i, priorities[i], z.Score)
+			}
+		}
+	})
+}
+
+func TestDelayedJobIsScheduled(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		q := job.DefaultQueue
+		delayed := fx.submit(t, "acme", job.Submission{Kind: "echo", Delay: dur(90 * time.Second), MaxWait: dur(time.Minute)})
+		waiting := fx.submit(t, "acme", job.Submission{Kind: "echo", MaxWait: dur(time.Minute)})
+		created := func(j job.Job) float64 { return float64(j.CreatedAt.UnixMilli()) }
+
+		if s, err := fx.rdb.ZScore(ctx, fx.keys.QueueScheduled(q), delayed.ID).Result(); err != nil || s != created(delayed)+90_000 {
+			t.Errorf("scheduled score %.0f, %v; want created_at + 90000 = %.0f", s, err, created(delayed)+90_000)
+		}
+		if err := fx.rdb.ZScore(ctx, fx.keys.QueueReady(q), delayed.ID).Err(); !errors.Is(err, redis.Nil) {
+			t.Errorf("delayed job in ready: %v", err)
+		}
+		// max_wait counts from when the job may first run.
+		if s := fx.rdb.ZScore(ctx, fx.keys.QueueDeadlines(q), delayed.ID).Val(); s != created(delayed)+150_000 {
+			t.Errorf("deadline of the delayed job %.0f, want created_at + 150000", s)
+		}
+		if s := fx.rdb.ZScore(ctx, fx.keys.QueueDeadlines(q), waiting.ID).Val(); s != created(waiting)+60_000 {
+			t.Errorf("deadline %.0f, want created_at + 60000", s)
+		}
+		if n := fx.rdb.ZCard(ctx, fx.keys.QueueDeadlines(q)).Val(); n != 2 {
+			t.Errorf("%d deadlines, want 2", n)
+		}
+		fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		if n := fx.rdb.ZCard(ctx, fx.keys.QueueDeadlines(q)).Val(); n != 2 {
+			t.Errorf("a job without max_wait got a deadline")
+		}
+		if got := fx.stats(t, q); got["queued"] != "3" || len(got) != 1 {
+			t.Errorf("stats %v", got)
+		}
+	})
+}
+
+func TestIdempotentSubmit(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		first, created, err := fx.store.Submit(ctx, "acme", job.Submission{
+			Kind: "echo", Input: json.RawMessage(`{"a":1,"b":[1,2]}`), ConcurrencyKeys: []string{"m:x"},
+		}, "key-1")
+		if err != nil || !created {
+			t.Fatalf("first: %v, %v", created, err)
+		}
+		// The same request, spelled differently: key order, white space,
+		// defaults written out, the tenant's own key named.
+		again, created, err := fx.store.Submit(ctx, "acme", job.Submission{
+			Kind: "echo", Queue: "default", MaxAttempts: 3, Timeout: dur(10 * time.Minute), OnBusy: job.OnBusyQueue,
+			Input: json.RawMessage("{ \"b\": [1, 2],\n \"a\": 1 }"), ConcurrencyKeys: []string{"tenant:acme", "m:x"},
+		}, "key-1")
+		if err != nil || created || again.ID != first.ID {
+			t.Fatalf("same body: id %s created %v err %v; want %s, false, nil", again.ID, created, err, first.ID)
+		}
+		_, _, err = fx.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Input: json.RawMessage(`{"a":2}`)}, "key-1")
+		if !errors.Is(err, job.ErrIdempotencyConflict) {
+			t.Fatalf("different body: %v, want ErrIdempotencyConflict", err)
+		}
+		// Keys are scoped to the tenant.
+		other, created, err := fx.store.Submit(ctx, "globex", job.Submission{Kind: "echo"}, "key-1")
+		if err != nil || !created || other.ID == first.ID {
+			t.Fatalf("other tenant: %v, %v", created, err)
+		}
+		if n := fx.rdb.ZCard(ctx, fx.keys.QueueAllJobs(job.DefaultQueue)).Val(); n != 2 {
+			t.Errorf("%d jobs, want 2", n)
+		}
+		if ttl := fx.rdb.TTL(ctx, fx.keys.Idempotency("acme", "key-1")).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
+			t.Errorf("idempotency record TTL %v, want 24h", ttl)
+		}
+	})
+}
+
+func TestConcurrentSubmitsWithOneKeyCreateOneJob(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		const n = 50
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			ids     = map[string]int{}
+			created int
+		)
+		for range n {
+			wg.Go(func() {
+				j, c, err := fx.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "same")
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[j.ID]++
+				if c {
+					created++
+				}
+			})
+		}
+		wg.Wait()
+		if len(ids) != 1 || created != 1 {
+			t.Fatalf("%d ids %v, %d created; want one job, created once", len(ids), ids, created)
+		}
+		q := job.DefaultQueue
+		for name, key := range map[string]string{
+			"ready": fx.keys.QueueReady(q), "tenant index": fx.keys.QueueTenantJobs(q, "acme"),
+			"all index": fx.keys.QueueAllJobs(q),
+		} {
+			if c := fx.rdb.ZCard(ctx, key).Val(); c != 1 {
+				t.Errorf("%s holds %d entries, want 1", name, c)
+			}
+		}
+		if got := fx.stats(t, q); got["queued"] != "1" {
+			t.Errorf("stats %v", got)
+		}
+		for id := range ids {
+			if c := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, id)).Val(); c != 1 {
+				t.Errorf("%d events, want 1", c)
+			}
+		}
+	})
+}
+
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		if _, err := fx.store.Get(ctx, "globex", j.ID, false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("other tenant's Get: %v", err)
+		}
+		if _, err := fx.store.Cancel(ctx, "globex", j.ID, false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("other tenant's Cancel: %v", err)
+		}
+		if _, err := fx.store.Cancel(ctx, "", j.ID, false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("Cancel by the empty tenant: %v", err)
+		}
+		if _, err := fx.store.Events(ctx, "globex", j.ID, false, "", 0); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("other tenant's Events: %v", err)
+		}
+		if jobs, _, err := fx.store.List(ctx, job.ListQuery{Tenant: "globex"}); err != nil || len(jobs) != 0 {
+			t.Errorf("other tenant's List: %v, %v", jobs, err)
+		}
+		if got, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil || got.State != job.StateQueued {
+			t.Errorf("job changed by another tenant: %+v, %v", got, err)
+		}
+		if got, err := fx.store.Get(ctx, "admin", j.ID, true); err != nil || got.ID != j.ID {
+			t.Errorf("admin Get: %v", err)
+		}
+		if _, err := fx.store.Get(ctx, "acme", uuid.Must(uuid.NewV7()).String(), false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("unknown id: %v", err)
+		}
+	})
+}
+
+func TestMalformedIDNeverReachesRedis(t *testing.T) {
+	t.Parallel()
+	// Nothing listens on port 1: any Redis call would fail with a
+	// connection error, not ErrNotFound.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := job.NewStore(rdb, job.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uuid.Must(uuid.NewV7()).String()
+	for _, bad := range []string{"", "x", "{" + id + "}", "urn:uuid:" + id, id + "}", "01J0000000",
+		"00000000000000000000000000000000", string([]byte{0xff})} {
+		if _, err := s.Get(t.Context(), "acme", bad, true); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("Get(%q): %v, want ErrNotFound", bad, err)
+		}
+		if _, err := s.Cancel(t.Context(), "acme", bad, true); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("Cancel(%q): %v, want ErrNotFound", bad, err)
+		}
+	}
+	if _, err := s.Get(t.Context(), "acme", id, true); errors.Is(err, job.ErrNotFound) || err == nil {
+		t.Errorf("a well-formed id did not reach Redis: %v", err)
+	}
+}
+
+func TestJobFoundAfterItsLookupExpired(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "a"})
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "b"})
+		fx.rdb.Del(ctx, fx.keys.JobQueue(j.ID))
+		if got, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil || got.Queue != "b" {
+			t.Fatalf("Get after the lookup expired: %+v, %v", got, err)
+		}
+		if got, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil || got.State != job.StateCancelled {
+			t.Fatalf("Cancel after the lookup expired: %+v, %v", got, err)
+		}
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{Retention: 48 * time.Hour}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		q := job.DefaultQueue
+		t.Run("queued", func(t *testing.T) {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo", MaxWait: dur(time.Hour)})
+			statsBefore := fx.stats(t, q)
+			got, err := fx.store.Cancel(ctx, "acme", j.ID, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.State != job.StateCancelled || got.FinishedAt == nil || got.Error == nil ||
+				got.Error.Code != job.CodeCancelled || got.Error.Message == "" || got.CancelRequested {
+				t.Errorf("cancelled job: %+v (error %+v)", got, got.Error)
+			}
+			for name, key := range map[string]string{"ready": fx.keys.QueueReady(q), "deadlines": fx.keys.QueueDeadlines(q)} {
+				if err := fx.rdb.ZScore(ctx, key, j.ID).Err(); !errors.Is(err, redis.Nil) {
+					t.Errorf("still in %s: %v", name, err)
+				}
+			}
+			if want := bump(statsBefore, "queued", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
+			}
+			// Retention: the job and its events expire on their own.
+			for _, key := range []string{fx.keys.Job(q, j.ID), fx.keys.JobEvents(q, j.ID)} {
+				if ttl := fx.rdb.PTTL(ctx, key).Val(); ttl <= 47*time.Hour || ttl > 48*time.Hour {
+					t.Errorf("%s TTL %v, want 48h", key, ttl)
+				}
+			}
+			// Again: no change, no error, no second event.
+			again, err := fx.store.Cancel(ctx, "acme", j.ID, false)
+			if err != nil || again.State != job.StateCancelled || again.FinishedAt == nil || !again.FinishedAt.Equal(*got.FinishedAt) {
+				t.Errorf("second cancel: %+v, %v", again, err)
+			}
+			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 2 {
+				t.Errorf("%d events, want queued and cancelled", n)
+			}
+			if want := bump(statsBefore, "queued", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+				t.Errorf("stats after a second cancel %v, want %v", fx.stats(t, q), want)
+			}
+		})
+		t.Run("delayed", func(t *testing.T) {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo", Delay: dur(time.Hour)})
+			if _, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := fx.rdb.ZScore(ctx, fx.keys.QueueScheduled(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
+				t.Errorf("still scheduled: %v", err)
+			}
+		})
+		t.Run("retrying", func(t *testing.T) {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+			// What a failed attempt does: back off in scheduled.
+			fx.rdb.ZRem(ctx, fx.keys.QueueReady(q), j.ID)
+			fx.rdb.ZAdd(ctx, fx.keys.QueueScheduled(q), redis.Z{Score: 1e13, Member: j.ID})
+			fx.setState(t, j, job.StateQueued, job.StateRetrying)
+			statsBefore := fx.stats(t, q)
+			got, err := fx.store.Cancel(ctx, "acme", j.ID, false)
+			if err != nil || got.State != job.StateCancelled {
+				t.Fatalf("cancel of a retrying job: %+v, %v", got, err)
+			}
+			if err := fx.rdb.ZScore(ctx, fx.keys.QueueScheduled(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
+				t.Errorf("still scheduled: %v", err)
+			}
+			if want := bump(statsBefore, "retrying", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
+			}
+		})
+		t.Run("running", func(t *testing.T) {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+			fx.rdb.ZRem(ctx, fx.keys.QueueReady(q), j.ID)
+			fx.setState(t, j, job.StateQueued, job.StateRunning)
+			statsBefore := fx.stats(t, q)
+			for range 2 { // the second changes nothing
+				got, err := fx.store.Cancel(ctx, "acme", j.ID, false)
+				if err != nil || got.State != job.StateRunning || !got.CancelRequested || got.FinishedAt != nil {
+					t.Fatalf("cancel of a running job: %+v, %v", got, err)
+				}
+			}
+			if !mapsEqual(fx.stats(t, q), statsBefore) {
+				t.Errorf("stats moved: %v, was %v", fx.stats(t, q), statsBefore)
+			}
+			if ttl := fx.rdb.PTTL(ctx, fx.keys.Job(q, j.ID)).Val(); ttl != -1 {
+				t.Errorf("running job got a TTL %v", ttl)
+			}
+			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 1 {
+				t.Errorf("%d events, want only queued", n)
+			}
+		})
+		for _, end := range []job.State{job.StateSucceeded, job.StateFailed, job.StateExpired} {
+			t.Run(string(end), func(t *testing.T) {
+				j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+				fx.rdb.ZRem(ctx, fx.keys.QueueReady(q), j.ID)
+				fx.setState(t, j, job.StateQueued, end)
+				got, err := fx.store.Cancel(ctx, "acme", j.ID, false)
+				if !errors.Is(err, job.ErrConflict) || got.ID != j.ID || got.State != end {
+					t.Errorf("cancel of a %s job: %+v, %v; want the job and ErrConflict", end, got, err)
+				}
+			})
+		}
+		t.Run("admin", func(t *testing.T) {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+			if got, err := fx.store.Cancel(ctx, "admin", j.ID, true); err != nil || got.State != job.StateCancelled {
+				t.Errorf("admin cancel: %+v, %v", got, err)
+			}
+		})
+		t.Run("unknown", func(t *testing.T) {
+			if _, err := fx.store.Cancel(ctx, "acme", uuid.Must(uuid.NewV7()).String(), false); !errors.Is(err, job.ErrNotFound) {
+				t.Errorf("cancel of an unknown job: %v", err)
+			}
+		})
+	})
+}
+
+// setState moves j from one state to another the way the execution
+// package's scripts do: the field and the stats together.
+func (fx fixture) setState(t testing.TB, j job.Job, from, to job.State) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := fx.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, fx.keys.Job(j.Queue, j.ID), "state", string(to))
+		p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(from), -1)
+		p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(to), 1)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bump(m map[string]string, kv ...any) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		n, _ := strconv.Atoi(out[kv[i].(string)])
+		n += kv[i+1].(int)
+		out[kv[i].(string)] = strconv.Itoa(n)
+		if n == 0 {
+			delete(out, kv[i].(string))
+		}
+	}
+	return out
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStatsAreExact(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		var all []job.Job
+		for i := range 12 {
+			s := job.Submission{Kind: "echo", Queue: []string{"alpha", "beta"}[i%2]}
+			if i%5 == 0 {
+				s.Delay = dur(time.Hour)
+			}
+			all = append(all, fx.submit(t, "acme", s))
+		}
+		for i, j := range all {
+			switch i % 4 {
+			case 1:
+				if _, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil {
+					t.Fatal(err)
+				}
+			case 2:
+				fx.rdb.ZRem(ctx, fx.keys.QueueReady(j.Queue), j.ID)
+				fx.setState(t, j, job.StateQueued, job.StateRunning)
+				if _, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// The truth: count the records themselves.
+		want := map[string]*job.QueueStats{"alpha": {Name: "alpha"}, "beta": {Name: "beta"}}
+		for _, j := range all {
+			got, err := fx.store.Get(ctx, "acme", j.ID, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch got.State {
+			case job.StateQueued:
+				want[got.Queue].Queued++
+			case job.StateRunning:
+				want[got.Queue].Running++
+			case job.StateRetrying:
+				want[got.Queue].Retrying++
+			}
+		}
+		stats, err := fx.store.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stats) != 2 || stats[0] != *want["alpha"] || stats[1] != *want["beta"] {
+			t.Errorf("Stats = %+v, want %+v %+v", stats, *want["alpha"], *want["beta"])
+		}
+		if want["alpha"].Queued+want["beta"].Queued != 6 || want["alpha"].Running+want["beta"].Running != 3 {
+			t.Errorf("the mix is not what the test meant: %+v %+v", *want["alpha"], *want["beta"])
+		}
+	})
+}
+
+func TestEvents(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		evs, err := fx.store.Events(ctx, "acme", j.ID, false, "", 0)
+		if err != nil || len(evs) != 1 || evs[0].Type != "state" || !sameJSON(evs[0].Data, `{"state":"queued","attempt":0}`) {
+			t.Fatalf("first events: %+v, %v", evs, err)
+		}
+		first := evs[0].ID
+		if _, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		evs, err = fx.store.Events(ctx, "acme", j.ID, false, first, 0)
+		if err != nil || len(evs) != 1 || !sameJSON(evs[0].Data, `{"state":"cancelled","attempt":0}`) {
+			t.Fatalf("events after %s: %+v, %v", first, evs, err)
+		}
+		last := evs[0].ID
+		if evs, err := fx.store.Events(ctx, "acme", j.ID, false, last, 0); err != nil || len(evs) != 0 {
+			t.Errorf("events after the last: %+v, %v", evs, err)
+		}
+		if evs, err := fx.store.Events(ctx, "acme", j.ID, false, last, 20*time.Millisecond); err != nil || len(evs) != 0 {
+			t.Errorf("blocking with nothing new: %+v, %v", evs, err)
+		}
+		// Below a millisecond, BLOCK would round to 0, which means forever.
+		short, stop := context.WithTimeout(ctx, 5*time.Second)
+		defer stop()
+		if evs, err := fx.store.Events(short, "acme", j.ID, false, last, time.Microsecond); err != nil || len(evs) != 0 {
+			t.Errorf("blocking for 1µs: %+v, %v", evs, err)
+		}
+		if evs, err := fx.store.Events(ctx, "admin", j.ID, true, "", 0); err != nil || len(evs) != 2 {
+			t.Errorf("admin: %+v, %v", evs, err)
+		}
+		for _, bad := range []string{"x", "1-x", "-1", "1-2-3", "99999999999999999999999-0"} {
+			if _, err := fx.store.Events(ctx, "acme", j.ID, false, bad, 0); !errors.Is(err, job.ErrBadCursor) {
+				t.Errorf("after %q: %v, want ErrBadCursor", bad, err)
+			}
+		}
+
+		// A blocked reader wakes up for the next event.
+		done := make(chan []job.Event)
+		go func() {
+			evs, err := fx.store.Events(ctx, "acme", j.ID, false, last, 10*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- evs
+		}()
+		testenv.Eventually(t, 10*time.Second, func() bool { return fx.blockedClients(t) > 0 }, "reader never blocked")
+		fx.rdb.XAdd(ctx, &redis.XAddArgs{Stream: fx.keys.JobEvents(j.Queue, j.ID),
+			Values: []string{"type", "progress", "data", `{"tick":1}`}})
+		select {
+		case evs := <-done:
+			if len(evs) != 1 || evs[0].Type != "progress" || string(evs[0].Data) != `{"tick":1}` {
+				t.Errorf("blocked read: %+v", evs)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("blocked reader not woken")
+		}
+	})
+}
+
+func sameJSON(a json.RawMessage, b string) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal([]byte(b), &y) == nil && fmt.Sprint(x) == fmt.Sprint(y)
+}

@@ -1,0 +1,290 @@
+package job
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultQueue is the queue of a submission that names none.
+const DefaultQueue = "default"
+
+// The range of a job's priority (higher runs first). It is bounded so a
+// queue's ready score, (100 - priority) * 2^43 + sequence, stays an exact
+// integer in a double.
+const (
+	MinPriority = -100
+	MaxPriority = 100
+)
+
+// Limits and defaults of the other fields, as API.md states them.
+const (
+	maxAttempts        = 100
+	maxTimeout         = 24 * time.Hour
+	maxDelay           = 30 * 24 * time.Hour
+	maxConcurrencyKeys = 16
+	maxInputSize       = 1 << 20  // bytes of input JSON
+	maxMetadataSize    = 64 << 10 // bytes of metadata JSON
+
+	defaultMaxAttempts = 3
+	defaultTimeout     = 10 * time.Minute
+)
+
+var (
+	kindPattern   = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
+	queuePattern  = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,64}$`)
+	tenantPattern = queuePattern
+	// A job's key names one limit; '*' (one limit per value) belongs to
+	// limit definitions only, so it is refused here with its own message.
+	concurrencyKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_.:*-]{1,128}$`)
+)
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("30s", "10m"), as the API wants it.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a Go duration string; null leaves the zero value.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf(`duration must be a string such as "30s": %w`, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Submission is the body of a submit request. Only Kind is required; zero
+// values mean the defaults: queue DefaultQueue, input {}, max_attempts 3
+// (1–100), timeout 10m (at most 24h), max_wait unlimited, delay none (at
+// most 30 days), on_busy queue, priority 0 (MinPriority..MaxPriority). Decode it with
+// DisallowUnknownFields to refuse unknown fields.
+//
+// Durations are stored in whole milliseconds, rounded up, so no positive
+// duration becomes zero.
+type Submission struct {
+	Kind            string          `json:"kind"`
+	Queue           string          `json:"queue,omitempty"`
+	Input           json.RawMessage `json:"input,omitempty"`
+	ConcurrencyKeys []string        `json:"concurrency_keys,omitempty"`
+	Priority        int             `json:"priority,omitempty"` // MinPriority..MaxPriority, higher first
+	MaxAttempts     int             `json:"max_attempts,omitempty"`
+	Timeout         Duration        `json:"timeout,omitempty"`
+	MaxWait         Duration        `json:"max_wait,omitempty"`
+	Delay           Duration        `json:"delay,omitempty"`
+	OnBusy          OnBusy          `json:"on_busy,omitempty"`
+	Metadata        json.RawMessage `json:"metadata,omitempty"`
+}
+
+// FieldError names one invalid field and says what is wrong with it.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError lists every invalid field of a request. Nothing was
+// written when it is returned.
+type ValidationError struct {
+	Errors []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, f := range e.Errors {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "job: invalid request: " + strings.Join(parts, "; ")
+}
+
+func (e *ValidationError) add(field, format string, args ...any) {
+	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// err returns e when it holds errors, and a nil error (not a nil
+// *ValidationError in an interface) when it does not.
+func (e *ValidationError) err() error {
+	if len(e.Errors) == 0 {
+		return nil
+	}
+	return e
+}
+
+// Validate checks every field and returns a *ValidationError listing each
+// invalid one, or nil.
+func (s Submission) Validate() error {
+	var v ValidationError
+	switch {
+	case s.Kind == "":
+		v.add("kind", "is required")
+	case !kindPattern.MatchString(s.Kind):
+		v.add("kind", "must match %s", kindPattern)
+	}
+	if s.Queue != "" && !queuePattern.MatchString(s.Queue) {
+		v.add("queue", "must match %s", queuePattern)
+	}
+	if s.Priority < MinPriority || s.Priority > MaxPriority {
+		v.add("priority", "must be between %d and %d", MinPriority, MaxPriority)
+	}
+	if s.MaxAttempts < 0 || s.MaxAttempts > maxAttempts {
+		v.add("max_attempts", "must be between 1 and %d", maxAttempts)
+	}
+	checkDuration(&v, "timeout", s.Timeout, maxTimeout)
+	checkDuration(&v, "max_wait", s.MaxWait, 0)
+	checkDuration(&v, "delay", s.Delay, maxDelay)
+	if s.OnBusy != "" && s.OnBusy != OnBusyQueue && s.OnBusy != OnBusyReject {
+		v.add("on_busy", "must be %q or %q", OnBusyQueue, OnBusyReject)
+	}
+	if len(s.ConcurrencyKeys) > maxConcurrencyKeys {
+		v.add("concurrency_keys", "at most %d keys", maxConcurrencyKeys)
+	}
+	for i, k := range s.ConcurrencyKeys {
+		field := fmt.Sprintf("concurrency_keys[%d]", i)
+		switch {
+		case !concurrencyKeyPattern.MatchString(k):
+			v.add(field, "must match %s", concurrencyKeyPattern)
+		case strings.Contains(k, "*"):
+			v.add(field, "must not contain '*': a job names one limit, '*' is for defining limits")
+		}
+	}
+	switch {
+	case len(s.Input) > maxInputSize:
+		v.add("input", "larger than %d bytes", maxInputSize)
+	case !absent(s.Input) && !json.Valid(s.Input):
+		v.add("input", "is not valid JSON")
+	}
+	switch {
+	case len(s.Metadata) > maxMetadataSize:
+		v.add("metadata", "larger than %d bytes", maxMetadataSize)
+	case absent(s.Metadata):
+	case !json.Valid(s.Metadata) || bytes.TrimSpace(s.Metadata)[0] != '{':
+		v.add("metadata", "must be a JSON object")
+	}
+	return v.err()
+}
+
+// checkDuration refuses a negative d, and one above max when max > 0.
+func checkDuration(v *ValidationError, field string, d Duration, max time.Duration) {
+	switch {
+	case d < 0:
+		v.add(field, "must not be negative")
+	case max > 0 && time.Duration(d) > max:
+		v.add(field, "must be at most %s", max)
+	}
+}
+
+// absent reports whether raw JSON is missing or null: both mean the default.
+func absent(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// normalize validates s for tenant and returns it with every default
+// applied, the tenant's key added, keys sorted and deduplicated, and input
+// and metadata in canonical form. Two requests that mean the same job
+// normalize to the same value, which is what idempotency compares.
+func (s Submission) normalize(tenant string) (Submission, error) {
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	own := "tenant:" + tenant
+	var v ValidationError
+	keys := []string{own}
+	for i, k := range s.ConcurrencyKeys {
+		// Naming another tenant's key would spend that tenant's quota.
+		if strings.HasPrefix(k, "tenant:") && k != own {
+			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "names another tenant's key; %s is added for you", own)
+		}
+		keys = append(keys, k)
+	}
+	if err := v.err(); err != nil {
+		return s, err
+	}
+	slices.Sort(keys)
+	s.ConcurrencyKeys = slices.Compact(keys)
+	s.Queue = cmp.Or(s.Queue, DefaultQueue)
+	s.MaxAttempts = cmp.Or(s.MaxAttempts, defaultMaxAttempts)
+	s.Timeout = cmp.Or(s.Timeout, Duration(defaultTimeout))
+	s.OnBusy = cmp.Or(s.OnBusy, OnBusyQueue)
+	var err error
+	if absent(s.Input) {
+		s.Input = json.RawMessage(`{}`)
+	} else if s.Input, err = canonical(s.Input); err != nil {
+		return s, fmt.Errorf("job: input: %w", err)
+	}
+	if absent(s.Metadata) {
+		s.Metadata = nil
+	} else if s.Metadata, err = canonical(s.Metadata); err != nil {
+		return s, fmt.Errorf("job: metadata: %w", err)
+	}
+	return s, nil
+}
+
+// canonical re-encodes JSON with object keys sorted and no white space, so
+// key order and spacing do not make two bodies differ. Numbers stay as
+// written (1.0 and 1 differ).
+func canonical(raw json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// hash identifies a normalized submission for idempotency.
+func (s Submission) hash() (string, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ValidateTenant checks a tenant name: 1–64 of [a-zA-Z0-9_.-]. The name
+// goes into key names and into the concurrency key tenant:<name>, so the
+// API should check its configured tenants with it at start.
+func ValidateTenant(name string) error {
+	if !tenantPattern.MatchString(name) {
+		return fmt.Errorf("job: invalid tenant name %q: must match %s", name, tenantPattern)
+	}
+	return nil
+}
+
+// validIdempotencyKey accepts 1–255 printable ASCII characters.
+func validIdempotencyKey(k string) bool {
+	if len(k) < 1 || len(k) > 255 {
+		return false
+	}
+	for i := range len(k) {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
