@@ -1,0 +1,69 @@
+// Command worker claims Leasehold jobs from Redis and runs them: the
+// built-in kinds (echo, sleep) and whatever a fork of this file registers.
+// Run as many replicas as you need; each is stateless.
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/kinds"
+)
+
+func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args[1:], os.Stderr))) }
+
+func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := cli.NewFlags("worker", stderr)
+	redisURL := fs.String("redis-url", "LEASEHOLD_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	natsURL := fs.String("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
+	queues := fs.String("queues", "LEASEHOLD_QUEUES", "default", "comma-separated queues to serve")
+	concurrency := fs.Int("concurrency", "LEASEHOLD_CONCURRENCY", 32, "executions run at once")
+	heartbeat := fs.Duration("heartbeat", "LEASEHOLD_HEARTBEAT", 2*time.Second, "lease heartbeat interval")
+	leaseTTL := fs.Duration("lease-ttl", "LEASEHOLD_LEASE_TTL", 10*time.Second, "lease TTL")
+	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := cli.Logger(stderr)
+
+	rdb, err := cli.Redis(ctx, *redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	nc, err := cli.NATS(*natsURL, "leasehold-worker", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	w, err := execution.NewWorker(rdb, execution.Config{
+		Prefix:        *prefix,
+		Queues:        cli.List(*queues),
+		Concurrency:   *concurrency,
+		Heartbeat:     *heartbeat,
+		LeaseTTL:      *leaseTTL,
+		ShutdownGrace: *grace,
+		NATS:          nc,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	kinds.Register(w, nil)
+	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency)
+
+	var g run.Group
+	workCtx, stop := context.WithCancel(ctx)
+	g.Add(func() error { return w.Run(workCtx) }, func(error) { stop() })
+	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
+	return g.Run()
+}

@@ -1,0 +1,126 @@
+package execution_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// tripCounter counts the round trips a client makes: one per command sent
+// alone, one per pipeline.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+// commandsExecuted is Redis's count of every command it has run, those
+// inside scripts included, from INFO commandstats.
+func commandsExecuted(b *testing.B, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(b.Context(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		_, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		total += n
+	}
+	return total
+}
+
+// BenchmarkThroughput pre-enqueues no-op jobs, then measures how fast one
+// worker process runs them end to end (claim, heartbeat, finish) at several
+// concurrencies, with Redis round trips and commands per job.
+func BenchmarkThroughput(b *testing.B) {
+	const jobs = 20_000
+	for _, concurrency := range []int{10, 50, 200} {
+		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+			for range b.N {
+				benchThroughput(b, jobs, concurrency)
+			}
+		})
+	}
+}
+
+func benchThroughput(b *testing.B, jobs, concurrency int) {
+	b.StopTimer()
+	rdb := testenv.Redis(b).Client(b)
+	prefix := testenv.Prefix(b)
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range 32 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(jobs) {
+				if _, _, err := store.Submit(context.Background(), "bench", job.Submission{Kind: "noop"}, ""); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	trips := &tripCounter{}
+	wrdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b).Addr(), PoolSize: 64})
+	defer wrdb.Close()
+	wrdb.AddHook(trips)
+	var done atomic.Int64
+	finished := make(chan struct{})
+	w, err := execution.NewWorker(wrdb, execution.Config{
+		Prefix: prefix, Concurrency: concurrency, Poll: 10 * time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Handle("noop", func(context.Context, *execution.Execution) (any, error) {
+		if done.Add(1) == int64(jobs) {
+			close(finished)
+		}
+		return nil, nil
+	})
+	cmdsBefore := commandsExecuted(b, rdb)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	start := time.Now()
+	b.StartTimer()
+	go func() { ran <- w.Run(ctx) }()
+	<-finished
+	// The last finishes are written after the last handler returns.
+	testenv.Eventually(b, time.Minute, func() bool {
+		st, err := store.Stats(context.Background())
+		return err == nil && len(st) == 1 && st[0].Running == 0 && st[0].Queued == 0
+	}, "jobs still running")
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stop()
+	<-ran
+	cmds := commandsExecuted(b, rdb) - cmdsBefore
+
+	b.ReportMetric(float64(jobs)/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64(trips.n.Load())/float64(jobs), "trips/job")
+	b.ReportMetric(float64(cmds)/float64(jobs), "redis-cmds/job")
+}

@@ -1,0 +1,50 @@
+// Package execution runs jobs: it claims them from their queues, owns each
+// attempt through a lease and a fencing token, keeps the lease alive with
+// heartbeats, and records how each attempt ended — only while it is still
+// the owner.
+//
+// # Guarantees
+//
+//   - A claim hands a job to one worker: the claim script removes it from
+//     the ready set, issues a new fencing token and takes the lease in one
+//     atomic step.
+//   - Only the owner writes. Heartbeats, events (Execution.Emit) and the
+//     finish all check the execution's token against the job's current one
+//     in the same script as the write; a stale execution's writes are
+//     refused with ErrNotOwner and change nothing.
+//   - A handler stops before anyone else can own its job: its context is
+//     cancelled with lease.ErrLost when a heartbeat finds the lease gone, or
+//     when no heartbeat has succeeded for a whole lease TTL (the trust
+//     window counts from when the claim or heartbeat was sent).
+//   - An accepted job reaches a terminal state. When a worker dies, its
+//     leases expire and the next claim or reap finalises each execution as
+//     lost: the job is retried with a higher token, or cancelled if a cancel
+//     was requested.
+//   - A requested cancel is honoured: the handler sees cancel.ErrRequested
+//     through NATS in milliseconds, or at the next heartbeat, which reads
+//     the job record; a failure or hand-off of a job with a cancel requested
+//     ends it cancelled, never retried.
+//   - Graceful shutdown hands work back: running executions get a grace
+//     period, then are cancelled with ErrShutdown and returned to the ready
+//     set at once, without spending the attempt.
+//
+// # Cost
+//
+// A claim of up to Concurrency jobs is two round trips (a read-only peek for
+// candidates, then the claim script over those candidates), O(k log n) for k
+// candidates in a queue of n, never a scan; the due work one claim does is
+// bounded. A heartbeat is one round trip per queue for all of a worker's
+// executions there. A finish is one round trip.
+//
+// # Handlers
+//
+//	w.Handle("summarise", func(ctx context.Context, e *execution.Execution) (any, error) {
+//		// e.Input is the job's input; e.Token() goes to downstream writes.
+//		return map[string]string{"summary": "…"}, nil
+//	})
+//
+// A handler returns a result (stored as JSON) or an error. Errors are
+// retried with backoff up to the job's max_attempts unless wrapped with
+// Permanent. A panic fails the attempt; a kind no handler serves fails it
+// with the unknown_kind code.
+package execution

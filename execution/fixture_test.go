@@ -1,0 +1,176 @@
+package execution_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// fixture is one test's slice of the shared Redis and NATS: its own key
+// prefix and cancel subject, a job store and a cancel flag writer on them.
+type fixture struct {
+	rdb     redis.UniversalClient
+	nc      *nats.Conn
+	prefix  string
+	subject string
+	store   *job.Store
+	flags   *cancel.Flags
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	return newFixtureOn(t, testenv.Redis(t).Client(t), testenv.NATS(t).Conn(t))
+}
+
+func newFixtureOn(t *testing.T, rdb redis.UniversalClient, nc *nats.Conn) *fixture {
+	t.Helper()
+	f := &fixture{rdb: rdb, nc: nc, prefix: testenv.Prefix(t)}
+	f.subject = "test.cancel." + f.prefix[:len(f.prefix)-1]
+	f.subject = subjectSafe(f.subject)
+	var err error
+	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
+		t.Fatal(err)
+	}
+	if f.flags, err = cancel.New(rdb, nc, cancel.Config{Prefix: f.prefix, Subject: f.subject}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// subjectSafe turns a key prefix into NATS subject tokens.
+func subjectSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == ':' {
+			b[i] = '.'
+		}
+	}
+	return string(b)
+}
+
+// config is a worker config for tests: fast heartbeats and polls.
+func (f *fixture) config(cfg execution.Config) execution.Config {
+	cfg.Prefix = f.prefix
+	cfg.CancelSubject = f.subject
+	if cfg.NATS == nil {
+		cfg.NATS = f.nc
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 50 * time.Millisecond
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 500 * time.Millisecond
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 50 * time.Millisecond
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	}
+	return cfg
+}
+
+// startWorker runs a worker until the test ends or stop is called; stop
+// waits for Run to return.
+func (f *fixture) startWorker(t *testing.T, cfg execution.Config, handlers map[string]execution.Handler) (w *execution.Worker, stop func()) {
+	t.Helper()
+	w, err := execution.NewWorker(f.rdb, f.config(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, h := range handlers {
+		w.Handle(kind, h)
+	}
+	ctx, cancelRun := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancelRun()
+		if err := <-done; err != nil {
+			t.Errorf("worker Run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return w, stop
+}
+
+func (f *fixture) submit(t *testing.T, s job.Submission) job.Job {
+	t.Helper()
+	j, _, err := f.store.Submit(t.Context(), "acme", s, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (f *fixture) get(t *testing.T, id string) job.Job {
+	t.Helper()
+	j, err := f.store.Get(t.Context(), "acme", id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitState waits until job id is in one of states and returns it.
+func (f *fixture) waitState(t *testing.T, id string, timeout time.Duration, states ...job.State) job.Job {
+	t.Helper()
+	var j job.Job
+	testenv.Eventually(t, timeout, func() bool {
+		j = f.get(t, id)
+		return slices.Contains(states, j.State)
+	}, "job %s never reached %v", id, states)
+	return j
+}
+
+// cancelJob does what the API does: the job's state first, then the flag
+// and the NATS message.
+func (f *fixture) cancelJob(t *testing.T, id string) job.Job {
+	t.Helper()
+	j, err := f.store.Cancel(t.Context(), "acme", id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State == job.StateRunning {
+		if err := f.flags.Request(t.Context(), id, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return j
+}
+
+// echo returns its input.
+func echo(_ context.Context, e *execution.Execution) (any, error) { return e.Input, nil }
+
+// block waits until its context ends and reports why.
+func block(ctx context.Context, _ *execution.Execution) (any, error) {
+	<-ctx.Done()
+	return nil, context.Cause(ctx)
+}
+
+func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+func errCode(j job.Job) job.Code {
+	if j.Error == nil {
+		return ""
+	}
+	return j.Error.Code
+}
+
+var errBoom = errors.New("boom")

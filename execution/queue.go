@@ -1,0 +1,217 @@
+package execution
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/job"
+)
+
+var (
+	peekScript      = scripts.Load("execution_peek.lua")
+	claimScript     = scripts.Load("execution_claim.lua")
+	heartbeatScript = scripts.Load("execution_heartbeat.lua")
+	finishScript    = scripts.Load("execution_finish.lua")
+	emitScript      = scripts.Load("execution_emit.lua")
+)
+
+// dueBatch bounds how much due work (expired leases, due retries, passed
+// deadlines) one claim does, so a claim's cost stays bounded however large
+// the backlog.
+const dueBatch = 64
+
+// queue runs one queue's execution scripts. All its keys share the queue's
+// hash tag, so each script is atomic on a Redis Cluster too.
+type queue struct {
+	name      string
+	rdb       redis.UniversalClient
+	keys      keys.Space
+	ttl       time.Duration
+	retention time.Duration
+	backoff   func(attempt int) time.Duration
+}
+
+func (q *queue) fixedKeys() []string {
+	return []string{
+		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
+		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueSeq(q.name),
+		q.keys.QueueStats(q.name),
+	}
+}
+
+// claim does the queue's due work (reaping expired leases, promoting due
+// retries, expiring jobs past max_wait) and claims up to want jobs for
+// worker. want 0 only does the due work: that is the reaper. It costs two
+// round trips: a read-only peek for candidates, then the claim, which
+// checks each candidate again.
+func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Execution, error) {
+	fixed := q.fixedKeys()
+	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], want, dueBatch).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("peek %s: %w", q.name, err)
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, group := range peeked {
+		for _, id := range group.([]any) {
+			if s := id.(string); !seen[s] {
+				seen[s] = true
+				ids = append(ids, s)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+
+	keys := fixed
+	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
+		q.backoff(1).Milliseconds(), len(ids)}
+	for _, id := range ids {
+		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id))
+		args = append(args, id)
+	}
+	for range want {
+		args = append(args, uuid.Must(uuid.NewV7()).String())
+	}
+	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", q.name, err)
+	}
+	var claimed []*Execution
+	for i := 0; i+7 <= len(res); i += 7 {
+		timeout, _ := res[i+6].(string)
+		ms, err := time.ParseDuration(timeout + "ms")
+		if err != nil {
+			return claimed, fmt.Errorf("claim %s: job %v has a bad timeout %q", q.name, res[i], timeout)
+		}
+		input, _ := res[i+5].(string)
+		kind, _ := res[i+4].(string)
+		claimed = append(claimed, &Execution{
+			JobID:   res[i].(string),
+			ID:      res[i+1].(string),
+			token:   fencing.Token(res[i+2].(int64)),
+			attempt: int(res[i+3].(int64)),
+			Kind:    kind,
+			Input:   json.RawMessage(input),
+			Timeout: ms,
+			Queue:   q.name,
+			q:       q,
+		})
+	}
+	return claimed, nil
+}
+
+// heartbeatStatus is what a heartbeat learned about one execution.
+type heartbeatStatus int
+
+const (
+	heartbeatLost heartbeatStatus = iota
+	heartbeatHeld
+	heartbeatCancelRequested
+)
+
+// heartbeat renews every execution of execs (all of this queue) and reads
+// their cancel state, in one round trip.
+func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatStatus, error) {
+	keys := []string{q.keys.QueueLeases(q.name)}
+	args := []any{q.ttl.Milliseconds()}
+	for _, e := range execs {
+		keys = append(keys, q.keys.Job(q.name, e.JobID))
+		args = append(args, e.JobID, e.token.String())
+	}
+	res, err := heartbeatScript.Run(ctx, q.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
+	}
+	out := make([]heartbeatStatus, len(res))
+	for i, r := range res {
+		out[i] = heartbeatStatus(r)
+	}
+	return out, nil
+}
+
+// finishing is one execution's finish, and what came of it.
+type finishing struct {
+	e     *Execution
+	o     outcome
+	cmd   *redis.Cmd
+	state job.State
+	err   error
+	done  chan struct{} // closed once state or err is set
+}
+
+func (f *finishing) keys() []string {
+	q, id := f.e.q, f.e.JobID
+	return []string{
+		q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLeases(q.name),
+		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueSeq(q.name), q.keys.QueueStats(q.name),
+	}
+}
+
+func (f *finishing) args() []any {
+	var errJSON []byte
+	if f.o.err != nil {
+		errJSON, _ = json.Marshal(f.o.err) // a struct of two strings always marshals
+	}
+	retry := "0"
+	if f.o.retryable {
+		retry = "1"
+	}
+	q := f.e.q
+	return []any{f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
+		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen}
+}
+
+// finishAll records how each execution of fs ended and releases its lease,
+// if it still owns its job, in one round trip for all of them (a pipeline,
+// split per node on a cluster). Each gets the job's new state, or
+// ErrNotOwner, or the error that kept it from being written.
+func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) {
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, f := range fs {
+			f.cmd = finishScript.EvalSha(ctx, p, f.keys(), f.args()...)
+		}
+		return nil
+	})
+	for _, f := range fs {
+		err := f.cmd.Err()
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Redis lost its script cache (a restart): Run loads it again.
+			f.cmd = finishScript.Run(ctx, rdb, f.keys(), f.args()...)
+			err = f.cmd.Err()
+		}
+		var state string
+		if err == nil {
+			state, err = f.cmd.Text()
+		}
+		switch {
+		case err != nil:
+			f.err = fmt.Errorf("finish %s: %w", f.e.JobID, err)
+		case state == "":
+			f.err = ErrNotOwner
+		default:
+			f.state = job.State(state)
+		}
+	}
+}
+
+func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {
+	id, err := emitScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.JobEvents(q.name, e.JobID)},
+		e.token.String(), typ, data, job.EventsMaxLen).Text()
+	if err != nil {
+		return fmt.Errorf("emit %s: %w", e.JobID, err)
+	}
+	if id == "" {
+		return ErrNotOwner
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package execution
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Reaper does the time-driven work of its queues: it finalises executions
+// whose lease expired (their owner is gone: the job is retried, spending an
+// attempt, or cancelled if a cancel was requested), moves due retries and
+// delayed jobs to ready, and expires jobs past their max_wait. Every claim
+// does the same work for the candidates it looks at; the reaper makes sure
+// it happens when nobody claims. A Worker runs one.
+type Reaper struct {
+	queues   []*queue
+	interval time.Duration
+	log      *slog.Logger
+}
+
+// Run reaps every interval, jittered so a fleet's reapers spread out,
+// until ctx is done.
+func (r *Reaper) Run(ctx context.Context) error {
+	for {
+		t := time.NewTimer(r.interval/2 + rand.N(r.interval+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		for _, q := range r.queues {
+			if _, err := q.claim(ctx, "", 0); err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,493 @@
+package execution
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// Config configures a Worker. Zero values mean the documented defaults.
+type Config struct {
+	// Prefix starts every Redis key; default keys.DefaultPrefix.
+	Prefix string
+	// Queues the worker claims from, in turn; default ["default"].
+	Queues []string
+	// Concurrency is how many executions run at once; default 32.
+	Concurrency int
+	// Heartbeat is how often leases are renewed; default 2s.
+	Heartbeat time.Duration
+	// LeaseTTL is how long a lease lives without a heartbeat; default 10s.
+	// It must cover at least two heartbeats.
+	LeaseTTL time.Duration
+	// ShutdownGrace is how long running executions may finish after Run's
+	// context is done, before they are cancelled and handed back; default 30s.
+	ShutdownGrace time.Duration
+	// Poll is how often an idle worker looks for work without a wake-up,
+	// jittered by ±50%; default 1s.
+	Poll time.Duration
+	// Retention is how long terminal jobs stay readable; default
+	// job.DefaultRetention. Use the job store's value.
+	Retention time.Duration
+	// Backoff is the wait before retry number attempt; default DefaultBackoff.
+	Backoff func(attempt int) time.Duration
+	// ID names the worker in executions; default host-pid-random.
+	ID string
+	// NATS carries wake-ups and fast cancels; nil means polling alone.
+	NATS *nats.Conn
+	// CancelSubject is the NATS subject cancel requests are published on;
+	// default the cancel package's.
+	CancelSubject string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultBackoff waits 1s before the first retry and doubles each time up
+// to 5 minutes, with jitter (50–100% of that) so retries of jobs that
+// failed together do not come back together.
+func DefaultBackoff(attempt int) time.Duration {
+	d := time.Second << min(max(attempt-1, 0), 9)
+	d = min(d, 5*time.Minute)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Worker claims jobs from its queues and runs their handlers, up to
+// Concurrency at a time, keeping each execution's lease alive.
+type Worker struct {
+	cfg      Config
+	log      *slog.Logger
+	queues   []*queue
+	handlers map[string]Handler
+	watcher  *cancel.Watcher
+	reaper   *Reaper
+
+	rdb      redis.UniversalClient
+	slots    chan struct{}   // one token per running execution
+	wake     chan struct{}   // a job may be waiting
+	finishes chan *finishing // for the finisher, which batches them
+
+	mu      sync.Mutex
+	running map[*Execution]*running
+	done    sync.WaitGroup
+}
+
+// running is an execution in flight and what the worker needs to stop it.
+type running struct {
+	e    *Execution
+	stop context.CancelCauseFunc
+	// trust fences the execution: it fires when no heartbeat has succeeded
+	// for a whole lease TTL since the last one was sent.
+	trust *time.Timer
+
+	mu           sync.Mutex
+	trustedUntil time.Time // when trust fires, for the finish retries
+}
+
+// extend moves the end of the trust window to a TTL after sent.
+func (r *running) extend(sent time.Time, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trustedUntil = sent.Add(ttl)
+	r.trust.Reset(time.Until(r.trustedUntil))
+}
+
+func (r *running) trusted(at time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return at.Before(r.trustedUntil)
+}
+
+// NewWorker returns a worker on rdb. Register handlers with Handle, then
+// call Run.
+func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
+	if rdb == nil {
+		return nil, errors.New("execution: nil redis client")
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{job.DefaultQueue}
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 32)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 2*time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 10*time.Second)
+	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, 30*time.Second)
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.Retention = cmp.Or(cfg.Retention, job.DefaultRetention)
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		cfg.ID = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.N(1<<16))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	switch {
+	case cfg.Concurrency < 1:
+		return nil, fmt.Errorf("execution: concurrency %d: must be at least 1", cfg.Concurrency)
+	case cfg.Heartbeat <= 0 || cfg.LeaseTTL < 2*cfg.Heartbeat:
+		return nil, fmt.Errorf("execution: lease TTL %v must cover at least two heartbeats of %v", cfg.LeaseTTL, cfg.Heartbeat)
+	case cfg.ShutdownGrace < 0 || cfg.Poll < 0 || cfg.Retention < 0:
+		return nil, errors.New("execution: negative duration in config")
+	}
+	w := &Worker{
+		cfg:      cfg,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		handlers: map[string]Handler{},
+		rdb:      rdb,
+		slots:    make(chan struct{}, cfg.Concurrency),
+		wake:     make(chan struct{}, 1),
+		finishes: make(chan *finishing),
+		running:  map[*Execution]*running{},
+	}
+	ks := keys.New(cfg.Prefix)
+	for _, name := range cfg.Queues {
+		if err := job.ValidateQueue(name); err != nil {
+			return nil, fmt.Errorf("execution: %w", err)
+		}
+		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL, retention: cfg.Retention, backoff: cfg.Backoff})
+	}
+	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}
+	if cfg.NATS != nil {
+		watcher, err := cancel.NewWatcher(rdb, cfg.NATS, cancel.WatcherConfig{
+			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
+			// The heartbeat reads the job's cancel state, which is the truth;
+			// the watcher is only the fast path, so its own polling can be rare.
+			Poll: cfg.LeaseTTL,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("execution: %w", err)
+		}
+		w.watcher = watcher
+	}
+	return w, nil
+}
+
+// ID is the worker's name, as it appears in executions.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle registers h for jobs of kind. Call it before Run.
+func (w *Worker) Handle(kind string, h Handler) { w.handlers[kind] = h }
+
+// Run claims and runs jobs until ctx is done. Then it stops claiming at once,
+// lets running executions finish for ShutdownGrace, cancels the rest with
+// ErrShutdown and hands their jobs back to their queues, and returns when
+// every execution has ended.
+func (w *Worker) Run(ctx context.Context) error {
+	// Handlers run under workCtx, which outlives ctx by the grace period.
+	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer stopBackground()
+
+	bg.Go(func() { w.heartbeats(bgCtx) })
+	bg.Go(func() { w.finisher(bgCtx) })
+	bg.Go(func() { _ = w.reaper.Run(ctx) })
+	if w.watcher != nil {
+		bg.Go(func() { _ = w.watcher.Run(bgCtx) })
+		for _, q := range w.queues {
+			sub, err := w.cfg.NATS.QueueSubscribe(q.keys.WakeSubject(q.name), "leasehold-workers", func(*nats.Msg) { w.poke() })
+			if err != nil {
+				w.log.WarnContext(ctx, "no wake-ups; polling only", "queue", q.name, "error", err)
+				continue
+			}
+			defer sub.Unsubscribe() //nolint:errcheck // the connection may be gone at shutdown
+		}
+	}
+
+	w.fetch(ctx, workCtx)
+
+	drained := make(chan struct{})
+	go func() { w.done.Wait(); close(drained) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+	case <-grace.C:
+		w.log.InfoContext(ctx, "shutdown grace over; handing back running jobs")
+		stopWork(ErrShutdown)
+		<-drained
+	}
+	return nil
+}
+
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fetch claims jobs while there are free slots, until ctx is done.
+func (w *Worker) fetch(ctx, workCtx context.Context) {
+	next := 0 // queue to try first, in turn, so no queue starves another
+	for {
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		free := 1
+		for free < w.cfg.Concurrency {
+			select {
+			case w.slots <- struct{}{}:
+				free++
+				continue
+			default:
+			}
+			break
+		}
+
+		claimed := 0
+		for i := range w.queues {
+			if claimed == free {
+				break
+			}
+			q := w.queues[(next+i)%len(w.queues)]
+			sent := time.Now()
+			execs, err := q.claim(ctx, w.cfg.ID, free-claimed)
+			if err != nil && ctx.Err() == nil {
+				w.log.WarnContext(ctx, "claim failed", "queue", q.name, "error", err)
+			}
+			for _, e := range execs {
+				w.start(workCtx, e, sent)
+			}
+			claimed += len(execs)
+		}
+		next++
+		for range free - claimed {
+			<-w.slots
+		}
+		if claimed == 0 {
+			w.idle(ctx)
+		}
+	}
+}
+
+// idle waits for a wake-up or the next jittered poll.
+func (w *Worker) idle(ctx context.Context) {
+	poll := time.NewTimer(w.cfg.Poll/2 + rand.N(w.cfg.Poll+1))
+	defer poll.Stop()
+	select {
+	case <-ctx.Done():
+	case <-w.wake:
+	case <-poll.C:
+	}
+}
+
+// start runs e in its own goroutine. sent is when its claim was sent: the
+// lease was granted after that, so the trust window counts from it.
+func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
+	ctx, stop := context.WithCancelCause(workCtx)
+	r := &running{e: e, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
+	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
+	w.mu.Lock()
+	w.running[e] = r
+	w.mu.Unlock()
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		defer func() { <-w.slots }()
+		w.execute(ctx, r)
+	}()
+}
+
+func (w *Worker) execute(ctx context.Context, r *running) {
+	e := r.e
+	log := w.log.With("job_id", e.JobID, "execution_id", e.ID, "fencing_token", uint64(e.token), "attempt", e.attempt)
+	defer func() {
+		r.trust.Stop()
+		r.stop(nil)
+		w.mu.Lock()
+		delete(w.running, e)
+		w.mu.Unlock()
+	}()
+	if w.watcher != nil {
+		var unwatch context.CancelFunc
+		ctx, unwatch = w.watcher.Watch(ctx, e.JobID)
+		defer unwatch()
+	}
+
+	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
+	result, err := w.call(runCtx, e)
+	o := w.outcome(runCtx, result, err)
+	stopRun()
+
+	state, err := w.finish(r, o)
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
+	case err != nil:
+		log.ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
+	default:
+		log.DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
+		if state == job.StateQueued && w.cfg.NATS != nil {
+			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue) // handed back: another worker may take it now
+		}
+	}
+}
+
+// call runs e's handler, turning a panic or a missing handler into an error.
+func (w *Worker) call(ctx context.Context, e *Execution) (result any, err error) {
+	h, ok := w.handlers[e.Kind]
+	if !ok {
+		return nil, &job.Error{Code: job.CodeUnknownKind, Message: fmt.Sprintf("no handler for kind %q on worker %s", e.Kind, w.cfg.ID)}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h(ctx, e)
+}
+
+// outcome decides how an execution ended. A handler that returned a result
+// succeeded, even if its context was cancelled as it finished: the work is
+// done. An error is read in the light of why the context ended, if it did.
+func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
+	if err == nil {
+		b, merr := json.Marshal(result)
+		if merr != nil {
+			return outcome{state: "failed", err: &job.Error{Code: job.CodeHandlerError, Message: "result is not JSON: " + merr.Error()}}
+		}
+		return outcome{state: "succeeded", result: b}
+	}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, cancel.ErrRequested):
+		return outcome{state: "cancelled"}
+	case errors.Is(cause, ErrShutdown):
+		return outcome{state: "handed_off"}
+	case errors.Is(cause, lease.ErrLost):
+		return outcome{state: "failed", retryable: true, err: &job.Error{Code: job.CodeLeaseLost, Message: "lease lost while running"}}
+	case errors.Is(cause, context.DeadlineExceeded):
+		return outcome{state: "timed_out", retryable: true, err: &job.Error{Code: job.CodeTimeout, Message: "execution timed out"}}
+	}
+	if jerr, ok := errors.AsType[*job.Error](err); ok && jerr.Code == job.CodeUnknownKind {
+		return outcome{state: "failed", retryable: true, err: jerr}
+	}
+	_, permanent := errors.AsType[*PermanentError](err)
+	return outcome{state: "failed", retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
+}
+
+// finish records o, retrying a failed write until the trust window ends:
+// after that the lease may have expired and the reaper decides.
+func (w *Worker) finish(r *running, o outcome) (job.State, error) {
+	for {
+		f := &finishing{e: r.e, o: o, done: make(chan struct{})}
+		w.finishes <- f
+		<-f.done
+		if f.err == nil || errors.Is(f.err, ErrNotOwner) || !r.trusted(time.Now().Add(200*time.Millisecond)) {
+			return f.state, f.err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// finisher writes finishes as they come, batching those that arrive while
+// a write is in flight into one round trip. It runs until ctx is done,
+// which is after every execution has ended.
+func (w *Worker) finisher(ctx context.Context) {
+	const maxBatch = 256
+	for {
+		var batch []*finishing
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-w.finishes:
+			batch = append(batch, f)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case f := <-w.finishes:
+				batch = append(batch, f)
+			default:
+				break more
+			}
+		}
+		// Finishes are written even as the worker stops: a cancelled job must
+		// still be recorded.
+		fctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		finishAll(fctx, w.rdb, batch)
+		stop()
+		for _, f := range batch {
+			close(f.done)
+		}
+	}
+}
+
+// heartbeats renews every running execution's lease each interval, one
+// round trip per queue, until ctx is done.
+func (w *Worker) heartbeats(ctx context.Context) {
+	ticker := time.NewTicker(w.cfg.Heartbeat)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		byQueue := map[*queue][]*running{}
+		w.mu.Lock()
+		for _, r := range w.running {
+			byQueue[r.e.q] = append(byQueue[r.e.q], r)
+		}
+		w.mu.Unlock()
+		for q, rs := range byQueue {
+			w.heartbeat(ctx, q, rs)
+		}
+	}
+}
+
+func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
+	execs := make([]*Execution, len(rs))
+	for i, r := range rs {
+		execs[i] = r.e
+	}
+	sent := time.Now()
+	hctx, stop := context.WithTimeout(ctx, w.cfg.Heartbeat)
+	defer stop()
+	statuses, err := q.heartbeat(hctx, execs)
+	if err != nil {
+		// The trust timers stop the handlers if this goes on for a TTL.
+		w.log.WarnContext(ctx, "heartbeat failed", "queue", q.name, "executions", len(rs), "error", err)
+		return
+	}
+	for i, s := range statuses {
+		r := rs[i]
+		switch s {
+		case heartbeatLost:
+			r.stop(lease.ErrLost)
+		case heartbeatCancelRequested:
+			r.stop(cancel.ErrRequested)
+			fallthrough
+		case heartbeatHeld:
+			r.extend(sent, w.cfg.LeaseTTL)
+		}
+	}
+}
+
+// Wake tells one idle worker of queue (a NATS queue group) under prefix
+// ("" for the default) that a job may be waiting. Losing the message costs
+// only latency: idle workers also poll.
+func Wake(nc *nats.Conn, prefix, queue string) error {
+	return nc.Publish(keys.New(prefix).WakeSubject(queue), nil)
+}

@@ -1,0 +1,342 @@
+package execution_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestMain(m *testing.M) {
+	testenv.Main(m, helpers)
+}
+
+func TestJobSucceedsWithResult(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{"echo": echo})
+	j := f.submit(t, job.Submission{Kind: "echo", Input: raw(`{"say":"hi"}`)})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	if string(done.Result) != `{"say":"hi"}` || done.Attempt != 1 || done.Error != nil {
+		t.Fatalf("result %s, attempt %d, error %v", done.Result, done.Attempt, done.Error)
+	}
+	if done.Execution == nil || done.Execution.FencingToken == 0 || done.Execution.FinishedAt == nil {
+		t.Fatalf("execution %+v", done.Execution)
+	}
+	if done.FinishedAt == nil || done.StartedAt == nil {
+		t.Fatal("started_at and finished_at must be set")
+	}
+}
+
+func TestRetriesWithBackoffThenSucceeds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var mu sync.Mutex
+	var tokens []uint64
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"flaky": func(_ context.Context, e *execution.Execution) (any, error) {
+			mu.Lock()
+			tokens = append(tokens, uint64(e.Token()))
+			mu.Unlock()
+			if e.Attempt() < 3 {
+				return nil, errBoom
+			}
+			return "ok", nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "flaky", MaxAttempts: 3})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateSucceeded || done.Attempt != 3 {
+		t.Fatalf("state %s attempt %d, want succeeded on attempt 3", done.State, done.Attempt)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens %v do not grow across attempts", tokens)
+		}
+	}
+}
+
+func TestFailsAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"bad": func(context.Context, *execution.Execution) (any, error) { return nil, errBoom },
+	})
+	j := f.submit(t, job.Submission{Kind: "bad", MaxAttempts: 2})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if done.Attempt != 2 || errCode(done) != job.CodeHandlerError || done.Error.Message != "boom" {
+		t.Fatalf("attempt %d error %+v", done.Attempt, done.Error)
+	}
+}
+
+func TestPermanentErrorIsNotRetried(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"bad": func(context.Context, *execution.Execution) (any, error) {
+			return nil, execution.Permanent(errors.New("invalid prompt"))
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "bad", MaxAttempts: 5})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if done.Attempt != 1 {
+		t.Fatalf("attempt %d, want 1: a permanent error is not retried", done.Attempt)
+	}
+}
+
+func TestPanicFailsTheAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"panics": func(context.Context, *execution.Execution) (any, error) { panic("oops") },
+	})
+	j := f.submit(t, job.Submission{Kind: "panics", MaxAttempts: 1})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if errCode(done) != job.CodeHandlerError {
+		t.Fatalf("error %+v", done.Error)
+	}
+}
+
+func TestUnknownKindFailsWithItsCode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{}, nil)
+	j := f.submit(t, job.Submission{Kind: "nobody.serves.this", MaxAttempts: 2})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if errCode(done) != job.CodeUnknownKind || done.Attempt != 2 {
+		t.Fatalf("attempt %d error %+v, want unknown_kind after 2 attempts", done.Attempt, done.Error)
+	}
+}
+
+func TestTimeoutCancelsHandlerWithDeadlineExceeded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	causes := make(chan error, 4)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"slow": func(ctx context.Context, e *execution.Execution) (any, error) {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "slow", MaxAttempts: 1, Timeout: job.Duration(100 * time.Millisecond)})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if errCode(done) != job.CodeTimeout {
+		t.Fatalf("error %+v, want timeout", done.Error)
+	}
+	if cause := <-causes; !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("handler saw cause %v", cause)
+	}
+}
+
+func TestDelayedJobWaitsForItsTime(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ran := make(chan time.Time, 1)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"later": func(context.Context, *execution.Execution) (any, error) { ran <- time.Now(); return nil, nil },
+	})
+	submitted := time.Now()
+	j := f.submit(t, job.Submission{Kind: "later", Delay: job.Duration(400 * time.Millisecond)})
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	if at := <-ran; at.Sub(submitted) < 400*time.Millisecond {
+		t.Fatalf("ran %v after submission, before its delay", at.Sub(submitted))
+	}
+}
+
+func TestPriorityThenFIFO(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var ids []string
+	for _, p := range []int{0, 0, 10, -5, 10} {
+		ids = append(ids, f.submit(t, job.Submission{Kind: "order", Priority: p}).ID)
+	}
+	var mu sync.Mutex
+	var order []string
+	f.startWorker(t, execution.Config{Concurrency: 1}, map[string]execution.Handler{
+		"order": func(_ context.Context, e *execution.Execution) (any, error) {
+			mu.Lock()
+			order = append(order, e.JobID)
+			mu.Unlock()
+			return nil, nil
+		},
+	})
+	for _, id := range ids {
+		f.waitState(t, id, 10*time.Second, job.StateSucceeded)
+	}
+	want := []string{ids[2], ids[4], ids[0], ids[1], ids[3]}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("ran in order %v, want %v", order, want)
+		}
+	}
+}
+
+func TestCancelQueuedJobNeverRuns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	j := f.submit(t, job.Submission{Kind: "never"})
+	if got := f.cancelJob(t, j.ID); got.State != job.StateCancelled {
+		t.Fatalf("state %s after cancel, want cancelled", got.State)
+	}
+	ran := make(chan struct{}, 1)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"never": func(context.Context, *execution.Execution) (any, error) { ran <- struct{}{}; return nil, nil },
+		"echo":  echo,
+	})
+	// A later job runs, so the worker has looked at the queue.
+	f.waitState(t, f.submit(t, job.Submission{Kind: "echo"}).ID, 10*time.Second, job.StateSucceeded)
+	select {
+	case <-ran:
+		t.Fatal("a cancelled job ran")
+	default:
+	}
+}
+
+func TestCancelRunningJobStopsHandler(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	causes := make(chan error, 1)
+	// Long heartbeats: only NATS can be this fast.
+	f.startWorker(t, execution.Config{Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute}, map[string]execution.Handler{
+		"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "long", MaxAttempts: 3})
+	<-started
+	f.waitState(t, j.ID, 10*time.Second, job.StateRunning)
+	requested := time.Now()
+	f.cancelJob(t, j.ID)
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, cancel.ErrRequested) {
+			t.Fatalf("handler saw cause %v, want cancel.ErrRequested", cause)
+		}
+		t.Logf("handler saw the cancel %v after the request (NATS)", time.Since(requested))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never saw the cancel")
+	}
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateCancelled)
+	if done.Attempt != 1 || errCode(done) != job.CodeCancelled {
+		t.Fatalf("attempt %d error %+v: a cancelled job is not retried", done.Attempt, done.Error)
+	}
+}
+
+func TestCancelRunningJobWithNATSDownIsFoundByHeartbeat(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartNATS(t)
+	f := newFixtureOn(t, testenv.Redis(t).Client(t), srv.Conn(t))
+	started := make(chan struct{}, 1)
+	f.startWorker(t, execution.Config{Heartbeat: 100 * time.Millisecond, LeaseTTL: time.Second}, map[string]execution.Handler{
+		"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+			started <- struct{}{}
+			return block(ctx, e)
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "long"})
+	<-started
+	srv.Stop(t)
+	f.cancelJob(t, j.ID) // the flag and the job state are written; the message is lost
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateCancelled)
+	if done.Attempt != 1 {
+		t.Fatalf("attempt %d: a cancelled job is not retried", done.Attempt)
+	}
+}
+
+func TestEmitIsFencedAfterTheJobEnds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	kept := make(chan *execution.Execution, 1)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"emits": func(ctx context.Context, e *execution.Execution) (any, error) {
+			if err := e.Emit(ctx, execution.EventProgress, map[string]int{"step": 1}); err != nil {
+				return nil, err
+			}
+			kept <- e
+			return nil, nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "emits"})
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	e := <-kept
+	if err := e.Emit(t.Context(), execution.EventLog, "too late"); !errors.Is(err, execution.ErrNotOwner) {
+		t.Fatalf("emit after the end: %v, want ErrNotOwner", err)
+	}
+	events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range events {
+		types = append(types, ev.Type)
+	}
+	want := []string{"state", "state", "progress", "state"} // queued, running, progress, succeeded
+	if len(types) != len(want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+}
+
+func TestIdleWorkerPicksUpWokenJobAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{Poll: time.Hour}, map[string]execution.Handler{"echo": echo})
+	// Give the worker time to find the queue empty and go idle; if it has
+	// not yet, the job is found by its first claim and the test proves less.
+	time.Sleep(100 * time.Millisecond)
+	submitted := time.Now()
+	j := f.submit(t, job.Submission{Kind: "echo"})
+	if err := execution.Wake(f.nc, f.prefix, job.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	t.Logf("idle pickup to success: %v", time.Since(submitted))
+}
+
+func TestGracefulShutdownHandsBackWithoutSpendingAnAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	causes := make(chan error, 1)
+	_, stopA := f.startWorker(t, execution.Config{ShutdownGrace: 100 * time.Millisecond}, map[string]execution.Handler{
+		"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "long", MaxAttempts: 1})
+	<-started
+	stopA()
+	if cause := <-causes; !errors.Is(cause, execution.ErrShutdown) {
+		t.Fatalf("handler saw cause %v, want ErrShutdown", cause)
+	}
+	back := f.get(t, j.ID)
+	if back.State != job.StateQueued || back.Attempt != 0 {
+		t.Fatalf("after hand-off: state %s attempt %d, want queued with attempt 0", back.State, back.Attempt)
+	}
+	if n, _ := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueLeases(job.DefaultQueue)).Result(); n != 0 {
+		t.Fatalf("%d leases left after a graceful hand-off", n)
+	}
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{"long": echo})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateSucceeded || done.Attempt != 1 {
+		t.Fatalf("state %s attempt %d: a max_attempts 1 job must still succeed after a hand-off", done.State, done.Attempt)
+	}
+}

@@ -1,0 +1,162 @@
+// Package cli is what Leasehold's binaries share: flags that default to
+// environment variables, exit codes, and the Redis and NATS connections
+// with the checks every process makes at start.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/run"
+	"github.com/redis/go-redis/v9"
+)
+
+// Flags is a flag set whose flags default to environment variables: a flag
+// given on the command line wins over its variable, which wins over the
+// built-in default.
+type Flags struct {
+	*flag.FlagSet
+	errs []error
+}
+
+// NewFlags returns an empty flag set for the command name.
+func NewFlags(name string, out io.Writer) *Flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	return &Flags{FlagSet: fs}
+}
+
+func (f *Flags) env(env, def string) string {
+	if v, ok := os.LookupEnv(env); ok {
+		return v
+	}
+	return def
+}
+
+// String defines a string flag name, defaulting to $env, then def.
+func (f *Flags) String(name, env, def, usage string) *string {
+	return f.FlagSet.String(name, f.env(env, def), usage+" ($"+env+")")
+}
+
+// Int defines an int flag name, defaulting to $env, then def.
+func (f *Flags) Int(name, env string, def int, usage string) *int {
+	v := def
+	if s := f.env(env, ""); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("$%s=%q: not an integer", env, s))
+		}
+		v = n
+	}
+	return f.FlagSet.Int(name, v, usage+" ($"+env+")")
+}
+
+// Duration defines a duration flag name, defaulting to $env, then def.
+func (f *Flags) Duration(name, env string, def time.Duration, usage string) *time.Duration {
+	v := def
+	if s := f.env(env, ""); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("$%s=%q: not a duration like 30s", env, s))
+		}
+		v = d
+	}
+	return f.FlagSet.Duration(name, v, usage+" ($"+env+")")
+}
+
+// Parse parses args and reports bad environment values too.
+func (f *Flags) Parse(args []string) error {
+	if err := f.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	return errors.Join(f.errs...)
+}
+
+// List splits a comma-separated value, dropping empty items.
+func List(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// Code turns run's error into an exit code, printing it: a signal or -help
+// is a clean exit.
+func Code(name string, err error) int {
+	switch {
+	case err == nil, errors.Is(err, run.ErrSignal), errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+}
+
+// Logger logs text lines to w.
+func Logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// Redis connects to url (redis://host:port/db) and checks the server: it
+// must answer, and it must never evict keys, or leases would vanish and
+// limits oversell.
+func Redis(ctx context.Context, url string) (redis.UniversalClient, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url %q: %w", url, err)
+	}
+	rdb := redis.NewClient(opts)
+	if err := CheckNoEviction(ctx, rdb); err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return rdb, nil
+}
+
+// CheckNoEviction fails unless Redis answers and its maxmemory-policy is
+// noeviction.
+func CheckNoEviction(ctx context.Context, rdb redis.UniversalClient) error {
+	ctx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	cfg, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if policy := cfg["maxmemory-policy"]; policy != "noeviction" {
+		return fmt.Errorf("redis maxmemory-policy is %q: Leasehold needs noeviction, "+
+			"or Redis may evict live leases and oversell every limit (set it with: CONFIG SET maxmemory-policy noeviction)", policy)
+	}
+	return nil
+}
+
+// NATS connects to url and keeps reconnecting forever. NATS is only the
+// fast path (wake-ups, cancels), so a process starts even while NATS is
+// down and catches up when it comes back.
+func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(500*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected; cancels and wake-ups fall back to polling", "error", err)
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("nats %q: %w", url, err)
+	}
+	return nc, nil
+}

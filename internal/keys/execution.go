@@ -1,0 +1,19 @@
+package keys
+
+import "strings"
+
+// QueueLeases is the sorted set of a queue's execution leases: member job
+// id, score the lease's expiry in Redis-clock milliseconds.
+func (s Space) QueueLeases(queue string) string { return s.key("q:"+queue, "leases") }
+
+// QueueFence is the counter that issues a queue's fencing tokens. Tokens are
+// unique across the queue, so a job's tokens grow from one execution to the
+// next.
+func (s Space) QueueFence(queue string) string { return s.key("q:"+queue, "fence") }
+
+// WakeSubject is the NATS subject that wakes one idle worker of a queue.
+// It is derived from the prefix, so systems (and tests) sharing a NATS
+// server under different prefixes never wake each other's workers.
+func (s Space) WakeSubject(queue string) string {
+	return strings.ReplaceAll(strings.TrimSuffix(s.prefix, ":"), ":", ".") + ".wake." + queue
+}
