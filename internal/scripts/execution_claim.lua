@@ -137,7 +137,9 @@ for i = 1, math.min(want, #claimable) do
   redis.call('ZREM', ready, c.id)
   -- max_wait bounds the wait before the first start only.
   redis.call('ZREM', deadlines, c.id)
-  redis.call('ZADD', leases, int(now + ttl), c.id)
+  -- now is truncated to the millisecond: round the expiry up, so the lease
+  -- never ends before the owner's trust window (claim sent + ttl) does.
+  redis.call('ZADD', leases, int(now + 1 + ttl), c.id)
   redis.call('HSET', c.job, 'attempt', attempt, 'token', int(token),
     'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
     'exec_started_at', int(now), 'exec_heartbeat_at', int(now),

@@ -9,7 +9,9 @@ local ttl = tonumber(ARGV[1])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expires = string.format('%.0f', now + ttl)
+-- now is truncated to the millisecond: round the expiry up, so the lease
+-- never ends before the owner's trust window (sent + ttl) does.
+local expires = string.format('%.0f', now + 1 + ttl)
 
 local out = {}
 for i = 1, #KEYS - 1 do

@@ -19,7 +19,9 @@ if not redis.call('ZSCORE', leases, holder) and redis.call('ZCARD', leases) >= l
   return {0, math.max(1, tonumber(earliest[2]) - now)}
 end
 
-local expires = now + ttl
+-- now is truncated to the millisecond: round the expiry up, so the lease
+-- never ends before the holder's trust window (sent + ttl) does.
+local expires = now + 1 + ttl
 redis.call('ZADD', leases, expires, holder)
 -- The set outlives its longest lease, then vanishes; the counter never
 -- expires, so tokens never go back.

@@ -18,7 +18,9 @@ if tonumber(score) <= now then
   return 0
 end
 
-local expires = now + ttl
+-- now is truncated to the millisecond: round the expiry up, so the lease
+-- never ends before the holder's trust window (sent + ttl) does.
+local expires = now + 1 + ttl
 redis.call('ZADD', leases, 'XX', expires, holder)
 if redis.call('PTTL', leases) < ttl then
   redis.call('PEXPIRE', leases, ttl)
