@@ -124,3 +124,45 @@ func benchThroughput(b *testing.B, jobs, concurrency int) {
 	b.ReportMetric(float64(trips.n.Load())/float64(jobs), "trips/job")
 	b.ReportMetric(float64(cmds)/float64(jobs), "redis-cmds/job")
 }
+
+// BenchmarkThroughputBaseline runs the same number of no-op jobs through
+// the naive design, a Redis list (RPOP to take, HSET to record), with the
+// same concurrency: no leases, no fencing, no retries, no events. It is the
+// yardstick for BenchmarkThroughput on the same machine in the same run.
+func BenchmarkThroughputBaseline(b *testing.B) {
+	const jobs = 20_000
+	for _, concurrency := range []int{10, 50, 200} {
+		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b).Addr(), PoolSize: concurrency})
+				list := testenv.Prefix(b) + "list"
+				for i := 0; i < jobs; i += 1000 {
+					batch := make([]any, 1000)
+					for j := range batch {
+						batch[j] = i + j
+					}
+					rdb.LPush(b.Context(), list, batch...)
+				}
+				start := time.Now()
+				b.StartTimer()
+				var wg sync.WaitGroup
+				for range concurrency {
+					wg.Go(func() {
+						for {
+							id, err := rdb.RPop(context.Background(), list).Result()
+							if err != nil {
+								return // redis.Nil: the list is empty
+							}
+							rdb.HSet(context.Background(), list+":done", id, "ok")
+						}
+					})
+				}
+				wg.Wait()
+				b.StopTimer()
+				b.ReportMetric(float64(jobs)/time.Since(start).Seconds(), "jobs/s")
+				rdb.Close()
+			}
+		})
+	}
+}

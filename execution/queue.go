@@ -58,13 +58,18 @@ func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Executio
 	if err != nil {
 		return nil, fmt.Errorf("peek %s: %w", q.name, err)
 	}
+	// Candidates with due work come first; the ready ones after, once each.
 	seen := map[string]bool{}
 	var ids []string
-	for _, group := range peeked {
-		for _, id := range group.([]any) {
+	due := 0
+	for i := len(peeked) - 1; i >= 0; i-- {
+		for _, id := range peeked[i].([]any) {
 			if s := id.(string); !seen[s] {
 				seen[s] = true
 				ids = append(ids, s)
+				if i > 0 {
+					due++
+				}
 			}
 		}
 	}
@@ -74,7 +79,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Executio
 
 	keys := fixed
 	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
-		q.backoff(1).Milliseconds(), len(ids)}
+		q.backoff(1).Milliseconds(), due, len(ids)}
 	for _, id := range ids {
 		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id))
 		args = append(args, id)

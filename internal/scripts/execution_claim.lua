@@ -7,20 +7,22 @@
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
--- ARGV[7] n, the number of candidates   ARGV[8 .. 7+n] candidate job ids
--- ARGV[8+n .. 7+n+want] execution ids for the jobs claimed, in order
+-- ARGV[7] d, the number of candidates with due work (the first d)
+-- ARGV[8] n, the number of candidates   ARGV[9 .. 8+n] candidate job ids
+-- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- Returns, for each job claimed, 7 values:
 -- {id, execution id, token, attempt, kind, input, timeout_ms}.
 --
--- Due work, for each candidate:
+-- Due work, for each of the first d candidates:
 --   lease expired    running -> retrying | failed | cancelled (execution lost)
 --   max_wait passed  queued | retrying -> expired
 --   scheduled due    queued | retrying -> queued (into ready)
+-- The other candidates came from the ready set: they are only checked again.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fence, seq, stats = KEYS[5], KEYS[6], KEYS[7]
 local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local retention, maxlen, backoff = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local n = tonumber(ARGV[7])
+local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -33,14 +35,15 @@ local function event(events, state, attempt)
     'type', 'state', 'data', cjson.encode({state = state, attempt = tonumber(attempt)}))
 end
 
-local function move(job, from, to)
-  redis.call('HSET', job, 'state', to)
-  redis.call('HINCRBY', stats, from, -1)
-  redis.call('HINCRBY', stats, to, 1)
+-- Per-state counts change once per script, not once per job.
+local counts = {}
+local function move(job, from, to, ...)
+  redis.call('HSET', job, 'state', to, ...)
+  counts[from] = (counts[from] or 0) - 1
+  counts[to] = (counts[to] or 0) + 1
 end
 
 local function finish(job, events)
-  redis.call('HSET', job, 'finished_at', int(now))
   redis.call('PEXPIRE', job, retention)
   redis.call('PEXPIRE', events, retention)
 end
@@ -56,9 +59,10 @@ end
 
 local claimable = {}
 for i = 1, n do
-  local id = ARGV[7 + i]
+  local id = ARGV[8 + i]
   local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
-  local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority')
+  local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -68,58 +72,58 @@ for i = 1, n do
     redis.call('ZREM', leases, id)
     redis.call('ZREM', deadlines, id)
   else
-    local lease = redis.call('ZSCORE', leases, id)
-    if lease and tonumber(lease) <= now then
-      redis.call('ZREM', leases, id)
-      if state == 'running' then
-        -- The owner is gone. An acknowledged cancel is honoured, never retried.
-        redis.call('HSET', job, 'exec_state', 'lost', 'exec_finished_at', int(now))
-        if cancel_requested == '1' then
-          redis.call('HSET', job, 'error', fail('cancelled', 'cancelled; its worker was lost'))
-          move(job, state, 'cancelled')
-          finish(job, events)
-          state = 'cancelled'
-        elseif tonumber(attempt) >= tonumber(max_attempts) then
-          redis.call('HSET', job, 'error', fail('lease_lost', 'worker lost on the last attempt'))
-          move(job, state, 'failed')
-          finish(job, events)
-          state = 'failed'
-        else
-          redis.call('HSET', job, 'error', fail('lease_lost', 'worker lost; retrying'))
-          redis.call('ZADD', scheduled, int(now + backoff), id)
-          move(job, state, 'retrying')
-          state = 'retrying'
+    if i <= d then
+      local lease = redis.call('ZSCORE', leases, id)
+      if lease and tonumber(lease) <= now then
+        redis.call('ZREM', leases, id)
+        if state == 'running' then
+          -- The owner is gone. An acknowledged cancel is honoured, never retried.
+          local next, err
+          if cancel_requested == '1' then
+            next, err = 'cancelled', fail('cancelled', 'cancelled; its worker was lost')
+          elseif tonumber(attempt) >= tonumber(max_attempts) then
+            next, err = 'failed', fail('lease_lost', 'worker lost on the last attempt')
+          else
+            next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
+            redis.call('ZADD', scheduled, int(now + backoff), id)
+          end
+          move(job, state, next, 'error', err, 'exec_state', 'lost', 'exec_finished_at', int(now))
+          if next ~= 'retrying' then
+            redis.call('HSET', job, 'finished_at', int(now))
+            finish(job, events)
+          end
+          state = next
+          event(events, state, attempt)
         end
+      end
+
+      local deadline = redis.call('ZSCORE', deadlines, id)
+      if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
+        redis.call('ZREM', ready, id)
+        redis.call('ZREM', scheduled, id)
+        redis.call('ZREM', deadlines, id)
+        move(job, state, 'expired', 'finished_at', int(now),
+          'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
+        finish(job, events)
+        state = 'expired'
         event(events, state, attempt)
       end
-    end
 
-    local deadline = redis.call('ZSCORE', deadlines, id)
-    if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
-      redis.call('ZREM', ready, id)
-      redis.call('ZREM', scheduled, id)
-      redis.call('ZREM', deadlines, id)
-      redis.call('HSET', job, 'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
-      move(job, state, 'expired')
-      finish(job, events)
-      state = 'expired'
-      event(events, state, attempt)
-    end
-
-    local due = redis.call('ZSCORE', scheduled, id)
-    if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
-      redis.call('ZREM', scheduled, id)
-      enqueue(id, priority)
-      if state == 'retrying' then
-        move(job, state, 'queued')
-        state = 'queued'
-        event(events, state, attempt)
+      local due = redis.call('ZSCORE', scheduled, id)
+      if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
+        redis.call('ZREM', scheduled, id)
+        enqueue(id, priority)
+        if state == 'retrying' then
+          move(job, state, 'queued')
+          state = 'queued'
+          event(events, state, attempt)
+        end
       end
     end
 
     local score = redis.call('ZSCORE', ready, id)
     if score and state == 'queued' then
-      claimable[#claimable + 1] = {id = id, job = job, events = events, attempt = attempt, score = tonumber(score)}
+      claimable[#claimable + 1] = {id = id, job = job, events = events, f = f, score = tonumber(score)}
     elseif score then
       redis.call('ZREM', ready, id) -- not waiting any more: never hand it out
     end
@@ -131,27 +135,33 @@ table.sort(claimable, function(a, b) return a.score < b.score end)
 local claimed = {}
 for i = 1, math.min(want, #claimable) do
   local c = claimable[i]
-  local exec_id = ARGV[7 + n + i]
+  local exec_id = ARGV[8 + n + i]
   local token = redis.call('INCR', fence)
-  local attempt = tonumber(c.attempt) + 1
+  local attempt = tonumber(c.f[2]) + 1
   redis.call('ZREM', ready, c.id)
-  -- max_wait bounds the wait before the first start only.
-  redis.call('ZREM', deadlines, c.id)
+  if c.f[7] ~= '0' then
+    redis.call('ZREM', deadlines, c.id) -- max_wait bounds the wait before the first start only
+  end
   -- now is truncated to the millisecond: round the expiry up, so the lease
   -- never ends before the owner's trust window (claim sent + ttl) does.
   redis.call('ZADD', leases, int(now + 1 + ttl), c.id)
-  redis.call('HSET', c.job, 'attempt', attempt, 'token', int(token),
+  local started = c.f[6]
+  if started == '' then
+    started = int(now)
+  end
+  move(c.job, 'queued', 'running', 'attempt', attempt, 'token', int(token), 'started_at', started,
     'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
     'exec_started_at', int(now), 'exec_heartbeat_at', int(now),
     'exec_finished_at', '', 'exec_state', 'running')
-  if redis.call('HGET', c.job, 'started_at') == '' then
-    redis.call('HSET', c.job, 'started_at', int(now))
-  end
-  move(c.job, 'queued', 'running')
   event(c.events, 'running', attempt)
-  local f = redis.call('HMGET', c.job, 'kind', 'input', 'timeout_ms')
-  for _, v in ipairs({c.id, exec_id, token, attempt, f[1], f[2], f[3]}) do
+  for _, v in ipairs({c.id, exec_id, token, attempt, c.f[8], c.f[9], c.f[10]}) do
     claimed[#claimed + 1] = v
+  end
+end
+
+for state, delta in pairs(counts) do
+  if delta ~= 0 then
+    redis.call('HINCRBY', stats, state, delta)
   end
 end
 return claimed

@@ -26,25 +26,31 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
 
 redis.call('ZREM', leases, id)
-redis.call('HSET', job, 'exec_state', outcome, 'exec_finished_at', int(now))
 
-local cancelled = cjson.encode({code = 'cancelled', message = 'cancelled while running'})
+-- Every field changes in one HSET.
+local fields = {'exec_state', outcome, 'exec_finished_at', int(now)}
+local function set(...)
+  for _, v in ipairs({...}) do
+    fields[#fields + 1] = v
+  end
+end
+
 local next
 if outcome == 'succeeded' then
   next = 'succeeded'
-  redis.call('HSET', job, 'result', result, 'error', '')
+  set('result', result, 'error', '')
 elseif cancel_requested or outcome == 'cancelled' then
   -- An acknowledged cancel wins over a failure or a hand-off: never retried.
   next = 'cancelled'
-  redis.call('HSET', job, 'error', cancelled)
+  set('error', cjson.encode({code = 'cancelled', message = 'cancelled while running'}))
 elseif outcome == 'handed_off' then
   -- A graceful shutdown does not spend the attempt; the job is ready again now.
   next = 'queued'
   attempt = attempt - 1
-  redis.call('HSET', job, 'attempt', attempt)
+  set('attempt', attempt)
   redis.call('ZADD', ready, int((100 - priority) * 8796093022208 + redis.call('INCR', seq)), id)
 else
-  redis.call('HSET', job, 'error', err)
+  set('error', err)
   if retryable and attempt < max_attempts then
     next = 'retrying'
     redis.call('ZADD', scheduled, int(now + backoff), id)
@@ -53,11 +59,15 @@ else
   end
 end
 
-redis.call('HSET', job, 'state', next)
+set('state', next)
+local terminal = next == 'succeeded' or next == 'failed' or next == 'cancelled'
+if terminal then
+  set('finished_at', int(now))
+end
+redis.call('HSET', job, unpack(fields))
 redis.call('HINCRBY', stats, 'running', -1)
 redis.call('HINCRBY', stats, next, 1)
-if next == 'succeeded' or next == 'failed' or next == 'cancelled' then
-  redis.call('HSET', job, 'finished_at', int(now))
+if terminal then
   redis.call('PEXPIRE', job, retention)
   redis.call('PEXPIRE', events, retention)
 end
