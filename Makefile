@@ -10,8 +10,8 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: ## Start the system on defaults (for now: the lease demo against a local redis-server).
-	$(GO) run ./examples/leasedemo
+run: ## Start API, worker, NATS and Redis on defaults (data in .dev/).
+	$(GO) run ./cmd/leasehold dev
 
 .PHONY: test
 test: ## Run every test, with the race detector, against a real redis-server and NATS.
@@ -28,4 +28,5 @@ lint: ## go vet and a pinned staticcheck.
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
+	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/

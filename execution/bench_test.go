@@ -166,3 +166,42 @@ func BenchmarkThroughputBaseline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIdlePickup measures how long an idle worker takes from a job's
+// submission (and its NATS wake-up) to the handler starting. Polling is set
+// to an hour, so only the wake-up can be this fast.
+func BenchmarkIdlePickup(b *testing.B) {
+	rdb := testenv.Redis(b).Client(b)
+	nc := testenv.NATS(b).Conn(b)
+	prefix := testenv.Prefix(b)
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := execution.NewWorker(rdb, execution.Config{Prefix: prefix, NATS: nc, Poll: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	started := make(chan struct{})
+	w.Handle("noop", func(context.Context, *execution.Execution) (any, error) {
+		started <- struct{}{}
+		return nil, nil
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	defer func() { stop(); <-ran }()
+	var total time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, _, err := store.Submit(b.Context(), "bench", job.Submission{Kind: "noop"}, ""); err != nil {
+			b.Fatal(err)
+		}
+		if err := execution.Wake(nc, prefix, job.DefaultQueue); err != nil {
+			b.Fatal(err)
+		}
+		<-started
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms/pickup")
+}

@@ -111,12 +111,15 @@ func Logger(w io.Writer) *slog.Logger {
 
 // Redis connects to url (redis://host:port/db) and checks the server: it
 // must answer, and it must never evict keys, or leases would vanish and
-// limits oversell.
+// limits oversell. Context deadlines are honoured on the wire, so a Redis
+// that accepts connections but does not answer costs a caller its own
+// timeout, not the client's read timeout.
 func Redis(ctx context.Context, url string) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis url %q: %w", url, err)
 	}
+	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	if err := CheckNoEviction(ctx, rdb); err != nil {
 		rdb.Close()
@@ -150,8 +153,10 @@ func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(500*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected; cancels and wake-ups fall back to polling", "error", err)
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !nc.IsClosed() { // closing on purpose is no outage
+				log.Warn("nats disconnected; cancels and wake-ups fall back to polling", "error", err)
+			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 	)
