@@ -51,13 +51,15 @@ func (q *queue) fixedKeys() []string {
 // retries, expiring jobs past max_wait) and claims up to want jobs for
 // worker. want 0 only does the due work: that is the reaper. It costs two
 // round trips: a read-only peek for candidates, then the claim, which
-// checks each candidate again.
-func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Execution, error) {
+// checks each candidate again. busy says the peek saw ready jobs: if none
+// were claimed, other workers took them, and there may be more.
+func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	fixed := q.fixedKeys()
 	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], want, dueBatch).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("peek %s: %w", q.name, err)
+		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
+	busy = len(peeked[0].([]any)) > 0
 	// Candidates with due work come first; the ready ones after, once each.
 	seen := map[string]bool{}
 	var ids []string
@@ -74,7 +76,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Executio
 		}
 	}
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 
 	keys := fixed
@@ -87,16 +89,17 @@ func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Executio
 	for range want {
 		args = append(args, uuid.Must(uuid.NewV7()).String())
 	}
+	// go-redis resends the script when a connection drops before the reply;
+	// the script recognises its own earlier claims by their execution ids.
 	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", q.name, err)
+		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
 	}
-	var claimed []*Execution
 	for i := 0; i+7 <= len(res); i += 7 {
 		timeout, _ := res[i+6].(string)
 		ms, err := time.ParseDuration(timeout + "ms")
 		if err != nil {
-			return claimed, fmt.Errorf("claim %s: job %v has a bad timeout %q", q.name, res[i], timeout)
+			return claimed, busy, fmt.Errorf("claim %s: job %v has a bad timeout %q", q.name, res[i], timeout)
 		}
 		input, _ := res[i+5].(string)
 		kind, _ := res[i+4].(string)
@@ -112,7 +115,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) ([]*Executio
 			q:       q,
 		})
 	}
-	return claimed, nil
+	return claimed, busy, nil
 }
 
 // heartbeatStatus is what a heartbeat learned about one execution.

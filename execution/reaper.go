@@ -31,7 +31,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		for _, q := range r.queues {
-			if _, err := q.claim(ctx, "", 0); err != nil && ctx.Err() == nil {
+			if _, _, err := q.claim(ctx, "", 0); err != nil && ctx.Err() == nil {
 				r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
 			}
 		}

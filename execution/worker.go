@@ -255,14 +255,14 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 			break
 		}
 
-		claimed := 0
+		claimed, busy := 0, false
 		for i := range w.queues {
 			if claimed == free {
 				break
 			}
 			q := w.queues[(next+i)%len(w.queues)]
 			sent := time.Now()
-			execs, err := q.claim(ctx, w.cfg.ID, free-claimed)
+			execs, more, err := q.claim(ctx, w.cfg.ID, free-claimed)
 			if err != nil && ctx.Err() == nil {
 				w.log.WarnContext(ctx, "claim failed", "queue", q.name, "error", err)
 			}
@@ -270,12 +270,13 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 				w.start(workCtx, e, sent)
 			}
 			claimed += len(execs)
+			busy = busy || more
 		}
 		next++
 		for range free - claimed {
 			<-w.slots
 		}
-		if claimed == 0 {
+		if claimed == 0 && !busy {
 			w.idle(ctx)
 		}
 	}

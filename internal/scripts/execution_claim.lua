@@ -13,6 +13,10 @@
 -- Returns, for each job claimed, 7 values:
 -- {id, execution id, token, attempt, kind, input, timeout_ms}.
 --
+-- A retry with the same arguments (the client resends a script whose reply
+-- was lost) returns the jobs the first run claimed, found by their execution
+-- ids, with their leases renewed: a lost reply never strands a claim.
+--
 -- Due work, for each of the first d candidates:
 --   lease expired    running -> retrying | failed | cancelled (execution lost)
 --   max_wait passed  queued | retrying -> expired
@@ -57,12 +61,19 @@ local function enqueue(id, priority)
   redis.call('ZADD', ready, int((100 - tonumber(priority)) * 8796093022208 + redis.call('INCR', seq)), id)
 end
 
+-- This call's execution ids, to recognise what a lost first run claimed.
+local ours = {}
+for i = 1, want do
+  ours[ARGV[8 + n + i]] = true
+end
+local reclaimed = {}
+
 local claimable = {}
 for i = 1, n do
   local id = ARGV[8 + i]
   local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms')
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -71,6 +82,8 @@ for i = 1, n do
     redis.call('ZREM', scheduled, id)
     redis.call('ZREM', leases, id)
     redis.call('ZREM', deadlines, id)
+  elseif f[1] == 'running' and ours[f[11]] then
+    reclaimed[#reclaimed + 1] = {id = id, f = f}
   else
     if i <= d then
       local lease = redis.call('ZSCORE', leases, id)
@@ -133,18 +146,39 @@ end
 table.sort(claimable, function(a, b) return a.score < b.score end)
 
 local claimed = {}
-for i = 1, math.min(want, #claimable) do
+local function hand_out(id, exec_id, token, attempt, f)
+  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10]}) do
+    claimed[#claimed + 1] = v
+  end
+end
+
+-- now is truncated to the millisecond: round the expiry up, so the lease
+-- never ends before the owner's trust window (claim sent + ttl) does.
+local expires = int(now + 1 + ttl)
+for _, r in ipairs(reclaimed) do
+  ours[r.f[11]] = false
+  redis.call('ZADD', leases, 'XX', expires, r.id)
+  hand_out(r.id, r.f[11], tonumber(r.f[12]), tonumber(r.f[2]), r.f)
+end
+
+local next_exec = 8 + n
+local function fresh_exec_id()
+  repeat
+    next_exec = next_exec + 1
+  until ours[ARGV[next_exec]]
+  return ARGV[next_exec]
+end
+
+for i = 1, math.min(want - #reclaimed, #claimable) do
   local c = claimable[i]
-  local exec_id = ARGV[8 + n + i]
+  local exec_id = fresh_exec_id()
   local token = redis.call('INCR', fence)
   local attempt = tonumber(c.f[2]) + 1
   redis.call('ZREM', ready, c.id)
   if c.f[7] ~= '0' then
     redis.call('ZREM', deadlines, c.id) -- max_wait bounds the wait before the first start only
   end
-  -- now is truncated to the millisecond: round the expiry up, so the lease
-  -- never ends before the owner's trust window (claim sent + ttl) does.
-  redis.call('ZADD', leases, int(now + 1 + ttl), c.id)
+  redis.call('ZADD', leases, expires, c.id)
   local started = c.f[6]
   if started == '' then
     started = int(now)
@@ -154,9 +188,7 @@ for i = 1, math.min(want, #claimable) do
     'exec_started_at', int(now), 'exec_heartbeat_at', int(now),
     'exec_finished_at', '', 'exec_state', 'running')
   event(c.events, 'running', attempt)
-  for _, v in ipairs({c.id, exec_id, token, attempt, c.f[8], c.f[9], c.f[10]}) do
-    claimed[#claimed + 1] = v
-  end
+  hand_out(c.id, exec_id, token, attempt, c.f)
 end
 
 for state, delta in pairs(counts) do

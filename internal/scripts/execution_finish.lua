@@ -9,13 +9,18 @@
 -- ARGV[7] backoff_ms before a retry    ARGV[8] retention_ms   ARGV[9] events MAXLEN
 -- Returns the job's new state, or "" when the token is not the job's
 -- current one or the job is not running: the caller is not the owner, and
--- nothing changed.
+-- nothing changed. A retry of a finish that was written (its reply lost)
+-- returns the job's state again and changes nothing.
 local job, events, leases, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local scheduled, seq, stats = KEYS[5], KEYS[6], KEYS[7]
 local id, token, outcome, result, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local retryable, backoff, retention, maxlen = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], ARGV[9]
 
-local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority')
+local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
+  'exec_state')
+if f[1] == token and f[2] ~= 'running' and f[7] == outcome then
+  return f[2] -- a retry whose first run was written (its reply was lost)
+end
 if f[1] ~= token or f[2] ~= 'running' then
   return ''
 end

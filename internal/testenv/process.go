@@ -42,20 +42,16 @@ func StartHelper(t testing.TB, name string, env ...string) *Process {
 	}
 	p := &Process{cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
 	go func() {
-		defer close(p.lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			p.lines <- sc.Text()
 		}
-	}()
-	go func() {
+		close(p.lines)
+		// Wait closes stdout: only once every line has been read.
 		_ = cmd.Wait() // the exit status of a killed helper says nothing
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
+	t.Cleanup(p.kill)
 	return p
 }
 
@@ -87,7 +83,15 @@ func (p *Process) Lines() <-chan string { return p.lines }
 // Kill sends SIGKILL and waits for the process to be gone.
 func (p *Process) Kill(t testing.TB) {
 	t.Helper()
+	p.kill()
+}
+
+// kill kills the process and drains what it printed, so the reader is never
+// stuck on a full buffer and the process can be waited for.
+func (p *Process) kill() {
 	_ = p.cmd.Process.Kill()
+	for range p.lines {
+	}
 	<-p.done
 }
 
@@ -118,12 +122,20 @@ func (p *Process) Signal(t testing.TB, sig os.Signal) {
 // Wait waits for the process to exit on its own and returns its exit code.
 func (p *Process) Wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(timeout):
-		t.Fatalf("helper still running after %v", timeout)
-		return -1
+	deadline := time.After(timeout)
+	lines := p.lines
+	for {
+		select {
+		case _, ok := <-lines: // drained so the helper never blocks on stdout
+			if !ok {
+				lines = nil
+			}
+		case <-p.done:
+			return p.cmd.ProcessState.ExitCode()
+		case <-deadline:
+			t.Fatalf("helper still running after %v", timeout)
+			return -1
+		}
 	}
 }
 

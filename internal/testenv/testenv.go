@@ -48,16 +48,20 @@ var prefixSeq atomic.Int64
 // checks for leaked goroutines. When the binary was started as a helper
 // subprocess (see StartHelper), it runs that helper instead and exits with
 // its code.
-func Main(m *testing.M, helpers map[string]func() int) {
+func Main(m *testing.M, helpers map[string]func() int) { os.Exit(Run(m, helpers)) }
+
+// Run is Main for a TestMain that has cleanup of its own to do after the
+// tests: it returns the exit code instead of exiting.
+func Run(m *testing.M, helpers map[string]func() int) int {
 	if name := os.Getenv(envHelper); name != "" {
 		h, ok := helpers[name]
 		if !ok {
 			fmt.Fprintf(os.Stderr, "testenv: unknown helper %q\n", name)
-			os.Exit(2)
+			return 2
 		}
-		os.Exit(h())
+		return h()
 	}
-	os.Exit(run(m))
+	return run(m)
 }
 
 func run(m *testing.M) int {
