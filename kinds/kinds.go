@@ -1,5 +1,7 @@
 // Package kinds holds the job kinds every Leasehold worker serves out of
-// the box: echo and sleep, for trying the system and for diagnosing it.
+// the box: llm.chat, which streams a chat completion from an
+// OpenAI-compatible upstream, and echo and sleep, for trying the system and
+// for diagnosing it.
 package kinds
 
 import (
@@ -16,13 +18,15 @@ import (
 )
 
 // Register adds every built-in kind to w. client makes sleep's notify
-// calls; nil means http.DefaultClient.
-func Register(w *execution.Worker, client *http.Client) {
+// calls; nil means http.DefaultClient. llm configures llm.chat; its zero
+// value registers a kind that fails every job, saying no upstream is set.
+func Register(w *execution.Worker, client *http.Client, llm LLMConfig) {
 	if client == nil {
 		client = http.DefaultClient
 	}
 	w.Handle("echo", Echo)
 	w.Handle("sleep", Sleep(client))
+	w.Handle("llm.chat", LLMChat(llm))
 }
 
 // Echo returns its input as its result.

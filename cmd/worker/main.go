@@ -29,6 +29,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	heartbeat := fs.Duration("heartbeat", "LEASEHOLD_HEARTBEAT", 2*time.Second, "lease heartbeat interval")
 	leaseTTL := fs.Duration("lease-ttl", "LEASEHOLD_LEASE_TTL", 10*time.Second, "lease TTL")
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
+	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
+	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,7 +60,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	kinds.Register(w, nil)
+	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey})
 	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency)
 
 	var g run.Group
