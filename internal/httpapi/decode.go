@@ -1,0 +1,183 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// errUnsupportedMedia is a body that is not declared as JSON.
+var errUnsupportedMedia = errors.New("httpapi: content type is not application/json")
+
+// readJSONBody reads a request body declared as JSON, at most max bytes.
+// It returns errUnsupportedMedia (415) for another content type and
+// *http.MaxBytesError (413) for a larger body.
+func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return nil, errUnsupportedMedia
+	}
+	if r.ContentLength > max {
+		return nil, &http.MaxBytesError{Limit: max}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, err
+		}
+		return nil, &badRequest{detail: "could not read the body: " + err.Error()}
+	}
+	return body, nil
+}
+
+// isJSON accepts application/json, with no parameter but charset=utf-8.
+func isJSON(contentType string) bool {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	for name, value := range params {
+		if name != "charset" || !strings.EqualFold(value, "utf-8") {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeSubmission parses a submit body. Unlike json.Decoder with
+// DisallowUnknownFields, which stops at the first problem and names no
+// field for a bad duration, it reports every unknown field and every field
+// of the wrong type, by name.
+func decodeSubmission(body []byte) (job.Submission, error) {
+	var sub job.Submission
+	raw, err := decodeObject(body)
+	if err != nil {
+		return sub, err
+	}
+	targets := jsonFields(&sub)
+	var fields []job.FieldError
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		target, ok := targets[name]
+		if !ok {
+			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
+			continue
+		}
+		if msg := decodeField(raw[name], target); msg != "" {
+			fields = append(fields, job.FieldError{Field: name, Message: msg})
+		}
+	}
+	if len(fields) > 0 {
+		return sub, &badRequest{detail: "the request has unknown fields or fields of the wrong type: see errors", fields: fields}
+	}
+	return sub, nil
+}
+
+// decodeObject splits a body that must be exactly one JSON object into its
+// members.
+func decodeObject(body []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var raw map[string]json.RawMessage
+	err := dec.Decode(&raw)
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, &badRequest{detail: "the body is empty: want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, &badRequest{detail: "the body is truncated: the JSON ends before it is complete"}
+	case errors.As(err, &syntax):
+		return nil, &badRequest{detail: fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, err)}
+	case errors.As(err, &typ) && typ.Field == "":
+		return nil, &badRequest{detail: "the body must be a JSON object, not " + typ.Value}
+	case err != nil:
+		return nil, &badRequest{detail: "malformed JSON: " + err.Error()}
+	case raw == nil:
+		return nil, &badRequest{detail: "the body must be a JSON object, not null"}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &badRequest{detail: "malformed JSON: more data follows the object"}
+	}
+	return raw, nil
+}
+
+// jsonFields maps each JSON name of the struct v points to to a pointer to
+// that field, so a field added to job.Submission is accepted here at once.
+func jsonFields(v any) map[string]any {
+	rv := reflect.ValueOf(v).Elem()
+	out := make(map[string]any, rv.NumField())
+	for i := range rv.NumField() {
+		name, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out[name] = rv.Field(i).Addr().Interface()
+		}
+	}
+	return out
+}
+
+// decodeField decodes one member into target and says what is wrong with
+// it, or "".
+func decodeField(raw json.RawMessage, target any) string {
+	if d, ok := target.(*job.Duration); ok {
+		return decodeDuration(raw, d)
+	}
+	err := json.Unmarshal(raw, target)
+	if err == nil {
+		return ""
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return "must be " + describe(reflect.TypeOf(target).Elem())
+	}
+	return err.Error()
+}
+
+// decodeDuration reads a Go duration string, with messages that say what
+// a duration looks like.
+func decodeDuration(raw json.RawMessage, d *job.Duration) string {
+	const want = `must be a duration string such as "30s" or "10m"`
+	var s *string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return want
+	}
+	if s == nil { // null: the default
+		return ""
+	}
+	v, err := time.ParseDuration(*s)
+	if err != nil {
+		return want + ", not " + strconv.Quote(*s)
+	}
+	*d = job.Duration(v)
+	return ""
+}
+
+// describe names a JSON type for a message: "a string", "an integer".
+func describe(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(describe(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "of another type"
+}

@@ -1,0 +1,28 @@
+package httpapi_test
+
+import (
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/httpapi"
+)
+
+// API keys come from LEASEHOLD_API_KEYS; a tenant may hold several keys,
+// and the tenant admin acts on every tenant's jobs.
+func ExampleParseKeys() {
+	keys, err := httpapi.ParseKeys("acme:s3cret-1,acme:s3cret-2,admin:r00t")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, key := range []string{"s3cret-2", "r00t", "guess"} {
+		tenant, ok := keys.Tenant(key)
+		fmt.Println(tenant, ok)
+	}
+	_, err = httpapi.ParseKeys("acme:s3cret,globex:s3cret")
+	fmt.Println(err)
+	// Output:
+	// acme true
+	// admin true
+	//  false
+	// api keys: pair 2 (tenant globex): duplicate key
+}

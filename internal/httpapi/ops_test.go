@@ -1,0 +1,77 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/leasehold/leasehold/docs"
+)
+
+func TestHealthAndReadiness(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if resp := f.get("", "/healthz"); resp.StatusCode != 200 || !strings.Contains(string(resp.body), `"ok"`) {
+		t.Errorf("healthz: %s %s", resp.Status, resp.body)
+	}
+	resp := f.get("", "/readyz")
+	if resp.StatusCode != 200 || !strings.Contains(string(resp.body), `"nats":"connected"`) {
+		t.Errorf("readyz: %s %s", resp.Status, resp.body)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.submit(acmeKey, `{"kind": "echo"}`)
+	f.submit(acmeKey, `{"kind": "echo", "queue": "batch"}`)
+	f.get(acmeKey, "/v1/jobs/0192a000-0000-7000-8000-000000000000")
+	f.get(acmeKey, "/no/such/path")
+
+	resp := f.get("", "/metrics")
+	if resp.StatusCode != 200 {
+		t.Fatalf("metrics: %s", resp.Status)
+	}
+	body := string(resp.body)
+	for _, want := range []string{
+		`http_server_request_duration_seconds_bucket\{[^}]*http_request_method="POST",http_response_status_code="201",http_route="/v1/jobs"`,
+		`http_server_request_duration_seconds_count\{[^}]*http_request_method="GET",http_response_status_code="404",http_route="/v1/jobs/\{id\}"[^}]*\} 1`,
+		`leasehold_api_requests_total\{[^}]*http_request_method="POST",http_response_status_code="201",http_route="/v1/jobs"[^}]*\} 2`,
+		`leasehold_api_requests_total\{[^}]*http_route="unmatched"[^}]*\} 1`,
+		`leasehold_jobs\{[^}]*queue="default",state="queued"[^}]*\} 1`,
+		`leasehold_jobs\{[^}]*queue="batch",state="queued"[^}]*\} 1`,
+		`leasehold_jobs\{[^}]*queue="batch",state="running"[^}]*\} 0`,
+	} {
+		if !regexp.MustCompile(want).MatchString(body) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	resp := f.get("", "/openapi.yaml")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/yaml" {
+		t.Fatalf("%s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	if string(resp.body) != docs.OpenAPI() {
+		t.Error("served document differs from docs/openapi.yaml")
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(resp.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Paths.Find("/v1/limits") != nil {
+		t.Error("the document describes /v1/limits, which is not served")
+	}
+}

@@ -1,0 +1,155 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// retryAfter is the Retry-After of a 503, in seconds: about one Redis
+// timeout, long enough for a restart or a failover to show.
+const retryAfter = 2
+
+// problem is an RFC 9457 problem detail, the body of every error. Type is
+// always about:blank, so Title is the status's own phrase; Errors lists
+// the fields at fault (empty when no field is).
+type problem struct {
+	Type   string           `json:"type"`
+	Title  string           `json:"title"`
+	Status int              `json:"status"`
+	Detail string           `json:"detail"`
+	Errors []job.FieldError `json:"errors"`
+}
+
+func newProblem(status int, detail string, fields []job.FieldError) problem {
+	if fields == nil {
+		fields = []job.FieldError{}
+	}
+	return problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
+}
+
+// writeProblem answers with a problem; fields name the bad parts of the
+// request.
+func writeProblem(w http.ResponseWriter, status int, detail string, fields ...job.FieldError) {
+	body, err := json.Marshal(newProblem(status, detail, fields))
+	if err != nil { // a problem is plain strings and ints
+		panic(err)
+	}
+	writeBody(w, status, "application/problem+json", body)
+}
+
+// writeConflict answers 409 to a cancel of a job that already ended: a
+// problem whose extension members are the job object's, so a client can
+// read the body as a problem or as the job. The two share no member name.
+func writeConflict(w http.ResponseWriter, j job.Job) {
+	members := map[string]json.RawMessage{}
+	for _, v := range []any{j, newProblem(http.StatusConflict, "the job already ended "+string(j.State)+"; it cannot be cancelled", nil)} {
+		b, err := json.Marshal(v)
+		if err == nil {
+			err = json.Unmarshal(b, &members)
+		}
+		if err != nil {
+			panic(err) // both are plain JSON objects
+		}
+	}
+	body, _ := json.Marshal(members)
+	writeBody(w, http.StatusConflict, "application/problem+json", body)
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only API types, which always marshal
+	}
+	writeBody(w, status, "application/json", body)
+}
+
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// badRequest is a request the client must fix: a 400 with its detail and
+// the fields at fault.
+type badRequest struct {
+	detail string
+	fields []job.FieldError
+}
+
+func (e *badRequest) Error() string { return e.detail }
+
+// fieldError is a 400 about one field.
+func fieldError(field, message string) *badRequest {
+	return &badRequest{detail: "invalid " + field + ": " + message, fields: []job.FieldError{{Field: field, Message: message}}}
+}
+
+// fail answers a request that failed with err. It is the one place that
+// maps errors to statuses: the request's own faults to 4xx, Redis
+// trouble to 503 with Retry-After, and anything else, a bug, to 500.
+// (Only a 409 with its job is written where it happens, by cancelJob.)
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var bad *badRequest
+	var invalid *job.ValidationError
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.Is(err, errUnsupportedMedia):
+		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
+	case errors.As(err, &tooLarge):
+		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit))
+	case errors.As(err, &bad):
+		writeProblem(w, http.StatusBadRequest, bad.detail, bad.fields...)
+	case errors.As(err, &invalid):
+		writeProblem(w, http.StatusBadRequest, "the request is invalid: see errors", invalid.Errors...)
+	case errors.Is(err, job.ErrNotFound):
+		// The same words for a missing job and another tenant's.
+		writeProblem(w, http.StatusNotFound, "no such job")
+	case errors.Is(err, job.ErrBadCursor):
+		writeProblem(w, http.StatusBadRequest, "invalid cursor", job.FieldError{Field: "cursor", Message: "is not a cursor this API handed out"})
+	case errors.Is(err, job.ErrIdempotencyConflict):
+		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body",
+			job.FieldError{Field: "Idempotency-Key", Message: "already used with a different body"})
+	case r.Context().Err() != nil:
+		// The client left; nobody reads an answer.
+		s.log.DebugContext(r.Context(), "request abandoned by the client", attrErr, err)
+	case unavailable(err):
+		s.log.WarnContext(r.Context(), "redis unavailable", attrRoute, r.Pattern, attrErr, err)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "the job store is unavailable or too slow; retry later")
+	default:
+		s.log.ErrorContext(r.Context(), "request failed", attrRoute, r.Pattern, attrErr, err)
+		writeProblem(w, http.StatusInternalServerError, "internal error")
+	}
+}
+
+// unavailable reports whether err means Redis could not be reached or did
+// not answer in time: worth a retry, and never the client's fault.
+func unavailable(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &netErr),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return true
+	}
+	// Replies of a Redis that is up but cannot serve now.
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
+}

@@ -1,0 +1,201 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/job"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBody      = 1 << 20
+	DefaultRedisTimeout = 2 * time.Second
+	DefaultKeepAlive    = 15 * time.Second
+)
+
+// MaxWait is the longest ?wait= a GET of a job may ask for.
+const MaxWait = 60 * time.Second
+
+// Log attribute keys.
+const (
+	attrJobID = "job_id"
+	attrQueue = "queue"
+	attrErr   = "err"
+	attrRoute = "route"
+)
+
+// Config configures the API. Zero values mean the defaults.
+type Config struct {
+	// Redis holds the jobs. Required: /readyz pings it, and it backs the
+	// default Store and Flags. Give it ContextTimeoutEnabled, or a Redis
+	// that accepts connections but does not answer holds requests for the
+	// client's read timeout instead of RedisTimeout.
+	Redis redis.UniversalClient
+	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	Store *job.Store
+	// Flags requests cancellation of running jobs; default
+	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
+	Flags *cancel.Flags
+	// NATS wakes an idle worker after each new job; default nil: no
+	// wake-ups, workers find new jobs when they poll.
+	NATS *nats.Conn
+	// Prefix starts every Redis key and NATS wake-up subject; default
+	// keys.DefaultPrefix ("leasehold:"). It must be the Store's, the Flags'
+	// and the workers' prefix.
+	Prefix string
+	// Keys are the API keys and the tenants they stand for. Required: at
+	// least one (see ParseKeys).
+	Keys Keys
+	// MaxBody is the largest request body, in bytes; default DefaultMaxBody
+	// (1 MiB). Larger bodies are answered 413.
+	MaxBody int64
+	// RedisTimeout bounds the Redis work of one request, default
+	// DefaultRedisTimeout (2s); a blocking read gets its wait on top. Past
+	// it the request is answered 503.
+	RedisTimeout time.Duration
+	// KeepAlive is how long an event stream stays silent before it sends a
+	// comment line; default DefaultKeepAlive (15s).
+	KeepAlive time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider makes the API's instruments (requests, latency, job
+	// counts); default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// Metrics serves GET /metrics; default promhttp.Handler(), the default
+	// Prometheus registry, which an OpenTelemetry Prometheus exporter made
+	// without WithRegisterer feeds.
+	Metrics http.Handler
+}
+
+// server holds what every handler needs.
+type server struct {
+	rdb          redis.UniversalClient
+	store        *job.Store
+	flags        *cancel.Flags
+	nc           *nats.Conn
+	prefix       string
+	keys         Keys
+	maxBody      int64
+	redisTimeout time.Duration
+	keepAlive    time.Duration
+	log          *slog.Logger
+	metrics      *instruments
+}
+
+// New returns the API's handler.
+func New(cfg Config) (http.Handler, error) {
+	switch {
+	case cfg.Redis == nil:
+		return nil, errors.New("httpapi: nil redis client")
+	case cfg.Keys.Len() == 0:
+		return nil, errors.New("httpapi: no API keys")
+	case cfg.MaxBody < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0:
+		return nil, errors.New("httpapi: negative MaxBody, RedisTimeout or KeepAlive")
+	}
+	s := &server{
+		rdb:          cfg.Redis,
+		store:        cfg.Store,
+		flags:        cfg.Flags,
+		nc:           cfg.NATS,
+		prefix:       cfg.Prefix,
+		keys:         cfg.Keys,
+		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
+		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
+		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
+		log:          cmp.Or(cfg.Logger, slog.Default()),
+	}
+	var err error
+	if s.store == nil {
+		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	if s.flags == nil {
+		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if s.metrics, err = newInstruments(mp, s.jobCounts); err != nil {
+		return nil, fmt.Errorf("httpapi: metrics: %w", err)
+	}
+	metricsHandler := cfg.Metrics
+	if metricsHandler == nil {
+		metricsHandler = promhttp.Handler()
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/v1/jobs", methods{
+		http.MethodGet:  s.authed(s.listJobs),
+		http.MethodPost: s.authed(s.submitJob),
+	})
+	mux.Handle("/v1/jobs/{id}", methods{http.MethodGet: s.authed(s.getJob)})
+	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
+	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
+	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
+	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
+	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
+	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})
+	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
+	mux.HandleFunc("/", notFound)
+	return s.measure(canonicalPath(mux)), nil
+}
+
+// methods serves one path: a handler per method, and 405 with Allow for
+// every other method.
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, ok := m[r.Method]; ok {
+		h(w, r)
+		return
+	}
+	allowed := strings.Join(slices.Sorted(maps.Keys(m)), ", ")
+	w.Header().Set("Allow", allowed)
+	writeProblem(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allowed))
+}
+
+// canonicalPath answers 404 for a path that is not in canonical form (dot
+// segments, double slashes), where ServeMux would redirect instead: no
+// route of the API has such a path, and a redirect would turn an injected
+// "../" into a request for another resource.
+func canonicalPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		if p == "" || path.Clean(p) != p {
+			notFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, http.StatusNotFound, "no such resource")
+}
+
+// redisContext bounds a request's Redis work: RedisTimeout, plus block for
+// a read that waits for events.
+func (s *server) redisContext(ctx context.Context, block time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.redisTimeout+block)
+}
