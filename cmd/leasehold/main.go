@@ -1,0 +1,202 @@
+// Command leasehold is the developer's entry point. `leasehold dev` starts
+// the whole system in one process on defaults: the API, a worker, an
+// embedded NATS server and Redis — a redis-server child process with its
+// data in .dev/ when redis-server is installed, otherwise an in-process
+// stand-in that keeps nothing. The production binaries are cmd/api and
+// cmd/worker.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/oklog/run"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/kinds"
+)
+
+const usage = "usage: leasehold dev [flags]   (start API, worker, NATS and Redis on defaults; -h for flags)"
+
+func main() {
+	os.Exit(cli.Code("leasehold", runCommand(context.Background(), os.Args[1:], os.Stdout, os.Stderr)))
+}
+
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "dev" {
+		return errors.New(usage)
+	}
+	return runDev(ctx, args[1:], stdout, stderr)
+}
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("leasehold dev", stderr)
+	addr := fs.String("addr", "LEASEHOLD_ADDR", "127.0.0.1:8080", "API listen address")
+	dataDir := fs.String("data", "LEASEHOLD_DEV_DATA", ".dev", "directory for Redis's data (AOF)")
+	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
+	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
+	memory := fs.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := cli.Logger(stderr)
+
+	rdb, stopRedis, durable, err := startRedis(ctx, *dataDir, *memory, log)
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+	defer rdb.Close()
+
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	ns.Start()
+	defer ns.WaitForShutdown()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("nats: embedded server did not start")
+	}
+	nc, err := cli.NATS(ns.ClientURL(), "leasehold-dev", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	key := rand.Text()
+	keys, err := httpapi.ParseKeys("dev:" + key)
+	if err != nil {
+		return err
+	}
+	meters, metrics, err := cli.Metrics()
+	if err != nil {
+		return err
+	}
+	defer meters.Shutdown(context.WithoutCancel(ctx))
+	api, err := httpapi.New(httpapi.Config{
+		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log})
+	if err != nil {
+		return err
+	}
+	var g run.Group
+	llm := kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey}
+	if llm.BaseURL == "" {
+		// A fake upstream streams numbered tokens, so llm.chat can be tried
+		// without an account.
+		fake, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		llm.BaseURL = "http://" + fake.Addr().String() + "/v1"
+		g.Add(cli.Serve(ctx, fake, fakellm.New(fakellm.Config{Tokens: 40, Delay: 100 * time.Millisecond}), log))
+	}
+	kinds.Register(worker, nil, llm)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	banner(stdout, "http://"+ln.Addr().String(), key, *dataDir, durable, *llmURL == "")
+
+	g.Add(cli.Serve(ctx, ln, api, log))
+	workCtx, stopWork := context.WithCancel(ctx)
+	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
+	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
+	return g.Run()
+}
+
+// startRedis starts a redis-server child process with AOF in dir, or, when
+// there is none (or memory is set), an in-process stand-in whose clock runs
+// in real time. durable says which.
+func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) (rdb redis.UniversalClient, stop func(), durable bool, err error) {
+	if !memory && redisproc.Installed() {
+		dir = filepath.Join(dir, "redis")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, nil, false, err
+		}
+		port, err := redisproc.FreePort()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		srv, err := redisproc.Start(dir, port)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		rdb, err := cli.Redis(ctx, "redis://"+srv.Addr()+"/0")
+		if err != nil {
+			srv.Stop()
+			return nil, nil, false, err
+		}
+		log.Info("redis-server started", "addr", srv.Addr(), "data", dir)
+		return rdb, srv.Stop, true, nil
+	}
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true) // keys expire in real time, as leases must
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, nil, false, fmt.Errorf("in-process redis: %w", err)
+	}
+	if memory {
+		log.Warn("using the in-process Redis stand-in (--memory). NOTHING IS DURABLE: every job is lost when this process stops")
+	} else {
+		log.Warn("NO redis-server FOUND: using an in-process Redis stand-in. NOTHING IS DURABLE: every job is lost when this process stops. " + redisproc.InstallHint)
+	}
+	return redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}), m.Close, false, nil
+}
+
+// banner prints what a developer needs to start: the address, the key, and
+// three commands to copy.
+func banner(w io.Writer, base, key, dataDir string, durable, fakeLLM bool) {
+	store := "redis-server, data in " + dataDir
+	if !durable {
+		store = "in-process stand-in: NOTHING IS DURABLE"
+	}
+	llm := "LEASEHOLD_LLM_BASE_URL"
+	if fakeLLM {
+		llm = "a fake upstream in this process (set LEASEHOLD_LLM_BASE_URL for a real one)"
+	}
+	auth := "Authorization: Bearer " + key
+	fmt.Fprintf(w, `
+Leasehold is running.
+  API      %s   (tenant "dev", key %s)
+  Redis    %s
+  Worker   serving queue "default" (kinds: echo, sleep, llm.chat)
+  LLM      %s
+
+Submit a job that sleeps 20s, ticking every second:
+  curl -s -X POST %s/v1/jobs -H '%s' -H 'Content-Type: application/json' \
+    -d '{"kind":"sleep","input":{"duration":"20s","tick":"1s"}}'
+
+Follow its events (put the id from the answer in ID):
+  curl -N %s/v1/jobs/$ID/events -H '%s'
+
+Cancel it:
+  curl -s -X POST %s/v1/jobs/$ID/cancel -H '%s'
+
+Or stream a chat completion the same way:
+  curl -s -X POST %s/v1/jobs -H '%s' -H 'Content-Type: application/json' \
+    -d '{"kind":"llm.chat","input":{"model":"fake","messages":[{"role":"user","content":"hi"}]}}'
+
+Ctrl-C stops everything.
+`, base, key, store, llm, base, auth, base, auth, base, auth, base, auth)
+}
