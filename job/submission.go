@@ -43,7 +43,7 @@ var (
 	tenantPattern = queuePattern
 	// A job's key names one limit; '*' (one limit per value) belongs to
 	// limit definitions only, so it is refused here with its own message.
-	concurrencyKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_.:*-]{1,128}$`)
+	concurrencyKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_.:/*-]{1,128}$`)
 )
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -190,6 +190,21 @@ func checkDuration(v *ValidationError, field string, d Duration, max time.Durati
 	}
 }
 
+// chatModel returns the model an llm.chat submission names, if any; the
+// worker refuses a missing or malformed one.
+func chatModel(s Submission) (string, bool) {
+	if s.Kind != "llm.chat" {
+		return "", false
+	}
+	var in struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(s.Input, &in) != nil || strings.TrimSpace(in.Model) == "" {
+		return "", false
+	}
+	return in.Model, true
+}
+
 // absent reports whether raw JSON is missing or null: both mean the default.
 func absent(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
@@ -213,6 +228,15 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "names another tenant's key; %s is added for you", own)
 		}
 		keys = append(keys, k)
+	}
+	if model, ok := chatModel(s); ok {
+		// The fleet never exceeds a model's limit: llm.chat is always
+		// guarded by its model's key.
+		if key := "model:" + model; concurrencyKeyPattern.MatchString(key) {
+			keys = append(keys, key)
+		} else {
+			v.add("input.model", "cannot name a concurrency key: must match %s after \"model:\"", concurrencyKeyPattern)
+		}
 	}
 	if err := v.err(); err != nil {
 		return s, err

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -144,5 +146,28 @@ func TestSubmissionDecoding(t *testing.T) {
 	b, err := json.Marshal(job.Submission{Kind: "x", Timeout: dur(10 * time.Minute)})
 	if err != nil || !bytes.Contains(b, []byte(`"timeout":"10m0s"`)) {
 		t.Errorf("marshal = %s, %v", b, err)
+	}
+}
+
+func TestChatJobsAreGuardedByTheirModelKey(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client(t)
+	s, err := job.NewStore(rdb, job.Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := s.Submit(t.Context(), "acme", job.Submission{Kind: "llm.chat",
+		Input: json.RawMessage(`{"model":"meta/llama-3","messages":[]}`)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(j.ConcurrencyKeys, []string{"model:meta/llama-3", "tenant:acme"}) {
+		t.Fatalf("keys %v, want the model's and the tenant's", j.ConcurrencyKeys)
+	}
+	_, _, err = s.Submit(t.Context(), "acme", job.Submission{Kind: "llm.chat",
+		Input: json.RawMessage(`{"model":"a{b}"}`)}, "")
+	var v *job.ValidationError
+	if !errors.As(err, &v) || v.Errors[0].Field != "input.model" {
+		t.Fatalf("a model that cannot be a key: %v, want a validation error on input.model", err)
 	}
 }
