@@ -1,0 +1,40 @@
+// Package usage keeps per-tenant usage counters (jobs submitted, tokens
+// used) per UTC day, counting each event exactly once however often its
+// write is retried.
+//
+// Counters.Add takes an event id along with the amount. One script checks
+// the event's mark, adds the amount to the tenant's hash for the event's
+// UTC day and sets the mark: a retry (the reply was lost, a job ran twice, a
+// queue redelivered) finds the mark and adds nothing. No interleaving of
+// concurrent duplicates can count one twice, since the check and the write
+// cannot be split.
+//
+//	<prefix>{usage:<tenant>}:seen:<counter>:<event id>   mark, value n, expires after MarkTTL
+//	<prefix>{usage:<tenant>}:day:2026-03-01              hash counter → count, dropped Retention after the day
+//
+// # What is exact and what is not
+//
+// Exact: a day's count is the sum of n over the distinct (counter, event id)
+// pairs applied to it, as long as every retry of an event arrives within
+// MarkTTL (default 8 days) of its first successful Add.
+//
+// Approximate, by what is stated here and nothing more:
+//
+//   - A retry that arrives more than MarkTTL after the first Add finds no mark
+//     and is counted again. Pick MarkTTL longer than the longest time anything
+//     may retry (client backoff, queue redelivery, a job's attempts).
+//   - A Redis failover with asynchronous replication can lose the last writes.
+//     Mark and increment are one script and replicate together, so both are
+//     lost or neither: a count the caller saw acknowledged may vanish, but no
+//     event is counted twice because of it.
+//   - Redis evicting keys would drop marks and counts: Leasehold requires
+//     maxmemory-policy noeviction.
+//
+// A mark costs one key per (counter, event id) for MarkTTL: at 100 events a
+// second, about 70 million keys over 8 days, several GB. Size MarkTTL to the
+// retry window, not longer.
+//
+// Days are UTC: an event at 23:30 in New York on March 1 counts on March 2.
+// All of a tenant's keys share one hash tag, so one tenant is one Redis
+// Cluster slot and Get reads a range of days in one round trip.
+package usage

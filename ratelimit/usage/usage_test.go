@@ -1,0 +1,277 @@
+package usage_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/ratelimit/usage"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+// eachBackend runs test on a single Redis and on a Redis Cluster.
+func eachBackend(t *testing.T, test func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			test(t, b.Client)
+		})
+	}
+}
+
+func newCounters(t testing.TB, rdb redis.UniversalClient, cfg usage.Config) (*usage.Counters, keys.Space) {
+	t.Helper()
+	cfg.Prefix = testenv.Prefix(t)
+	c, err := usage.New(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, keys.New(cfg.Prefix)
+}
+
+// today is midnight UTC of the current day, so the tests stay inside the
+// retention whenever they run.
+func today() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
+
+func add(t testing.TB, c *usage.Counters, tenant, counter string, n int64, id string, at time.Time) bool {
+	t.Helper()
+	added, err := c.Add(t.Context(), tenant, counter, n, id, at)
+	if err != nil {
+		t.Fatalf("add %s/%s %d %q: %v", tenant, counter, n, id, err)
+	}
+	return added
+}
+
+// count is tenant's count of counter on the UTC day of day.
+func count(t testing.TB, c *usage.Counters, tenant, counter string, day time.Time) int64 {
+	t.Helper()
+	days, err := c.Get(t.Context(), tenant, day, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return days[0].Counts[counter]
+}
+
+func TestSameEventCountsOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newCounters(t, rdb, usage.Config{})
+		at := today().Add(10 * time.Hour)
+		if !add(t, c, "acme", "jobs", 3, "evt-1", at) {
+			t.Fatal("first add not applied")
+		}
+		if add(t, c, "acme", "jobs", 3, "evt-1", at) {
+			t.Fatal("retried add applied again")
+		}
+		if n := count(t, c, "acme", "jobs", at); n != 3 {
+			t.Fatalf("count %d after an event and its retry, want 3", n)
+		}
+	})
+}
+
+func TestConcurrentDuplicatesCountOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newCounters(t, rdb, usage.Config{})
+		at := today().Add(time.Hour)
+		var applied atomic.Int32
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				added, err := c.Add(t.Context(), "acme", "tokens", 7, "evt-dup", at)
+				if err != nil {
+					t.Error(err)
+				}
+				if added {
+					applied.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := applied.Load(); n != 1 {
+			t.Fatalf("%d of 50 duplicate adds applied, want 1", n)
+		}
+		if n := count(t, c, "acme", "tokens", at); n != 7 {
+			t.Fatalf("count %d after 50 duplicates of one event, want 7", n)
+		}
+	})
+}
+
+func TestDifferentEventsAreSummed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newCounters(t, rdb, usage.Config{})
+		at := today().Add(2 * time.Hour)
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				if _, err := c.Add(t.Context(), "acme", "jobs", int64(i+1), "evt-"+string(rune('a'+i)), at); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := count(t, c, "acme", "jobs", at); n != 210 {
+			t.Fatalf("count %d after events worth 1..20, want 210", n)
+		}
+		// One event may count once in each of several counters; tenants
+		// are counted apart.
+		add(t, c, "acme", "tokens", 500, "evt-a", at)
+		add(t, c, "globex", "jobs", 1, "evt-a", at)
+		days, err := c.Get(t.Context(), "acme", at, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := days[0].Counts; len(got) != 2 || got["jobs"] != 210 || got["tokens"] != 500 {
+			t.Fatalf("acme's counts %v, want jobs 210 and tokens 500", got)
+		}
+		if n := count(t, c, "globex", "jobs", at); n != 1 {
+			t.Fatalf("globex's count %d, want 1", n)
+		}
+	})
+}
+
+// Days are UTC days, whatever the zone of the time given.
+func TestCountsPerUTCDay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newCounters(t, rdb, usage.Config{})
+		day := today().AddDate(0, 0, -2)
+		newYork := time.FixedZone("UTC-5", -5*3600)
+		tokyo := time.FixedZone("UTC+9", 9*3600)
+		// 23:30 on the day before in New York is 04:30 UTC on day.
+		add(t, c, "acme", "jobs", 1, "ny", day.Add(4*time.Hour+30*time.Minute).In(newYork))
+		// 08:30 on the day after in Tokyo is 23:30 UTC on day.
+		add(t, c, "acme", "jobs", 10, "tokyo", day.Add(23*time.Hour+30*time.Minute).In(tokyo))
+		// The first instant of the next UTC day.
+		add(t, c, "acme", "jobs", 100, "midnight", day.AddDate(0, 0, 1))
+
+		days, err := c.Get(t.Context(), "acme", day.AddDate(0, 0, -1).In(tokyo), day.AddDate(0, 0, 1).In(newYork))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int64{0, 11, 100}
+		if len(days) != len(want) {
+			t.Fatalf("%d days, want %d", len(days), len(want))
+		}
+		for i, d := range days {
+			if wantDate := day.AddDate(0, 0, i-1); !d.Date.Equal(wantDate) || d.Date.Location() != time.UTC {
+				t.Fatalf("day %d is %v, want %v UTC", i, d.Date, wantDate)
+			}
+			if d.Counts["jobs"] != want[i] {
+				t.Fatalf("%s: %d jobs, want %d", d.Date.Format(time.DateOnly), d.Counts["jobs"], want[i])
+			}
+		}
+		// The keys themselves are named by the UTC date.
+		if n := rdb.HGet(t.Context(), ks.UsageDay("acme", day), "jobs").Val(); n != "11" {
+			t.Fatalf("hash of %s holds %q, want 11", day.Format(time.DateOnly), n)
+		}
+	})
+}
+
+// A retry with a different n is a caller's bug: refused, and the first
+// write stands.
+func TestConflictingRetryIsRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newCounters(t, rdb, usage.Config{})
+		at := today().Add(time.Hour)
+		add(t, c, "acme", "jobs", 2, "evt-1", at)
+		added, err := c.Add(t.Context(), "acme", "jobs", 5, "evt-1", at)
+		if added || !errors.Is(err, usage.ErrConflict) || !strings.Contains(err.Error(), "n 2, now 5") {
+			t.Fatalf("retry with another n: %v, %v; want ErrConflict", added, err)
+		}
+		if n := count(t, c, "acme", "jobs", at); n != 2 {
+			t.Fatalf("count %d, want the first write's 2", n)
+		}
+	})
+}
+
+// The approximate side, as documented: once an event's mark has expired,
+// a retry counts again.
+func TestRetryAfterMarkTTLCountsAgain(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newCounters(t, rdb, usage.Config{MarkTTL: 100 * time.Millisecond})
+		at := today().Add(time.Hour)
+		add(t, c, "acme", "jobs", 1, "evt-1", at)
+		pttl := rdb.PTTL(t.Context(), ks.UsageMark("acme", "jobs", "evt-1")).Val()
+		if pttl <= 0 || pttl > 100*time.Millisecond {
+			t.Fatalf("mark pttl %v, want within (0, 100ms]", pttl)
+		}
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			return rdb.Exists(t.Context(), ks.UsageMark("acme", "jobs", "evt-1")).Val() == 0
+		}, "mark never expired")
+		if !add(t, c, "acme", "jobs", 1, "evt-1", at) {
+			t.Fatal("retry after the mark expired not applied")
+		}
+		if n := count(t, c, "acme", "jobs", at); n != 2 {
+			t.Fatalf("count %d, want 2: the late retry double-counts", n)
+		}
+	})
+}
+
+func TestDayCountsExpireAfterRetention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newCounters(t, rdb, usage.Config{Retention: 48 * time.Hour})
+		day := today().AddDate(0, 0, -1)
+		add(t, c, "acme", "jobs", 1, "evt-1", day.Add(time.Hour))
+		// Dropped at the end of day, plus 48 hours: 72 hours from its start.
+		dropAt := day.Add(72 * time.Hour)
+		pttl := rdb.PTTL(t.Context(), ks.UsageDay("acme", day)).Val()
+		if left := time.Until(dropAt); pttl < left-time.Minute || pttl > left+time.Minute {
+			t.Fatalf("day pttl %v, want about %v", pttl, left)
+		}
+		// A day already dropped is refused, not counted into nothing.
+		old := today().AddDate(0, 0, -3).Add(time.Hour)
+		added, err := c.Add(t.Context(), "acme", "jobs", 1, "evt-old", old)
+		if added || !errors.Is(err, usage.ErrInvalid) || !strings.Contains(err.Error(), "retention") {
+			t.Fatalf("add to a day past retention: %v, %v; want ErrInvalid", added, err)
+		}
+		if n := rdb.Exists(t.Context(), ks.UsageMark("acme", "jobs", "evt-old")).Val(); n != 0 {
+			t.Fatal("a refused add left a mark")
+		}
+	})
+}
+
+func TestBadInputIsRefused(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client(t)
+	c, _ := newCounters(t, rdb, usage.Config{})
+	at := today()
+	for _, in := range []struct {
+		tenant, counter string
+		n               int64
+		id              string
+		at              time.Time
+		why             string
+	}{
+		{"", "jobs", 1, "e", at, "tenant must be"},
+		{"a{b}", "jobs", 1, "e", at, "braces"},
+		{"acme", "", 1, "e", at, "counter must be"},
+		{"acme", "jobs:x", 1, "e", at, "colons"},
+		{"acme", "jobs", 1, "", at, "event id must be"},
+		{"acme", "jobs", 1, strings.Repeat("e", 257), at, "event id must be"},
+		{"acme", "jobs", 0, "e", at, "at least 1"},
+		{"acme", "jobs", 1, "e", time.Time{}, "no time"},
+	} {
+		if _, err := c.Add(t.Context(), in.tenant, in.counter, in.n, in.id, in.at); !errors.Is(err, usage.ErrInvalid) || !strings.Contains(err.Error(), in.why) {
+			t.Errorf("Add(%q, %q, %d, %.10q, %v): %v; want ErrInvalid saying %s", in.tenant, in.counter, in.n, in.id, in.at, err, in.why)
+		}
+	}
+	if _, err := c.Get(t.Context(), "acme", at, at.AddDate(0, 0, -1)); !errors.Is(err, usage.ErrInvalid) {
+		t.Errorf("Get with to before from: %v, want ErrInvalid", err)
+	}
+	if _, err := c.Get(t.Context(), "acme", at.AddDate(0, 0, -usage.MaxDays), at); !errors.Is(err, usage.ErrInvalid) {
+		t.Errorf("Get of %d days: %v, want ErrInvalid", usage.MaxDays+1, err)
+	}
+	if _, err := usage.New(nil, usage.Config{}); !errors.Is(err, usage.ErrInvalid) {
+		t.Errorf("New(nil): %v, want ErrInvalid", err)
+	}
+	if _, err := usage.New(rdb, usage.Config{MarkTTL: -time.Second}); !errors.Is(err, usage.ErrInvalid) {
+		t.Errorf("negative MarkTTL: %v, want ErrInvalid", err)
+	}
+}
