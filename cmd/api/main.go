@@ -6,16 +6,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/oklog/run"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/ratelimit"
 )
 
 func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], os.Stderr))) }
@@ -29,7 +35,14 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
+	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
+	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
+	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
+	if err != nil {
 		return err
 	}
 	keys, err := httpapi.ParseKeys(*apiKeys)
@@ -55,7 +68,13 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer meters.Shutdown(context.WithoutCancel(ctx))
 
+	limiter, err := rateSpec.limiter(rdb, *prefix, log, meters)
+	if err != nil {
+		return err
+	}
+
 	handler, err := httpapi.New(httpapi.Config{
+		Rate:          limiter,
 		Redis:         rdb,
 		NATS:          nc,
 		Prefix:        *prefix,
@@ -79,4 +98,71 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
+}
+
+// rateSpec is the submission rate limit the flags ask for.
+type rateSpec struct {
+	rate     *ratelimit.Rate // nil: unlimited
+	observe  bool
+	fallback *ratelimit.Rate // nil: none, Redis down is a 503
+}
+
+// parseRateFlags reads --rate, --rate-mode and --rate-fallback.
+func parseRateFlags(rate, mode, fallback string) (rateSpec, error) {
+	var spec rateSpec
+	switch mode {
+	case "enforce":
+	case "observe":
+		spec.observe = true
+	default:
+		return spec, fmt.Errorf("LEASEHOLD_RATE_MODE (--rate-mode) %q: want enforce or observe", mode)
+	}
+	if rate != "" {
+		r, err := ratelimit.ParseRate(rate)
+		if err != nil {
+			return spec, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
+		}
+		spec.rate = &r
+	}
+	if fallback != "" {
+		local, ok := strings.CutPrefix(fallback, "local:")
+		if !ok {
+			return spec, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback) %q: want local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s", fallback)
+		}
+		r, err := ratelimit.ParseRate(local)
+		if err != nil {
+			return spec, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback): %w", err)
+		}
+		spec.fallback = &r
+	}
+	if spec.rate == nil && (spec.observe || spec.fallback != nil) {
+		return spec, errors.New("LEASEHOLD_RATE_MODE=observe and LEASEHOLD_RATE_FALLBACK need LEASEHOLD_RATE (--rate)")
+	}
+	return spec, nil
+}
+
+// limiter builds the limiter spec describes: a token bucket in Redis, under
+// Fallback when a fallback rate is set, under Shadow in observe mode. It is
+// nil when no rate is set.
+func (spec rateSpec) limiter(rdb redis.UniversalClient, prefix string, log *slog.Logger, meters metric.MeterProvider) (ratelimit.Limiter, error) {
+	if spec.rate == nil {
+		return nil, nil
+	}
+	var l ratelimit.Limiter
+	l, err := ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: *spec.rate, Prefix: prefix})
+	if err != nil {
+		return nil, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
+	}
+	if spec.fallback != nil {
+		if l, err = ratelimit.Fallback(l, ratelimit.FallbackConfig{Rate: *spec.fallback, Logger: log, MeterProvider: meters}); err != nil {
+			return nil, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback): %w", err)
+		}
+	}
+	if spec.observe {
+		if l, err = ratelimit.Shadow(l, ratelimit.ShadowConfig{Logger: log, MeterProvider: meters}); err != nil {
+			return nil, fmt.Errorf("LEASEHOLD_RATE_MODE (--rate-mode): %w", err)
+		}
+	}
+	log.Info("submission rate limit", "rate", spec.rate.String(), "observe", spec.observe, "fallback", spec.fallback != nil)
+	return l, nil
 }

@@ -17,6 +17,13 @@
 //     every request's Redis work runs under RedisTimeout (plus the wait it
 //     asked for, for ?wait= and event streams). NATS trouble is no error at
 //     all: wake-ups and cancel messages are only the fast path.
+//   - A submission over its tenant's rate (Config.Rate) is 429 with
+//     Retry-After and the RateLimit headers, and writes nothing. Only a
+//     valid request that would create a job spends a unit: a 4xx found by
+//     decoding and validation spends nothing, and neither does the replay
+//     of an Idempotency-Key whose record exists (two first requests racing
+//     with one key may each spend one). A limiter that cannot reach Redis
+//     is a 503, never a 429.
 //   - A cancel that answered 202 is recorded in Redis: the job record first
 //     (job.Store.Cancel), then, for a running job, the cancel flag its owner
 //     polls (cancel.Flags.Request), then the NATS message. A retry after a

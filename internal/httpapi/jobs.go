@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/ratelimit"
 )
 
 // POST /v1/jobs
@@ -27,6 +28,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	sub, err := decodeSubmission(body)
+	if err == nil {
+		err = sub.Validate()
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -34,6 +38,10 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
+	if err := s.limit(ctx, w, c.tenant, idemKey); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	j, created, err := s.store.Submit(ctx, c.tenant, sub, idemKey)
 	if err != nil {
 		s.fail(w, r, err)
@@ -53,17 +61,79 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" when it has
-// none. A header that is present must hold one key: an empty or repeated
-// one is refused rather than taken for none.
+// none. A header that is present must hold one key of 1 to 255 printable
+// ASCII characters: an empty or repeated one is refused rather than taken
+// for none. (The store checks the characters too; checking them here
+// refuses a bad key before the rate limit counts the request.)
 func idempotencyKey(h http.Header) (string, error) {
 	values, ok := h["Idempotency-Key"]
 	switch {
 	case !ok:
 		return "", nil
-	case len(values) != 1 || values[0] == "":
+	case len(values) != 1 || !printableASCII(values[0], 255):
 		return "", fieldError("Idempotency-Key", "must be given once, 1 to 255 printable ASCII characters")
 	}
-	return values[0], nil // the store checks the characters
+	return values[0], nil
+}
+
+// printableASCII reports whether s is 1 to max characters from 0x20 to 0x7e.
+func printableASCII(s string, max int) bool {
+	if len(s) < 1 || len(s) > max {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// errRateUnavailable wraps a rate limiter's error: the limiter made no
+// decision because Redis did not answer, which is a 503, never a 429.
+var errRateUnavailable = errors.New("httpapi: the rate limiter did not answer")
+
+// errRateLimited is a submission over its tenant's rate: 429.
+var errRateLimited = errors.New("httpapi: tenant over its submission rate")
+
+// limit spends one unit of tenant's submission rate, and sets the RateLimit
+// headers of the answer. It returns errRateLimited when the limiter refuses
+// (Retry-After is then set too), and an error wrapping errRateUnavailable
+// when the limiter could not decide.
+//
+// It runs after the request is decoded and validated, so a request the API
+// refuses anyway (400, 413, 415) spends nothing, and a client is told what
+// to fix before it is told to wait. An idempotent replay spends nothing
+// either: when the request's Idempotency-Key already has a record for the
+// tenant, it creates no job, so the limiter is not asked (and the replay
+// carries no RateLimit headers). Concurrent first requests with one key
+// all find no record, so each may spend a unit although only one job is
+// created. A replay whose body differs (422) is also not counted.
+func (s *server) limit(ctx context.Context, w http.ResponseWriter, tenant, idemKey string) error {
+	if s.rate == nil {
+		return nil
+	}
+	if idemKey != "" {
+		n, err := s.rdb.Exists(ctx, s.space.Idempotency(tenant, idemKey)).Result()
+		if err != nil {
+			return fmt.Errorf("httpapi: read idempotency record: %w", err)
+		}
+		if n > 0 {
+			return nil // a replay: the store answers with the first job
+		}
+	}
+	d, err := s.rate.Allow(ctx, tenant, 1)
+	switch {
+	case errors.Is(err, ratelimit.ErrInvalid):
+		return fmt.Errorf("httpapi: rate limit: %w", err) // a bug: 500
+	case err != nil:
+		return fmt.Errorf("%w: %w", errRateUnavailable, err)
+	}
+	ratelimit.Headers(w.Header(), d)
+	if !d.Allowed {
+		return errRateLimited
+	}
+	return nil
 }
 
 // GET /v1/jobs/{id}

@@ -123,12 +123,18 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrIdempotencyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body",
 			job.FieldError{Field: "Idempotency-Key", Message: "already used with a different body"})
+	case errors.Is(err, errRateLimited):
+		// Retry-After and the RateLimit headers are set by limit.
+		writeProblem(w, http.StatusTooManyRequests, "this tenant is over its submission rate; retry after Retry-After seconds")
 	case r.Context().Err() != nil:
 		// The client left; nobody reads an answer.
 		s.log.DebugContext(r.Context(), "request abandoned by the client", attrErr, err)
 	case unavailable(err):
 		s.log.WarnContext(r.Context(), "redis unavailable", attrRoute, r.Pattern, attrErr, err)
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		h := w.Header()
+		h.Del("RateLimit") // set only by a decision, and a 503 reports none
+		h.Del("RateLimit-Policy")
+		h.Set("Retry-After", strconv.Itoa(retryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "the job store is unavailable or too slow; retry later")
 	default:
 		s.log.ErrorContext(r.Context(), "request failed", attrRoute, r.Pattern, attrErr, err)
@@ -141,7 +147,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func unavailable(err error) bool {
 	var netErr net.Error
 	switch {
-	case errors.Is(err, context.DeadlineExceeded),
+	case errors.Is(err, errRateUnavailable), // any limiter error but ErrInvalid
+		errors.Is(err, context.DeadlineExceeded),
 		errors.As(err, &netErr),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),

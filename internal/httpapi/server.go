@@ -20,7 +20,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/ratelimit"
 )
 
 // Defaults of Config.
@@ -73,6 +75,13 @@ type Config struct {
 	// KeepAlive is how long an event stream stays silent before it sends a
 	// comment line; default DefaultKeepAlive (15s).
 	KeepAlive time.Duration
+	// Rate limits each tenant's job submissions (POST /v1/jobs), one unit
+	// per new job; default nil: unlimited. A refusal is answered 429 with
+	// Retry-After; a limiter error (Redis did not answer) 503, never 429.
+	// The tenant name is the subject. Wrap it in ratelimit.Shadow to try a
+	// limit without enforcing it, and in ratelimit.Fallback to keep limiting
+	// per process while Redis is down.
+	Rate ratelimit.Limiter
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the API's instruments (requests, latency, job
@@ -91,7 +100,9 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
+	space        keys.Space
 	keys         Keys
+	rate         ratelimit.Limiter
 	maxBody      int64
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -115,7 +126,9 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
+		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
+		rate:         cfg.Rate,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
