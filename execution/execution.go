@@ -38,6 +38,7 @@ type Execution struct {
 
 	attempt int
 	token   fencing.Token
+	keys    []string // concurrency keys, each holding a lease while this runs
 	q       *queue
 }
 

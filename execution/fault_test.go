@@ -599,6 +599,10 @@ func TestRedisRestartUnderRunningWorker(t *testing.T) {
 		}
 	}
 	srv.Restart(t)
+	// go-redis keeps answering with its last dial error for up to a second
+	// after a run of failed dials: wait until this client reaches Redis again.
+	testenv.Eventually(t, 10*time.Second, func() bool { return f.rdb.Ping(t.Context()).Err() == nil },
+		"the client never reached the restarted Redis")
 	close(release)
 
 	for _, id := range ids {

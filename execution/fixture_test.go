@@ -75,6 +75,9 @@ func (f *fixture) config(cfg execution.Config) execution.Config {
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
 	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 100 * time.Millisecond
+	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
 	}

@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,7 @@ type queue struct {
 	ttl       time.Duration
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
+	limits    *limits
 }
 
 func (q *queue) fixedKeys() []string {
@@ -55,7 +57,13 @@ func (q *queue) fixedKeys() []string {
 // were claimed, other workers took them, and there may be more.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	fixed := q.fixedKeys()
-	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], want, dueBatch).Slice()
+	// Look past the head of the queue, so jobs whose keys are full do not
+	// hide the ones behind them that can run.
+	look := 0
+	if want > 0 {
+		look = min(want*4+16, 256)
+	}
+	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], look, dueBatch).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -79,6 +87,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		return nil, false, nil
 	}
 
+	var ckeys [][]string // each candidate's concurrency keys
+	if want > 0 {
+		if ckeys, err = q.concurrencyKeys(ctx, ids); err != nil {
+			return nil, false, err
+		}
+	}
+
 	keys := fixed
 	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
 		q.backoff(1).Milliseconds(), due, len(ids)}
@@ -89,11 +104,35 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for range want {
 		args = append(args, uuid.Must(uuid.NewV7()).String())
 	}
+	// For each candidate: how many keys, then each key's position in KEYS
+	// and its limit (-1: none). Each key's lease set comes in once.
+	slot := map[string]int{}
+	for i := range ckeys {
+		args = append(args, len(ckeys[i]))
+		for _, k := range ckeys[i] {
+			if _, ok := slot[k]; !ok {
+				keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
+				slot[k] = len(keys)
+			}
+			args = append(args, slot[k], q.limits.of(k))
+		}
+	}
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
+	}
+	// Jobs waiting for a full key are no reason to claim again at once.
+	if blocked := res[0].(int64); blocked > 0 {
+		busy = false
+	}
+	res = res[1:]
+	byID := map[string][]string{}
+	for i, id := range ids {
+		if ckeys != nil {
+			byID[id] = ckeys[i]
+		}
 	}
 	for i := 0; i+7 <= len(res); i += 7 {
 		timeout, _ := res[i+6].(string)
@@ -112,10 +151,33 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			Input:   json.RawMessage(input),
 			Timeout: ms,
 			Queue:   q.name,
+			keys:    byID[res[i].(string)],
 			q:       q,
 		})
 	}
 	return claimed, busy, nil
+}
+
+// concurrencyKeys reads the concurrency keys of jobs ids in one round trip.
+// A job whose record is gone has none: the claim script drops it.
+func (q *queue) concurrencyKeys(ctx context.Context, ids []string) ([][]string, error) {
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read keys %s: %w", q.name, err)
+	}
+	out := make([][]string, len(ids))
+	for i, c := range cmds {
+		if raw, err := c.Result(); err == nil {
+			_ = json.Unmarshal([]byte(raw), &out[i]) // written by the submit script: always an array
+		}
+	}
+	return out, nil
 }
 
 // heartbeatStatus is what a heartbeat learned about one execution.
@@ -134,7 +196,10 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	args := []any{q.ttl.Milliseconds()}
 	for _, e := range execs {
 		keys = append(keys, q.keys.Job(q.name, e.JobID))
-		args = append(args, e.JobID, e.token.String())
+		for _, k := range e.keys {
+			keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
+		}
+		args = append(args, e.JobID, e.token.String(), len(e.keys))
 	}
 	res, err := heartbeatScript.Run(ctx, q.rdb, keys, args...).Int64Slice()
 	if err != nil {
@@ -159,10 +224,14 @@ type finishing struct {
 
 func (f *finishing) keys() []string {
 	q, id := f.e.q, f.e.JobID
-	return []string{
+	keys := []string{
 		q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLeases(q.name),
 		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueSeq(q.name), q.keys.QueueStats(q.name),
 	}
+	for _, k := range f.e.keys {
+		keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
+	}
+	return keys
 }
 
 func (f *finishing) args() []any {

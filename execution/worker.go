@@ -75,6 +75,7 @@ type Worker struct {
 	handlers map[string]Handler
 	watcher  *cancel.Watcher
 	reaper   *Reaper
+	limits   *limits
 
 	rdb      redis.UniversalClient
 	slots    chan struct{}   // one token per running execution
@@ -154,13 +155,15 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
+		limits:   &limits{},
 	}
 	ks := keys.New(cfg.Prefix)
 	for _, name := range cfg.Queues {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
-		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL, retention: cfg.Retention, backoff: cfg.Backoff})
+		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
+			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits})
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}
 	if cfg.NATS != nil {
@@ -212,7 +215,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
-	w.fetch(ctx, workCtx)
+	// Never claim without the limits: an empty copy would admit everything.
+	if w.refreshLimits(ctx) == nil {
+		bg.Go(func() { w.keepLimits(bgCtx) })
+		w.fetch(ctx, workCtx)
+	}
 
 	drained := make(chan struct{})
 	go func() { w.done.Wait(); close(drained) }()
@@ -226,6 +233,42 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-drained
 	}
 	return nil
+}
+
+// refreshLimits loads the concurrency limits, retrying until it succeeds or
+// ctx is done.
+func (w *Worker) refreshLimits(ctx context.Context) error {
+	key := w.queues[0].keys.Limits()
+	for {
+		err := w.limits.refresh(ctx, w.rdb, key)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		w.log.WarnContext(ctx, "cannot read concurrency limits; not claiming yet", "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(w.cfg.Poll):
+		}
+	}
+}
+
+// keepLimits refreshes the limits every heartbeat interval, so a change
+// made through the API takes effect within seconds.
+func (w *Worker) keepLimits(ctx context.Context) {
+	ticker := time.NewTicker(w.cfg.Heartbeat)
+	defer ticker.Stop()
+	key := w.queues[0].keys.Limits()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if err := w.limits.refresh(ctx, w.rdb, key); err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "cannot refresh concurrency limits; keeping the last ones", "error", err)
+		}
+	}
 }
 
 func (w *Worker) poke() {
@@ -339,10 +382,22 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		log.ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
 	default:
 		log.DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
-		if state == job.StateQueued && w.cfg.NATS != nil {
-			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue) // handed back: another worker may take it now
+		// A job handed back, or a slot freed on a limited key, may let an
+		// idle worker claim now.
+		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {
+			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
 		}
 	}
+}
+
+// limited says whether any of e's concurrency keys has a limit.
+func (w *Worker) limited(e *Execution) bool {
+	for _, k := range e.keys {
+		if w.limits.of(k) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // call runs e's handler, turning a panic or a missing handler into an error.

@@ -64,9 +64,6 @@ func (s *Server) start() error {
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
 	cmd := exec.Command("redis-server", append(args, s.extra...)...)
-	// If this process dies without stopping the server (kill -9 of a test
-	// binary), the kernel stops it too rather than leave it orphaned.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

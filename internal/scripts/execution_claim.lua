@@ -4,14 +4,22 @@
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
 -- KEYS[5] fence   KEYS[6] seq         KEYS[7] stats
 -- KEYS[8 + 2(i-1)] job hash and KEYS[9 + 2(i-1)] events of candidate i
+-- then the lease sets of the candidates' concurrency keys, each once
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
 -- ARGV[7] d, the number of candidates with due work (the first d)
 -- ARGV[8] n, the number of candidates   ARGV[9 .. 8+n] candidate job ids
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
--- Returns, for each job claimed, 7 values:
--- {id, execution id, token, attempt, kind, input, timeout_ms}.
+-- then for each candidate i: m, its number of concurrency keys, and m pairs
+-- (position in KEYS of the key's lease set, limit; -1 for none)
+-- Returns {blocked, then 7 values for each job claimed: id, execution id,
+-- token, attempt, kind, input, timeout_ms}, where blocked counts the ready
+-- candidates left waiting because one of their keys was full.
+--
+-- A job is claimed only if every one of its keys has room, and then takes
+-- a lease in every key's set, with the same expiry as its execution lease:
+-- all or nothing. A lease left by a dead worker expires with it.
 --
 -- A retry with the same arguments (the client resends a script whose reply
 -- was lost) returns the jobs the first run claimed, found by their execution
@@ -68,6 +76,36 @@ for i = 1, want do
 end
 local reclaimed = {}
 
+-- Each candidate's concurrency keys: {set = KEYS position, limit = n}.
+local spec, at = {}, 8 + n + want
+for i = 1, n do
+  local m = tonumber(ARGV[at + 1] or '0')
+  at = at + 1
+  spec[i] = {}
+  for j = 1, m do
+    spec[i][j] = {set = KEYS[tonumber(ARGV[at + 1])], limit = tonumber(ARGV[at + 2])}
+    at = at + 2
+  end
+end
+
+-- room says whether every limited key of candidate i has a free slot.
+-- Expired leases of dead workers are reaped first.
+local reaped = {}
+local function room(i)
+  for _, k in ipairs(spec[i]) do
+    if k.limit >= 0 then
+      if not reaped[k.set] then
+        redis.call('ZREMRANGEBYSCORE', k.set, '-inf', now)
+        reaped[k.set] = true
+      end
+      if redis.call('ZCARD', k.set) >= k.limit then
+        return false
+      end
+    end
+  end
+  return true
+end
+
 local claimable = {}
 for i = 1, n do
   local id = ARGV[8 + i]
@@ -83,7 +121,7 @@ for i = 1, n do
     redis.call('ZREM', leases, id)
     redis.call('ZREM', deadlines, id)
   elseif f[1] == 'running' and ours[f[11]] then
-    reclaimed[#reclaimed + 1] = {id = id, f = f}
+    reclaimed[#reclaimed + 1] = {i = i, id = id, f = f}
   else
     if i <= d then
       local lease = redis.call('ZSCORE', leases, id)
@@ -136,7 +174,7 @@ for i = 1, n do
 
     local score = redis.call('ZSCORE', ready, id)
     if score and state == 'queued' then
-      claimable[#claimable + 1] = {id = id, job = job, events = events, f = f, score = tonumber(score)}
+      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, f = f, score = tonumber(score)}
     elseif score then
       redis.call('ZREM', ready, id) -- not waiting any more: never hand it out
     end
@@ -145,7 +183,7 @@ end
 
 table.sort(claimable, function(a, b) return a.score < b.score end)
 
-local claimed = {}
+local claimed = {0} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
   for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10]}) do
     claimed[#claimed + 1] = v
@@ -158,6 +196,9 @@ local expires = int(now + 1 + ttl)
 for _, r in ipairs(reclaimed) do
   ours[r.f[11]] = false
   redis.call('ZADD', leases, 'XX', expires, r.id)
+  for _, k in ipairs(spec[r.i]) do
+    redis.call('ZADD', k.set, 'XX', expires, r.id)
+  end
   hand_out(r.id, r.f[11], tonumber(r.f[12]), tonumber(r.f[2]), r.f)
 end
 
@@ -169,8 +210,11 @@ local function fresh_exec_id()
   return ARGV[next_exec]
 end
 
-for i = 1, math.min(want - #reclaimed, #claimable) do
-  local c = claimable[i]
+-- take claims candidate c: a lease in every key's set and the execution's.
+local function take(c)
+  for _, k in ipairs(spec[c.i]) do
+    redis.call('ZADD', k.set, expires, c.id)
+  end
   local exec_id = fresh_exec_id()
   local token = redis.call('INCR', fence)
   local attempt = tonumber(c.f[2]) + 1
@@ -191,9 +235,25 @@ for i = 1, math.min(want - #reclaimed, #claimable) do
   hand_out(c.id, exec_id, token, attempt, c.f)
 end
 
+-- Best first; a candidate whose keys are full waits, and the ones behind
+-- it are still claimed.
+local blocked, taken = 0, 0
+for _, c in ipairs(claimable) do
+  if taken >= want - #reclaimed then
+    break
+  end
+  if room(c.i) then
+    take(c)
+    taken = taken + 1
+  else
+    blocked = blocked + 1
+  end
+end
+
 for state, delta in pairs(counts) do
   if delta ~= 0 then
     redis.call('HINCRBY', stats, state, delta)
   end
 end
+claimed[1] = blocked
 return claimed

@@ -2,6 +2,7 @@
 -- to its next state and releases the lease, all in one step.
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] leases   KEYS[4] ready
 -- KEYS[5] scheduled  KEYS[6] seq      KEYS[7] stats
+-- KEYS[8..] the lease sets of the job's concurrency keys
 -- ARGV[1] job id     ARGV[2] token
 -- ARGV[3] outcome: succeeded | failed | timed_out | cancelled | handed_off
 -- ARGV[4] result (JSON, "" for none)   ARGV[5] error (JSON, "" for none)
@@ -31,6 +32,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
 
 redis.call('ZREM', leases, id)
+for i = 8, #KEYS do
+  redis.call('ZREM', KEYS[i], id)
+end
 
 -- Every field changes in one HSET.
 local fields = {'exec_state', outcome, 'exec_finished_at', int(now)}

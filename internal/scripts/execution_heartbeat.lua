@@ -1,6 +1,7 @@
 -- Renews the leases of one worker's executions in a queue, in one trip.
--- KEYS[1] leases, KEYS[1 + i] job hash of execution i
--- ARGV[1] lease ttl_ms, ARGV[2i] job id and ARGV[2i + 1] token of execution i
+-- KEYS[1] leases, then for each execution: its job hash, then the lease
+-- sets of its m concurrency keys
+-- ARGV[1] lease ttl_ms, then for each execution: job id, token, m
 -- Returns, for each execution: 0 when it is no longer the owner (lease gone
 -- or expired, or its token is not the job's current one: stop now),
 -- 1 when renewed, 2 when renewed and a cancel has been requested.
@@ -14,18 +15,23 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = string.format('%.0f', now + 1 + ttl)
 
 local out = {}
-for i = 1, #KEYS - 1 do
-  local job, id, token = KEYS[1 + i], ARGV[2 * i], ARGV[2 * i + 1]
+local k, a = 2, 2 -- next KEYS and ARGV positions
+while a <= #ARGV do
+  local job, id, token, m = KEYS[k], ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local f = redis.call('HMGET', job, 'token', 'state', 'cancel_requested')
   local lease = redis.call('ZSCORE', leases, id)
   -- An expired lease is left for the reaper, which finalises the job: the
   -- owner's trust ended with it.
   if f[1] ~= token or f[2] ~= 'running' or not lease or tonumber(lease) <= now then
-    out[i] = 0
+    out[#out + 1] = 0
   else
     redis.call('ZADD', leases, 'XX', expires, id)
+    for j = 1, m do
+      redis.call('ZADD', KEYS[k + j], 'XX', expires, id)
+    end
     redis.call('HSET', job, 'exec_heartbeat_at', string.format('%.0f', now))
-    out[i] = f[3] == '1' and 2 or 1
+    out[#out + 1] = f[3] == '1' and 2 or 1
   end
+  k, a = k + 1 + m, a + 3
 end
 return out
