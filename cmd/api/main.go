@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/oklog/run"
 	"github.com/redis/go-redis/v9"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -38,8 +42,13 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
 	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
+	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	limits, err := job.ParseLimits(*limitsFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
 	}
 	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
 	if err != nil {
@@ -73,7 +82,19 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
+	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix})
+	if err != nil {
+		return err
+	}
+	if err := writeLimits(ctx, store, limits, *redisTimeout); err != nil {
+		return err
+	}
+	if len(limits) > 0 {
+		log.Info("concurrency limits written", "limits", len(limits))
+	}
+
 	handler, err := httpapi.New(httpapi.Config{
+		Store:         store,
 		Rate:          limiter,
 		Redis:         rdb,
 		NATS:          nc,
@@ -98,6 +119,20 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
+}
+
+// writeLimits writes the limits of --limits to Redis, where every worker
+// reads them. Limits it does not name, set before or through the API, are
+// left as they are: removing one is a DELETE /v1/limits/{key}.
+func writeLimits(ctx context.Context, store *job.Store, limits map[string]int64, timeout time.Duration) error {
+	ctx, stop := context.WithTimeout(ctx, max(timeout, 5*time.Second))
+	defer stop()
+	for _, key := range slices.Sorted(maps.Keys(limits)) {
+		if err := store.SetLimit(ctx, key, limits[key]); err != nil {
+			return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
+		}
+	}
+	return nil
 }
 
 // rateSpec is the submission rate limit the flags ask for.

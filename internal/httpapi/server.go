@@ -166,6 +166,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
 	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
 	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
+	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
+	mux.Handle("/v1/limits/{key...}", methods{
+		http.MethodPut:    s.authed(s.putLimit),
+		http.MethodDelete: s.authed(s.deleteLimit),
+	})
 	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})

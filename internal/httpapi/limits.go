@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// limitList is the body of GET /v1/limits.
+type limitList struct {
+	Limits []job.Limit `json:"limits"`
+}
+
+// limitBody is the body of PUT /v1/limits/{key}.
+type limitBody struct {
+	Limit int64 `json:"limit"`
+}
+
+// GET /v1/limits: every configured limit with its leases in use. Any
+// tenant may read them: a tenant's jobs wait on them.
+func (s *server) listLimits(w http.ResponseWriter, r *http.Request, _ caller) {
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	limits, err := s.store.Limits(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if limits == nil {
+		limits = []job.Limit{}
+	}
+	writeJSON(w, http.StatusOK, limitList{Limits: limits})
+}
+
+// PUT /v1/limits/{key...}: set a limit, admin only; anyone else gets the
+// 404 of an unknown path.
+func (s *server) putLimit(w http.ResponseWriter, r *http.Request, c caller) {
+	if !c.admin {
+		notFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	if err := job.ValidateLimitKey(key); err != nil {
+		s.fail(w, r, fieldError("key", err.Error()))
+		return
+	}
+	body, err := readJSONBody(w, r, s.maxBody)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	n, err := decodeLimit(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	if err := s.store.SetLimit(ctx, key, n); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	limits, err := s.store.Limits(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := job.Limit{Key: key, Limit: n}
+	for _, l := range limits {
+		if l.Key == key {
+			out.InUse = l.InUse
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// DELETE /v1/limits/{key...}: remove a limit, admin only: 204, or 404 when
+// there was none.
+func (s *server) deleteLimit(w http.ResponseWriter, r *http.Request, c caller) {
+	if !c.admin {
+		notFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	if err := job.ValidateLimitKey(key); err != nil {
+		s.fail(w, r, fieldError("key", err.Error()))
+		return
+	}
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	existed, err := s.store.DeleteLimit(ctx, key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !existed {
+		writeProblem(w, http.StatusNotFound, "no limit is set on "+key)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// decodeLimit parses a PUT body: exactly {"limit": N}, N a whole number.
+// Unknown fields and a wrong type are named; the range is job's to check.
+func decodeLimit(body []byte) (int64, error) {
+	raw, err := decodeObject(body)
+	if err != nil {
+		return 0, err
+	}
+	var b limitBody
+	targets := jsonFields(&b)
+	var fields []job.FieldError
+	for name, value := range raw {
+		target, ok := targets[name]
+		switch {
+		case !ok:
+			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
+		case isNullJSON(value):
+			fields = append(fields, job.FieldError{Field: name, Message: "must be an integer, not null"})
+		default:
+			if msg := decodeField(value, target); msg != "" {
+				fields = append(fields, job.FieldError{Field: name, Message: msg})
+			}
+		}
+	}
+	if _, ok := raw["limit"]; !ok {
+		fields = append(fields, job.FieldError{Field: "limit", Message: "is required"})
+	}
+	if len(fields) > 0 {
+		slices.SortFunc(fields, func(a, b job.FieldError) int { return strings.Compare(a.Field, b.Field) })
+		return 0, &badRequest{detail: `the body must be {"limit": N}: see errors`, fields: fields}
+	}
+	return b.Limit, nil
+}
+
+func isNullJSON(raw []byte) bool { return strings.TrimSpace(string(raw)) == "null" }

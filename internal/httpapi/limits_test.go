@@ -1,0 +1,193 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/job"
+)
+
+type limitList struct {
+	Limits []job.Limit `json:"limits"`
+}
+
+func (f *fixture) limits(key string) []job.Limit {
+	f.t.Helper()
+	resp := f.get(key, "/v1/limits")
+	if resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("list limits: %s %s", resp.Status, resp.body)
+	}
+	return decode[limitList](f.t, resp).Limits
+}
+
+func (f *fixture) putLimit(key, limitKey, body string) response {
+	f.t.Helper()
+	return f.do(request{method: http.MethodPut, path: "/v1/limits/" + limitKey, key: key, body: body})
+}
+
+func TestLimitsEmpty(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	resp := f.get(acmeKey, "/v1/limits")
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"limits":[]}` {
+		t.Fatalf("%s %s", resp.Status, resp.body)
+	}
+	if resp := f.get("", "/v1/limits"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous: %s", resp.Status)
+	}
+}
+
+func TestLimitsSetListDelete(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+
+	resp := f.putLimit(adminKey, "model:gpt-4o", `{"limit": 200}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	if got := decode[job.Limit](t, resp); got != (job.Limit{Key: "model:gpt-4o", Limit: 200}) {
+		t.Errorf("put answered %+v", got)
+	}
+	// A wildcard, with '*' escaped.
+	if resp := f.putLimit(adminKey, "tenant:%2A", `{"limit": 10}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("put wildcard: %s %s", resp.Status, resp.body)
+	}
+
+	// A live lease in one queue and an expired one in another.
+	now, err := f.rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	space := keys.New(f.prefix)
+	f.rdb.SAdd(ctx, space.Queues(), "default", "batch")
+	f.rdb.ZAdd(ctx, space.QueueKeyLeases("default", "model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "j1"})
+	f.rdb.ZAdd(ctx, space.QueueKeyLeases("batch", "model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() - 60_000), Member: "j2"})
+
+	want := []job.Limit{{Key: "model:gpt-4o", Limit: 200, InUse: 1}, {Key: "tenant:*", Limit: 10}}
+	if got := f.limits(acmeKey); !slices.Equal(got, want) {
+		t.Errorf("acme lists %+v, want %+v", got, want)
+	}
+	// Setting again answers the in_use too.
+	if got := decode[job.Limit](t, f.putLimit(adminKey, "model:gpt-4o", `{"limit": 0}`)); got != (job.Limit{Key: "model:gpt-4o", Limit: 0, InUse: 1}) {
+		t.Errorf("lowered put answered %+v", got)
+	}
+
+	resp = f.do(request{method: http.MethodDelete, path: "/v1/limits/model:gpt-4o", key: adminKey})
+	if resp.StatusCode != http.StatusNoContent || len(resp.body) != 0 {
+		t.Fatalf("delete: %s %s", resp.Status, resp.body)
+	}
+	expectProblem(t, f.do(request{method: http.MethodDelete, path: "/v1/limits/model:gpt-4o", key: adminKey}), http.StatusNotFound, "")
+	if resp := f.do(request{method: http.MethodDelete, path: "/v1/limits/tenant:*", key: adminKey}); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete wildcard: %s %s", resp.Status, resp.body)
+	}
+	if got := f.limits(adminKey); len(got) != 0 {
+		t.Errorf("after delete: %+v", got)
+	}
+}
+
+// A key may contain '/': the rest of the path is the key. The document
+// cannot describe a multi-segment parameter, so this goes around the
+// validating client.
+func TestLimitKeyWithSlash(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.newRequest(request{method: http.MethodPut, path: "/v1/limits/org/team:x", key: adminKey, body: `{"limit": 3}`})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"key":"org/team:x"`) {
+		t.Fatalf("%s %s", resp.Status, body)
+	}
+	if got := f.limits(acmeKey); len(got) != 1 || got[0].Key != "org/team:x" {
+		t.Errorf("listed %+v", got)
+	}
+}
+
+func TestLimitsAdminOnly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if resp := f.putLimit(adminKey, "model:a", `{"limit": 1}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	unknown := f.get(acmeKey, "/v1/no/such/path")
+	for _, r := range []request{
+		{method: http.MethodPut, path: "/v1/limits/model:a", key: acmeKey, body: `{"limit": 5}`},
+		{method: http.MethodPut, path: "/v1/limits/model:b", key: globexKey, body: `{"limit": 5}`},
+		{method: http.MethodDelete, path: "/v1/limits/model:a", key: acmeKey},
+		{method: http.MethodPut, path: "/v1/limits/bad key", key: acmeKey, body: `nonsense`},
+	} {
+		resp := f.do(r)
+		p := expectProblem(t, resp, http.StatusNotFound, "")
+		if p.Detail != decode[problemBody](t, unknown).Detail {
+			t.Errorf("%s %s as non-admin: %s, unlike an unknown path", r.method, r.path, resp.body)
+		}
+	}
+	if got := f.limits(acmeKey); !slices.Equal(got, []job.Limit{{Key: "model:a", Limit: 1}}) {
+		t.Errorf("non-admin changed the limits: %+v", got)
+	}
+}
+
+func TestLimitsBadRequests(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name, key, body string
+		header          http.Header
+		status          int
+		field           string
+	}{
+		{name: "negative", key: "model:a", body: `{"limit": -1}`, status: 400, field: "limit"},
+		{name: "too large", key: "model:a", body: `{"limit": 1000001}`, status: 400, field: "limit"},
+		{name: "fraction", key: "model:a", body: `{"limit": 1.5}`, status: 400, field: "limit"},
+		{name: "string", key: "model:a", body: `{"limit": "5"}`, status: 400, field: "limit"},
+		{name: "null", key: "model:a", body: `{"limit": null}`, status: 400, field: "limit"},
+		{name: "missing", key: "model:a", body: `{}`, status: 400, field: "limit"},
+		{name: "unknown field", key: "model:a", body: `{"limit": 1, "max": 2}`, status: 400, field: "max"},
+		{name: "not an object", key: "model:a", body: `[1]`, status: 400},
+		{name: "malformed", key: "model:a", body: `{"limit": `, status: 400},
+		{name: "content type", key: "model:a", body: `{"limit": 1}`, header: http.Header{"Content-Type": {"text/plain"}}, status: 415},
+		{name: "bad key", key: "model:a%20b", body: `{"limit": 1}`, status: 400, field: "key"},
+		{name: "star inside", key: "model:a*", body: `{"limit": 1}`, status: 400, field: "key"},
+		{name: "nested wildcard", key: "a:b:*", body: `{"limit": 1}`, status: 400, field: "key"},
+		{name: "no key", key: "", body: `{"limit": 1}`, status: 404},
+		{name: "too long", key: strings.Repeat("k", 129), body: `{"limit": 1}`, status: 400, field: "key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := f.do(request{method: http.MethodPut, path: "/v1/limits/" + tc.key, key: adminKey, body: tc.body, header: tc.header})
+			expectProblem(t, resp, tc.status, tc.field)
+		})
+	}
+	expectProblem(t, f.do(request{method: http.MethodDelete, path: "/v1/limits/a*b", key: adminKey}), 400, "key")
+	if got := f.limits(adminKey); len(got) != 0 {
+		t.Errorf("a refused request wrote %+v", got)
+	}
+	if w := f.written(); len(w) != 0 {
+		t.Errorf("a refused request wrote keys %v", w)
+	}
+}
+
+func TestLimitsMethods(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	resp := f.do(request{method: http.MethodPost, path: "/v1/limits", key: adminKey, body: `{}`})
+	expectProblem(t, resp, http.StatusMethodNotAllowed, "")
+	if got := resp.Header.Get("Allow"); got != "GET" {
+		t.Errorf("Allow %q", got)
+	}
+	resp = f.get(adminKey, "/v1/limits/model:a")
+	expectProblem(t, resp, http.StatusMethodNotAllowed, "")
+	if got := resp.Header.Get("Allow"); got != "DELETE, PUT" {
+		t.Errorf("Allow %q", got)
+	}
+}

@@ -1,0 +1,149 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestParseLimits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in      string
+		want    map[string]int64
+		wantErr string
+	}{
+		{in: "", want: map[string]int64{}},
+		{in: " , ", want: map[string]int64{}},
+		{in: "model:gpt-4o=200,tenant:*=10", want: map[string]int64{"model:gpt-4o": 200, "tenant:*": 10}},
+		{in: " model:gpt-4o = 0 , a/b.c_d-e=1000000", want: map[string]int64{"model:gpt-4o": 0, "a/b.c_d-e": 1000000}},
+		{in: "model:gpt-4o", wantErr: "want key=N"},
+		{in: "model:gpt-4o=lots", wantErr: "not a whole number"},
+		{in: "model:gpt-4o=1.5", wantErr: "not a whole number"},
+		{in: "model:gpt-4o=", wantErr: "not a whole number"},
+		{in: "model:gpt-4o=-1", wantErr: "between 0 and"},
+		{in: "model:gpt-4o=1000001", wantErr: "between 0 and"},
+		{in: "=5", wantErr: "must match"},
+		{in: "model gpt=5", wantErr: "must match"},
+		{in: "model:*x=5", wantErr: "'*'"},
+		{in: "a=1,a=2", wantErr: "given twice"},
+	} {
+		got, err := job.ParseLimits(tc.in)
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("ParseLimits(%q) error %v, want one containing %q", tc.in, err, tc.wantErr)
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("ParseLimits(%q): %v", tc.in, err)
+		case tc.wantErr == "" && !reflect.DeepEqual(got, tc.want):
+			t.Errorf("ParseLimits(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestValidateLimitKey(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"model:gpt-4o", "tenant:acme", "tenant:*", "plain", "a/b:c.d", strings.Repeat("k", 128)} {
+		if err := job.ValidateLimitKey(k); err != nil {
+			t.Errorf("ValidateLimitKey(%q): %v", k, err)
+		}
+	}
+	for _, k := range []string{"", "*", ":*", "tenant:a*", "*:x", "a:b:*", "a*:*", "tenant:**", "tenant:*:x", "sp ace", "é", strings.Repeat("k", 129)} {
+		if err := job.ValidateLimitKey(k); err == nil {
+			t.Errorf("ValidateLimitKey(%q) accepted", k)
+		}
+	}
+}
+
+func TestLimitsSetListDelete(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := context.Background()
+		if got, err := fx.store.Limits(ctx); err != nil || len(got) != 0 || got == nil {
+			t.Fatalf("Limits on empty = %#v, %v; want empty, non-nil", got, err)
+		}
+		for k, n := range map[string]int64{"tenant:*": 10, "model:gpt-4o": 200, "model:claude": 0} {
+			if err := fx.store.SetLimit(ctx, k, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := fx.store.SetLimit(ctx, "model:gpt-4o", 150); err != nil { // overwrite
+			t.Fatal(err)
+		}
+		var invalid *job.ValidationError
+		if err := fx.store.SetLimit(ctx, "bad key", 1); !errors.As(err, &invalid) {
+			t.Errorf("SetLimit(bad key) = %v", err)
+		}
+		if err := fx.store.SetLimit(ctx, "ok", -1); !errors.As(err, &invalid) {
+			t.Errorf("SetLimit(-1) = %v", err)
+		}
+		got, err := fx.store.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []job.Limit{{Key: "model:claude", Limit: 0}, {Key: "model:gpt-4o", Limit: 150}, {Key: "tenant:*", Limit: 10}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Limits = %+v, want %+v", got, want)
+		}
+		if existed, err := fx.store.DeleteLimit(ctx, "model:gpt-4o"); err != nil || !existed {
+			t.Fatalf("DeleteLimit = %v, %v", existed, err)
+		}
+		if existed, err := fx.store.DeleteLimit(ctx, "model:gpt-4o"); err != nil || existed {
+			t.Fatalf("second DeleteLimit = %v, %v", existed, err)
+		}
+		got, err = fx.store.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want = []job.Limit{{Key: "model:claude"}, {Key: "tenant:*", Limit: 10}}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("after delete Limits = %+v, want %+v", got, want)
+		}
+	})
+}
+
+func TestLimitsInUseCountsLiveLeases(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := context.Background()
+		now, err := fx.rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := float64(now.UnixMilli())
+		future, past := ms+60_000, ms-60_000
+		if err := fx.rdb.SAdd(ctx, fx.keys.Queues(), "default", "batch", "idle").Err(); err != nil {
+			t.Fatal(err)
+		}
+		add := func(queue, key string, members ...redis.Z) {
+			if err := fx.rdb.ZAdd(ctx, fx.keys.QueueKeyLeases(queue, key), members...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add("default", "model:gpt-4o", redis.Z{Score: future, Member: "j1"}, redis.Z{Score: future, Member: "j2"}, redis.Z{Score: past, Member: "j3"})
+		add("batch", "model:gpt-4o", redis.Z{Score: future, Member: "j4"}, redis.Z{Score: past, Member: "j5"})
+		add("batch", "tenant:acme", redis.Z{Score: future, Member: "j4"})
+		add("default", "model:unlimited", redis.Z{Score: future, Member: "j1"}) // no limit: not listed
+		for k, n := range map[string]int64{"model:gpt-4o": 5, "tenant:*": 1, "model:idle": 3} {
+			if err := fx.store.SetLimit(ctx, k, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := fx.store.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []job.Limit{
+			{Key: "model:gpt-4o", Limit: 5, InUse: 3},
+			{Key: "model:idle", Limit: 3, InUse: 0},
+			{Key: "tenant:*", Limit: 1, InUse: 0}, // wildcards are not summed
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Limits = %+v, want %+v", got, want)
+		}
+	})
+}
