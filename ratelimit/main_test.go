@@ -171,13 +171,13 @@ func (f *fixture) mustAllow(subject string, n int) call {
 // wrong answer from the limiter fails the test at once.
 func conclusive(t *testing.T, try func(subject string) bool) {
 	t.Helper()
-	for i := range 5 {
+	for i := range 10 {
 		if try(fmt.Sprint("subject-", i)) {
 			return
 		}
 		t.Logf("attempt %d too slow to be conclusive, trying again", i)
 	}
-	t.Fatal("5 attempts too slow to be conclusive")
+	t.Fatal("10 attempts too slow to be conclusive")
 }
 
 // us turns µs into a Duration.
