@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,6 +40,9 @@ type queue struct {
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
 	limits    *limits
+	// blocked says the last claim left candidates waiting for a full key:
+	// the next one looks further past the head of the queue.
+	blocked atomic.Bool
 }
 
 func (q *queue) fixedKeys() []string {
@@ -57,10 +61,11 @@ func (q *queue) fixedKeys() []string {
 // were claimed, other workers took them, and there may be more.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	fixed := q.fixedKeys()
-	// Look past the head of the queue, so jobs whose keys are full do not
-	// hide the ones behind them that can run.
-	look := 0
-	if want > 0 {
+	// While keys are full, look past the head of the queue, so the jobs
+	// waiting for them do not hide the ones behind that can run. Otherwise
+	// the head is enough, and cheaper.
+	look := want
+	if want > 0 && q.blocked.Load() {
 		look = min(want*4+16, 256)
 	}
 	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], look, dueBatch).Slice()
@@ -123,9 +128,14 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err != nil {
 		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
 	}
-	// Jobs waiting for a full key are no reason to claim again at once.
-	if blocked := res[0].(int64); blocked > 0 {
-		busy = false
+	// Jobs waiting for a full key are no reason to claim again at once,
+	// unless this claim only looked at the head: then look deeper now.
+	blocked := res[0].(int64) > 0
+	if want > 0 {
+		q.blocked.Store(blocked)
+	}
+	if blocked {
+		busy = look == want
 	}
 	res = res[1:]
 	byID := map[string][]string{}
