@@ -211,7 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.log.WarnContext(ctx, "no wake-ups; polling only", "queue", q.name, "error", err)
 				continue
 			}
-			defer sub.Unsubscribe() //nolint:errcheck // the connection may be gone at shutdown
+			defer func() { _ = sub.Unsubscribe() }() // the connection may be gone at shutdown
 		}
 	}
 
