@@ -30,10 +30,12 @@
 //
 // # Cost
 //
-// A claim of up to Concurrency jobs is two round trips (a read-only peek for
-// candidates, then the claim script over those candidates), O(k log n) for k
-// candidates in a queue of n, never a scan; the due work one claim does is
-// bounded. A heartbeat is one round trip per queue for all of a worker's
+// A claim of up to Concurrency jobs is three round trips (a read-only peek
+// for candidates, a pipelined read of their concurrency keys, then the claim
+// script over those candidates), O(k log n) for k candidates in a queue of
+// n, never a scan; the due work one claim does is bounded, and so is the
+// look past the head of the queue while keys are full (4× the batch + 16,
+// at most 256 candidates). A heartbeat is one round trip per queue for all of a worker's
 // executions there. A finish is one round trip.
 //
 // # Handlers
