@@ -35,8 +35,20 @@
 // script over those candidates), O(k log n) for k candidates in a queue of
 // n, never a scan; the due work one claim does is bounded, and so is the
 // look past the head of the queue while keys are full (4× the batch + 16,
-// at most 256 candidates). A heartbeat is one round trip per queue for all of a worker's
-// executions there. A finish is one round trip.
+// at most 256 candidates). A heartbeat is one round trip per queue for all
+// of a worker's executions there. A finish is one round trip.
+//
+// # Fairness
+//
+// Within a priority, a queue serves lanes in turn (start-time fair
+// queueing, see internal/scripts/fair.lua): a lane is one tenant's jobs
+// with one set of concurrency keys. With L lanes waiting and their keys
+// free, a lane's k-th job is claimed within k·L claims of its submission,
+// plus at most one batch per worker already under way; a tenant with
+// 10,000 queued jobs delays another's 10 by about 20 claims, not 10,000.
+// Because every lane's next job sits near the head of the ready set, a
+// deep backlog waiting for one full key does not hide other keys' jobs
+// from the claim's bounded look past the head.
 //
 // # Handlers
 //

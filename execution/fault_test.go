@@ -25,6 +25,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -953,11 +954,7 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	f := newFixture(t)
 	// The claim script must be cached in Redis, so the claim goes out as the
 	// EVALSHA the trap looks for (not EVALSHA, NOSCRIPT, then EVAL).
-	src, err := os.ReadFile(filepath.Join("..", "internal", "scripts", "execution_claim.lua"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sha, err := f.rdb.ScriptLoad(t.Context(), string(src)).Result()
+	sha, err := f.rdb.ScriptLoad(t.Context(), scripts.Source("execution_claim.lua", "fair.lua")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,11 @@ package execution
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/job"
 )
 
 // limits is a worker's copy of the concurrency limits Redis holds (the API
@@ -17,21 +18,11 @@ type limits struct {
 	m  map[string]int64 // key or "prefix:*" -> limit
 }
 
-// of returns key's limit, -1 for none (0 is a limit: nothing runs). An
-// exact entry wins over the wildcard of its prefix: "tenant:*" gives every
-// tenant a limit of its own.
+// of returns key's limit, -1 for none (see job.LimitOf).
 func (l *limits) of(key string) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if n, ok := l.m[key]; ok {
-		return n
-	}
-	if i := strings.IndexByte(key, ':'); i >= 0 {
-		if n, ok := l.m[key[:i+1]+"*"]; ok {
-			return n
-		}
-	}
-	return -1
+	return job.LimitOf(l.m, key)
 }
 
 func (l *limits) refresh(ctx context.Context, rdb redis.UniversalClient, key string) error {

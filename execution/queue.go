@@ -19,9 +19,9 @@ import (
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua")
+	claimScript     = scripts.Load("execution_claim.lua", "fair.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
-	finishScript    = scripts.Load("execution_finish.lua")
+	finishScript    = scripts.Load("execution_finish.lua", "fair.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
 )
 
@@ -48,7 +48,7 @@ type queue struct {
 func (q *queue) fixedKeys() []string {
 	return []string{
 		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
-		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueSeq(q.name),
+		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
 		q.keys.QueueStats(q.name),
 	}
 }
@@ -236,7 +236,7 @@ func (f *finishing) keys() []string {
 	q, id := f.e.q, f.e.JobID
 	keys := []string{
 		q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLeases(q.name),
-		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueSeq(q.name), q.keys.QueueStats(q.name),
+		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueFair(q.name), q.keys.QueueStats(q.name),
 	}
 	for _, k := range f.e.keys {
 		keys = append(keys, q.keys.QueueKeyLeases(q.name, k))

@@ -27,6 +27,47 @@ type Limit struct {
 	InUse int64 `json:"in_use"`
 }
 
+// LimitOf returns key's limit in limits (a key or "prefix:*" to its
+// limit), -1 for none; 0 is a limit: nothing runs. An exact entry wins over
+// the wildcard of its prefix: "tenant:*" gives every tenant a limit of its
+// own.
+func LimitOf(limits map[string]int64, key string) int64 {
+	if n, ok := limits[key]; ok {
+		return n
+	}
+	if i := strings.IndexByte(key, ':'); i >= 0 {
+		if n, ok := limits[key[:i+1]+"*"]; ok {
+			return n
+		}
+	}
+	return -1
+}
+
+// limitsOf reads the limits that apply to keys, exact and wildcard, in one
+// round trip: the slice of the limits hash that LimitOf needs for them.
+func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, error) {
+	var fields []string
+	for _, k := range keys {
+		fields = append(fields, k)
+		if i := strings.IndexByte(k, ':'); i >= 0 {
+			fields = append(fields, k[:i+1]+"*")
+		}
+	}
+	vals, err := s.rdb.HMGet(ctx, s.keys.Limits(), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("job: read limits: %w", err)
+	}
+	m := map[string]int64{}
+	for i, v := range vals {
+		if v, ok := v.(string); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				m[fields[i]] = n
+			}
+		}
+	}
+	return m, nil
+}
+
 // ValidateLimitKey checks a key a limit may be set on: a concurrency key a
 // job may name, or the wildcard "<prefix>:*", where prefix has no ':' (a
 // worker matches a key's wildcard by the part before its first ':').

@@ -32,6 +32,8 @@ var (
 	// ErrBadCursor: a List cursor or an event id that this package did not
 	// hand out.
 	ErrBadCursor = errors.New("job: bad cursor")
+	// ErrBusy is wrapped by *BusyError.
+	ErrBusy = errors.New("job: a concurrency key is full")
 )
 
 // Defaults of Config.
@@ -84,7 +86,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
-		submit:    scripts.Load("job_submit.lua"),
+		submit:    scripts.Load("job_submit.lua", "fair.lua"),
 		cancel:    scripts.Load("job_cancel.lua"),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
@@ -95,6 +97,23 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// BusyError refuses a submission with on_busy "reject" because one of its
+// concurrency keys had no room (live leases ≥ its limit). Nothing a client
+// can see was stored.
+type BusyError struct {
+	Key string
+	// RetryAfter is when the key's earliest lease expires: the soonest a
+	// slot frees up if its holder is gone; a holder that finishes frees
+	// one sooner.
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("job: concurrency key %s is full; retry in %v", e.Key, e.RetryAfter)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
 
 // idempotencyRecord is what an Idempotency-Key stands for.
 type idempotencyRecord struct {
@@ -139,17 +158,44 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		return Job{}, false, err
 	}
 	q := n.Queue
-	res, err := s.submit.Run(ctx, s.rdb, []string{
+	keys := []string{
 		s.keys.Job(q, id), s.keys.QueueReady(q), s.keys.QueueScheduled(q),
-		s.keys.QueueDeadlines(q), s.keys.QueueSeq(q), s.keys.QueueStats(q),
+		s.keys.QueueDeadlines(q), s.keys.QueueFair(q), s.keys.QueueStats(q),
 		s.keys.JobEvents(q, id), s.keys.QueueTenantJobs(q, tenant), s.keys.QueueAllJobs(q),
-	},
+	}
+	args := []any{
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
 		millis(n.Delay), EventsMaxLen,
-	).Slice()
+	}
+	var limited []string // the keys the script checks for room, in KEYS order
+	if n.OnBusy == OnBusyReject {
+		limits, err := s.limitsOf(ctx, n.ConcurrencyKeys)
+		if err != nil {
+			return Job{}, false, err
+		}
+		for _, k := range n.ConcurrencyKeys {
+			if l := LimitOf(limits, k); l >= 0 {
+				limited = append(limited, k)
+				keys = append(keys, s.keys.QueueKeyLeases(q, k))
+				args = append(args, l)
+			}
+		}
+	}
+	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: submit %s: %w", id, err)
+	}
+	if res[0] == int64(2) {
+		if idemKey == "" {
+			// Nobody else knows this id: drop its lookup, so a refusal
+			// leaves nothing behind. (An idempotency record keeps its id,
+			// which a retry that finds room creates.)
+			if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
+				return Job{}, false, fmt.Errorf("job: submit %s: drop lookup: %w", id, err)
+			}
+		}
+		return Job{}, false, &BusyError{Key: limited[res[1].(int64)-1], RetryAfter: time.Duration(res[2].(int64)) * time.Millisecond}
 	}
 	j, err = parseReply(res[1])
 	return j, res[0] == int64(1), err

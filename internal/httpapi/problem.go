@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -106,6 +107,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var bad *badRequest
 	var invalid *job.ValidationError
 	var tooLarge *http.MaxBytesError
+	var busy *job.BusyError
 	switch {
 	case errors.Is(err, errUnsupportedMedia):
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
@@ -123,6 +125,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrIdempotencyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body",
 			job.FieldError{Field: "Idempotency-Key", Message: "already used with a different body"})
+	case errors.As(err, &busy):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
+		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
+			job.FieldError{Field: "concurrency_keys", Message: busy.Key + " is full"})
 	case errors.Is(err, errRateLimited):
 		// Retry-After and the RateLimit headers are set by limit.
 		writeProblem(w, http.StatusTooManyRequests, "this tenant is over its submission rate; retry after Retry-After seconds")

@@ -32,8 +32,9 @@ func (s Space) QueueScheduled(queue string) string { return s.key("q:"+queue, "s
 // by when they expire if they have not started.
 func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "deadlines") }
 
-// QueueSeq is the counter that orders a queue's jobs of equal priority.
-func (s Space) QueueSeq(queue string) string { return s.key("q:"+queue, "seq") }
+// QueueFair is the hash of a queue's fair-queueing state: its virtual clock
+// and each waiting lane's last virtual start (see internal/scripts/fair.lua).
+func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair") }
 
 // QueueStats is the hash counting a queue's jobs per state.
 func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats") }

@@ -2,7 +2,7 @@
 -- claims up to `want` ready jobs for one worker. Every candidate is checked
 -- again here: a candidate another worker took since the peek is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
--- KEYS[5] fence   KEYS[6] seq         KEYS[7] stats
+-- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats
 -- KEYS[8 + 2(i-1)] job hash and KEYS[9 + 2(i-1)] events of candidate i
 -- then the lease sets of the candidates' concurrency keys, each once
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
@@ -31,7 +31,7 @@
 --   scheduled due    queued | retrying -> queued (into ready)
 -- The other candidates came from the ready set: they are only checked again.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local fence, seq, stats = KEYS[5], KEYS[6], KEYS[7]
+local fence, fair, stats = KEYS[5], KEYS[6], KEYS[7]
 local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local retention, maxlen, backoff = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -62,11 +62,6 @@ end
 
 local function fail(code, message)
   return cjson.encode({code = code, message = message})
-end
-
--- Higher priority first, then FIFO (see job_submit.lua).
-local function enqueue(id, priority)
-  redis.call('ZADD', ready, int((100 - tonumber(priority)) * 8796093022208 + redis.call('INCR', seq)), id)
 end
 
 -- This call's execution ids, to recognise what a lost first run claimed.
@@ -111,7 +106,7 @@ for i = 1, n do
   local id = ARGV[8 + i]
   local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token')
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -163,7 +158,7 @@ for i = 1, n do
       local due = redis.call('ZSCORE', scheduled, id)
       if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
         redis.call('ZREM', scheduled, id)
-        enqueue(id, priority)
+        fair_enqueue(fair, ready, id, priority, f[13])
         if state == 'retrying' then
           move(job, state, 'queued')
           state = 'queued'
@@ -210,6 +205,10 @@ local function fresh_exec_id()
   return ARGV[next_exec]
 end
 
+-- The virtual clock (fair.lua) moves to the latest virtual start taken.
+local clock = tonumber(redis.call('HGET', fair, 'clock') or '0')
+local clock_was = clock
+
 -- take claims candidate c: a lease in every key's set and the execution's.
 local function take(c)
   for _, k in ipairs(spec[c.i]) do
@@ -233,6 +232,12 @@ local function take(c)
     'exec_finished_at', '', 'exec_state', 'running')
   event(c.events, 'running', attempt)
   hand_out(c.id, exec_id, token, attempt, c.f)
+  local start = fair_start(c.score)
+  clock = math.max(clock, start)
+  local lane = c.f[13]
+  if tonumber(redis.call('HGET', fair, lane) or '0') <= start then
+    redis.call('HDEL', fair, lane) -- its last job: the clock stands in for it now
+  end
 end
 
 -- Best first; a candidate whose keys are full waits, and the ones behind
@@ -250,6 +255,9 @@ for _, c in ipairs(claimable) do
   end
 end
 
+if clock ~= clock_was then
+  redis.call('HSET', fair, 'clock', int(clock))
+end
 for state, delta in pairs(counts) do
   if delta ~= 0 then
     redis.call('HINCRBY', stats, state, delta)

@@ -1,7 +1,7 @@
 -- Ends an execution, only for its owner: writes its outcome, moves the job
 -- to its next state and releases the lease, all in one step.
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] leases   KEYS[4] ready
--- KEYS[5] scheduled  KEYS[6] seq      KEYS[7] stats
+-- KEYS[5] scheduled  KEYS[6] fair (fair.lua)     KEYS[7] stats
 -- KEYS[8..] the lease sets of the job's concurrency keys
 -- ARGV[1] job id     ARGV[2] token
 -- ARGV[3] outcome: succeeded | failed | timed_out | cancelled | handed_off
@@ -13,12 +13,12 @@
 -- nothing changed. A retry of a finish that was written (its reply lost)
 -- returns the job's state again and changes nothing.
 local job, events, leases, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local scheduled, seq, stats = KEYS[5], KEYS[6], KEYS[7]
+local scheduled, fair, stats = KEYS[5], KEYS[6], KEYS[7]
 local id, token, outcome, result, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local retryable, backoff, retention, maxlen = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], ARGV[9]
 
 local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-  'exec_state')
+  'exec_state', 'concurrency_keys')
 if f[1] == token and f[2] ~= 'running' and f[7] == outcome then
   return f[2] -- a retry whose first run was written (its reply was lost)
 end
@@ -57,7 +57,7 @@ elseif outcome == 'handed_off' then
   next = 'queued'
   attempt = attempt - 1
   set('attempt', attempt)
-  redis.call('ZADD', ready, int((100 - priority) * 8796093022208 + redis.call('INCR', seq)), id)
+  fair_enqueue(fair, ready, id, priority, f[8])
 else
   set('error', err)
   if retryable and attempt < max_attempts then

@@ -1,16 +1,20 @@
 -- Creates a job, unless it already exists.
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] seq counter   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
--- KEYS[9] all index
+-- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
+-- KEYS[9] all index   KEYS[10..] lease sets of the keys to find room in
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
 -- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
 -- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
--- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed.
+-- ARGV[15..] the limit of each key in KEYS[10..]
+-- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed,
+-- {2, i, ms} when it was not created because key i of KEYS[10..] had no
+-- room (on_busy "reject"; the caller passes those keys only then), where ms
+-- is how long until that key's earliest lease expires.
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local seq, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
 
 -- A retried idempotent request and a crashed winner's successor both land
@@ -22,6 +26,19 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- Room is counted in live leases, as the claim counts it: expired leases
+-- of dead workers do not hold a slot.
+for i = 10, #KEYS do
+  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[5 + i]) then
+    local first = redis.call('ZRANGE', KEYS[i], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    local wait = 1000 -- a limit of 0 has no lease to wait for
+    if first[2] then
+      wait = tonumber(first[2]) - now
+    end
+    return {2, i - 9, wait}
+  end
+end
+
 redis.call('HSET', job,
   'id', id, 'tenant', ARGV[2], 'queue', ARGV[3], 'kind', ARGV[4],
   'state', 'queued', 'attempt', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
@@ -31,15 +48,10 @@ redis.call('HSET', job,
   'exec_id', '', 'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '',
   'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '')
 
--- Higher priority first, then FIFO: 2^43 sequence numbers per priority
--- band keep the score an exact integer in a double (201 * 2^43 < 2^53), and
--- Redis 7 passes such a Lua number to a command exactly (never tostring it:
--- that keeps 14 digits).
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
 else
-  local n = redis.call('INCR', seq)
-  redis.call('ZADD', ready, (100 - priority) * 8796093022208 + n, id)
+  fair_enqueue(fair, ready, id, priority, ARGV[7])
 end
 -- max_wait counts from when the job may first run, so a delay does not eat it.
 if max_wait > 0 then

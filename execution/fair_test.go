@@ -1,0 +1,168 @@
+package execution_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// claimLog records the fencing token each job's execution got. Tokens are
+// issued by one counter per queue, in claim order, so they say how many
+// claims came before a job's.
+type claimLog struct {
+	mu     sync.Mutex
+	tokens map[string]fencing.Token
+}
+
+func (l *claimLog) handler(_ context.Context, e *execution.Execution) (any, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tokens[e.JobID] = e.Token()
+	return nil, nil
+}
+
+func (l *claimLog) token(id string) (fencing.Token, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.tokens[id]
+	return t, ok
+}
+
+// submitMany submits n jobs of sub for tenant, several at a time.
+func (f *fixture) submitMany(t *testing.T, tenant string, n int, sub job.Submission) []string {
+	t.Helper()
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				var j job.Job
+				j, _, errs[i] = f.store.Submit(t.Context(), tenant, sub, "")
+				ids[i] = j.ID
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// The bound of execution/doc.go: with L lanes waiting at one priority, a
+// lane's k-th job is claimed within k·L claims of its submission, plus the
+// claims already under way (at most one batch per worker).
+func TestSmallTenantIsNotStarvedByAFlood(t *testing.T) {
+	f := newFixture(t)
+	const flood, small, concurrency = 10_000, 10, 8
+	f.submitMany(t, "flood", flood, job.Submission{Kind: "noop"})
+
+	log := &claimLog{tokens: map[string]fencing.Token{}}
+	f.startWorker(t, execution.Config{Concurrency: concurrency},
+		map[string]execution.Handler{"noop": log.handler})
+	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		n, _ := f.rdb.Get(t.Context(), fence).Int64()
+		return n >= 500
+	}, "the flood never got going")
+
+	before, err := f.rdb.Get(t.Context(), fence).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := f.submitMany(t, "small", small, job.Submission{Kind: "noop"})
+	var last fencing.Token
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		for _, id := range ids {
+			tok, ok := log.token(id)
+			if !ok {
+				return false
+			}
+			last = max(last, tok)
+		}
+		return true
+	}, "the small tenant's jobs never all ran")
+
+	claims := int64(last) - before
+	bound := int64(small*2 + concurrency)
+	t.Logf("the small tenant's %d jobs all started within %d claims of their submission (bound %d)", small, claims, bound)
+	if claims > bound {
+		t.Fatalf("the small tenant waited %d claims for its %d jobs; the bound is %d", claims, small, bound)
+	}
+	if n, err := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueReady(job.DefaultQueue)).Result(); err != nil || n == 0 {
+		t.Fatalf("the flood ran out (%d left, %v) before the small tenant's jobs ran: the test proved nothing", n, err)
+	}
+}
+
+// A lane is a tenant's jobs with one set of keys: a deep backlog waiting
+// for a full key, deeper than a claim looks past the head, does not hold
+// back the same tenant's jobs for another key.
+func TestJobsForAFreeKeyPassADeepBacklogForAFullOne(t *testing.T) {
+	f := newFixture(t)
+	f.setLimit(t, "model:full", 1)
+	const deep = 1000 // far past the claim's look-ahead
+	stuck := f.submitMany(t, "acme", 1, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:full"}})
+	f.startWorker(t, execution.Config{Concurrency: 4}, map[string]execution.Handler{"block": block, "echo": echo})
+	f.waitState(t, stuck[0], 10*time.Second, job.StateRunning)
+
+	f.submitMany(t, "acme", deep, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:full"}})
+	free := f.submitMany(t, "acme", 10, job.Submission{Kind: "echo", ConcurrencyKeys: []string{"model:free"}})
+	for i, id := range free {
+		f.waitState(t, id, 10*time.Second, job.StateSucceeded)
+		if i == 0 {
+			t.Logf("the first job for the free key ran behind %d waiting for the full one", deep)
+		}
+	}
+	if got := f.liveHolders(t, "model:full"); len(got[0]) != 1 {
+		t.Fatalf("model:full (limit 1) is held by %v", got[0])
+	}
+}
+
+// The queue's virtual clock moves with the claims: a lane that starts late
+// takes turns with the lanes already waiting, it does not go first until
+// it has caught up with them.
+func TestALateLaneTakesTurnsWithTheWaitingOnes(t *testing.T) {
+	f := newFixture(t)
+	early := f.submitMany(t, "early", 3000, job.Submission{Kind: "noop"})
+	log := &claimLog{tokens: map[string]fencing.Token{}}
+	f.startWorker(t, execution.Config{Concurrency: 8}, map[string]execution.Handler{"noop": log.handler})
+	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		n, _ := f.rdb.Get(t.Context(), fence).Int64()
+		return n >= 1000
+	}, "the early lane never got going")
+
+	before, err := f.rdb.Get(t.Context(), fence).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := f.submitMany(t, "late", 1000, job.Submission{Kind: "noop"})
+	const window = 400
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		n, _ := f.rdb.Get(t.Context(), fence).Int64()
+		return n >= before+window
+	}, "the queue stalled")
+
+	inWindow := func(ids []string) (n int) {
+		for _, id := range ids {
+			if tok, ok := log.token(id); ok && int64(tok) > before && int64(tok) <= before+window {
+				n++
+			}
+		}
+		return n
+	}
+	e, l := inWindow(early), inWindow(late)
+	t.Logf("of the %d claims after the late lane came: early %d, late %d", window, e, l)
+	if e < window*2/5 {
+		t.Fatalf("the early lane got %d of %d claims after the late one came: the late lane jumped ahead", e, window)
+	}
+}
