@@ -191,7 +191,7 @@ func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketS
 		case err == nil && g.state != TicketPending:
 			// Only this waiter ends its ticket, so another end means the
 			// ticket expired, or a leave raced ahead of this poll.
-			return w.leave(ctx, TicketCancelled, fmt.Errorf("lease: wait %q: %w", w.s.key, ErrTicketLost))
+			return w.leave(ctx, TicketExpired, fmt.Errorf("lease: wait %q: %w", w.s.key, ErrTicketLost))
 		case err != nil && ctx.Err() == nil && !joined:
 			// Nothing is known to be in line; leave anyway, in case the
 			// join ran and only its reply was lost.
@@ -262,7 +262,7 @@ func (w *waiter) leave(ctx context.Context, state TicketState, cause error) (Tic
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
 	ks, key := w.s.c.keys, w.s.key
-	name := "CANCELLED"
+	name := "CANCELLED" // an expired ticket too: any end stops a late join
 	if state == TicketTimedOut {
 		name = "TIMED_OUT"
 	}
@@ -280,8 +280,6 @@ func (w *waiter) leave(ctx context.Context, state TicketState, cause error) (Tic
 		w.wake()
 	case "PENDING":
 		w.wake() // it may have headed the line while a slot was free
-	case "":
-		return TicketExpired, nil, cause
 	}
 	return state, nil, errors.Join(cause, err)
 }

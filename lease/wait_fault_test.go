@@ -223,3 +223,26 @@ func TestShutdownCancelsTicketsInLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A waiter paused (SIGSTOP) past its ticket TTL loses its place: the line
+// moves on without it, and once resumed it learns its ticket is gone.
+func TestPausedWaiterLosesItsPlace(t *testing.T) {
+	t.Parallel()
+	w := newWaitLine(t, testenv.Redis(t).Client(t))
+	const ticketTTL = 300 * time.Millisecond
+	wp := startWaitProcs(t, w, 1, time.Minute, ticketTTL, time.Millisecond, "paused", "next")
+	blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+	wp.join(t, "paused", "p")
+	wp.join(t, "next", "n")
+	wp.procs["paused"].Stop(t)
+	if err := w.c.Release(t.Context(), blocker); err != nil {
+		t.Fatal(err)
+	}
+	wp.procs["next"].Line(t, "granted n ", 10*time.Second)
+	wp.procs["paused"].Cont(t)
+	if got := wp.procs["paused"].Line(t, "left p ", 10*time.Second); got != "EXPIRED" {
+		t.Fatalf("the paused waiter left in state %s, want EXPIRED", got)
+	}
+	wp.procs["next"].Line(t, "done n ", 10*time.Second)
+	testenv.Eventually(t, 5*time.Second, func() bool { return w.held(t) == 0 && w.waiting(t) == 0 }, "line not empty")
+}

@@ -456,12 +456,49 @@ func TestWaitCancelRacingGrantNeverLeaks(t *testing.T) {
 			case <-done:
 				t.Logf("peak %d permits out", peak.Load())
 				return
-			default:
+			case <-time.After(time.Millisecond):
 			}
 			if n := w.held(t); n > limit {
-				t.Fatalf("%d slots held, limit %d", n, limit)
+				t.Errorf("%d slots held, limit %d", n, limit)
+				<-done
+				return
 			}
-			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// A live waiter heartbeats its ticket as it polls: it keeps its place for
+// many ticket TTLs and is served once the slot frees up.
+func TestLiveWaiterKeepsItsPlacePastTheTicketTTL(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+		sem := w.c.Semaphore(w.key, 1, time.Minute)
+		const ticketTTL = 300 * time.Millisecond
+		got := make(chan *lease.Permit, 1)
+		go func() {
+			p, err := sem.Wait(t.Context(), "a", lease.WaitConfig{TicketTTL: ticketTTL, Poll: lease.MinPoll})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- p
+		}()
+		w.waitInLine(t, 1)
+		expiries := func() []redis.Z {
+			return w.rdb.ZRangeWithScores(t.Context(), w.ks.SemTickets(w.key), 0, -1).Val()
+		}
+		first := expiries()[0].Score
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			z := expiries()
+			return len(z) == 1 && z[0].Score > first+float64(3*ticketTTL.Milliseconds())
+		}, "the ticket's expiry did not move three ticket TTLs on")
+		if err := w.c.Release(t.Context(), blocker); err != nil {
+			t.Fatal(err)
+		}
+		if p := <-got; p != nil {
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
