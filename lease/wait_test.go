@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -501,4 +502,63 @@ func TestLiveWaiterKeepsItsPlacePastTheTicketTTL(t *testing.T) {
 			}
 		}
 	})
+}
+
+// lateJoin holds the waiter's join back: the caller sees it fail and gives
+// up at once, and the join reaches Redis only when the test lets it, after
+// the waiter's leave, as a command stuck in a slow connection would.
+type lateJoin struct {
+	cancel  context.CancelFunc
+	release chan struct{}
+	result  chan []any
+}
+
+func (h *lateJoin) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lateJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		// EVALSHA sha 6 KEYS... ticket ticket_ttl join ...
+		if cmd.Name() != "evalsha" || len(args) < 12 || args[11] != true {
+			return next(ctx, cmd)
+		}
+		go func() {
+			<-h.release
+			late := redis.NewSliceCmd(context.Background(), args...)
+			_ = next(context.Background(), late)
+			h.result <- late.Val()
+		}()
+		h.cancel()
+		return ctx.Err()
+	}
+}
+
+// A join that reaches Redis after its waiter has left finds the ticket
+// CANCELLED and neither queues nor grants: the leave's compare-and-set
+// holds for joins still on their way.
+func TestJoinArrivingAfterLeaveQueuesNothing(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := scripts.Load("semaphore_poll.lua").Load(t.Context(), rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	hook := &lateJoin{cancel: stop, release: make(chan struct{}), result: make(chan []any, 1)}
+	rdb.AddHook(hook)
+	w := newWaitLine(t, rdb)
+	var o outcome
+	if _, err := w.c.Semaphore(w.key, 1, time.Minute).Wait(ctx, "a", lease.WaitConfig{Done: o.done}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait returned %v, want context.Canceled", err)
+	}
+	o.want(t, lease.TicketCancelled)
+	close(hook.release)
+	if got := <-hook.result; fmt.Sprint(got) != "[3]" {
+		t.Fatalf("the late join answered %v, want [3] (CANCELLED)", got)
+	}
+	// newWaitLine's cleanup checks that nothing is held or queued.
 }
