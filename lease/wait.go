@@ -79,7 +79,8 @@ type WaitConfig struct {
 	// Default 3s, and at least 3 polls: a waiter heartbeats at every poll.
 	TicketTTL time.Duration
 	// Done, when set, is called exactly once with the ticket's terminal
-	// state, before Wait returns.
+	// state, before Wait returns; not at all when Wait refuses its
+	// arguments, as no ticket was taken.
 	Done func(TicketState)
 }
 
