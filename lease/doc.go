@@ -49,6 +49,26 @@
 //	 (reaped by the    ▼
 //	 next Acquire)   gone ── Renew ──▶ ErrLost
 //
+// # Waiting in line
+//
+// Semaphore.Wait takes a ticket in the key's line and waits for a slot,
+// first come first served across processes; it returns a *Permit, whose
+// lease a Keeper renews until Release. The head of the line is granted
+// when the set has room; a later ticket never passes an earlier live one.
+// Waiters heartbeat their tickets as they poll, so a dead waiter's ticket
+// expires and stops holding up the line. Each transition is a
+// compare-and-set in a script:
+//
+//	         poll: heads the line, room      ┌─────────┐
+//	PENDING ────────────────────────────────▶│ GRANTED │
+//	   │  │                                  └─────────┘
+//	   │  └─ ctx done ─▶ CANCELLED
+//	   └──── MaxWait ──▶ TIMED_OUT      (no heartbeat for a ticket TTL: expired)
+//
+// Every exit path without a permit leaves the line, and releases the slot
+// if a grant raced the exit. Releases wake the line over NATS when a
+// connection is given; polling (at least every MinPoll) covers lost wakes.
+//
 // Keys hash to one Redis Cluster slot per lease key (the set and its
 // counter share a hash tag), so a Client works the same on a Cluster.
 package lease

@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, map[string]func() int{
 		"hold":   helperHold,
 		"stress": helperStress,
+		"wait":   helperWait,
 	})
 }
 

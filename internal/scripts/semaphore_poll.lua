@@ -1,0 +1,107 @@
+-- KEYS[1] ticket queue (member: ticket, score: arrival sequence)
+-- KEYS[2] ticket expiries (member: ticket, score: expiry in ms on the Redis clock)
+-- KEYS[3] arrival sequence counter
+-- KEYS[4] this ticket's state: PENDING, GRANTED, CANCELLED or TIMED_OUT
+-- KEYS[5] lease set   KEYS[6] fencing-token counter of the lease key
+-- ARGV[1] ticket   ARGV[2] ticket_ttl_ms   ARGV[3] join (1: enqueue a new ticket)
+-- ARGV[4] holder   ARGV[5] lease ttl_ms    ARGV[6] limit
+-- Returns
+--   {0, ahead}                   PENDING: heartbeat done, ahead tickets before it
+--   {1, token, expires_at, more} GRANTED (PENDING → GRANTED, or a retry of it);
+--                                more = 1 when others wait and slots are free
+--   {2}                          lost: the ticket expired and was reaped
+--   {3} / {4}                    already CANCELLED / TIMED_OUT
+-- One call joins (with join = 1), heartbeats the ticket, reaps dead tickets
+-- and grants the ticket a slot if it heads the line.
+-- Complexity: O(log N) in the line's length N, plus O(R log N) to reap at
+-- most R = 16 expired tickets; the line is never scanned.
+local queue, tickets, seq, state, leases, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local ticket, ticket_ttl, join = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local holder, ttl, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The line and its counter outlive their last live ticket, then vanish.
+local function keep_alive(key)
+  if redis.call('PTTL', key) < ticket_ttl then
+    redis.call('PEXPIRE', key, ticket_ttl)
+  end
+end
+
+-- Moves the lease's expiry to a TTL from now, as lease_acquire.lua does.
+local function grant()
+  local expires = now + 1 + ttl
+  redis.call('ZADD', leases, expires, holder)
+  if redis.call('PTTL', leases) < ttl then
+    redis.call('PEXPIRE', leases, ttl)
+  end
+  return redis.call('INCR', fence), expires
+end
+
+local s = redis.call('GET', state)
+if not s then
+  if not join then
+    redis.call('ZREM', queue, ticket)
+    redis.call('ZREM', tickets, ticket)
+    return {2}
+  end
+  redis.call('ZADD', queue, redis.call('INCR', seq), ticket)
+  s = 'PENDING'
+elseif s == 'GRANTED' then
+  -- A retry after a lost reply: hand the same slot over again, renewed so
+  -- that the caller's new trust window ends before the lease does.
+  local score = redis.call('ZSCORE', leases, holder)
+  if not score or tonumber(score) <= now then
+    return {2}
+  end
+  local token, expires = grant()
+  return {1, token, expires, 0}
+elseif s == 'CANCELLED' then
+  return {3}
+elseif s == 'TIMED_OUT' then
+  return {4}
+elseif not redis.call('ZSCORE', queue, ticket) then
+  -- PENDING, but reaped a moment before its state expired.
+  redis.call('DEL', state)
+  redis.call('ZREM', tickets, ticket)
+  return {2}
+end
+
+-- Heartbeat.
+redis.call('ZADD', tickets, now + ticket_ttl, ticket)
+redis.call('SET', state, s, 'PX', ticket_ttl)
+keep_alive(queue)
+keep_alive(tickets)
+keep_alive(seq)
+
+-- Reap dead waiters: their tickets expired without a heartbeat.
+local dead = redis.call('ZRANGEBYSCORE', tickets, '-inf', now, 'LIMIT', 0, 16)
+for _, d in ipairs(dead) do
+  redis.call('ZREM', queue, d)
+  redis.call('ZREM', tickets, d)
+end
+
+local ahead = redis.call('ZRANK', queue, ticket)
+if ahead > 0 then
+  return {0, ahead}
+end
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local held = redis.call('ZCARD', leases)
+if not redis.call('ZSCORE', leases, holder) then
+  if held >= limit then
+    return {0, 0}
+  end
+  held = held + 1
+end
+
+-- PENDING → GRANTED.
+redis.call('ZREM', queue, ticket)
+redis.call('ZREM', tickets, ticket)
+redis.call('SET', state, 'GRANTED', 'PX', ticket_ttl)
+local token, expires = grant()
+local more = 0
+if held < limit and redis.call('ZCARD', queue) > 0 then
+  more = 1
+end
+return {1, token, expires, more}

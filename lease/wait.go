@@ -1,0 +1,335 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/scripts"
+)
+
+var (
+	pollScript  = scripts.Load("semaphore_poll.lua")
+	leaveScript = scripts.Load("semaphore_leave.lua")
+)
+
+// ErrTimedOut means Wait gave up after its MaxWait without a slot.
+var ErrTimedOut = errors.New("lease: wait timed out")
+
+// ErrTicketLost means a waiter's ticket expired before it was granted: the
+// waiter could not heartbeat it for a ticket TTL (paused, or cut off from
+// Redis) and has lost its place in line.
+var ErrTicketLost = errors.New("lease: ticket lost")
+
+// MinPoll is the shortest poll interval Wait uses, whatever it is asked.
+const MinPoll = 50 * time.Millisecond
+
+// TicketState is where a waiter's ticket is in its life.
+type TicketState int
+
+// A ticket is PENDING from the moment it joins the line until it ends in one
+// of the other states.
+const (
+	TicketPending   TicketState = iota
+	TicketGranted               // the waiter holds a slot
+	TicketCancelled             // the waiter's context ended first
+	TicketTimedOut              // MaxWait passed first
+	TicketExpired               // the ticket expired unheartbeated; see ErrTicketLost
+)
+
+func (s TicketState) String() string {
+	switch s {
+	case TicketPending:
+		return "PENDING"
+	case TicketGranted:
+		return "GRANTED"
+	case TicketCancelled:
+		return "CANCELLED"
+	case TicketTimedOut:
+		return "TIMED_OUT"
+	case TicketExpired:
+		return "EXPIRED"
+	}
+	return fmt.Sprintf("TicketState(%d)", int(s))
+}
+
+// WaitConfig configures one Wait. The zero value waits until ctx is done,
+// polling only.
+type WaitConfig struct {
+	// MaxWait is how long to wait for a slot before giving up with
+	// ErrTimedOut; default 0, no limit but ctx.
+	MaxWait time.Duration
+	// NATS, when set, carries wake-ups: a released slot wakes the line at
+	// once. Default nil: waiters only poll.
+	NATS *nats.Conn
+	// Poll is how often a waiter looks at the line without a wake-up;
+	// default 250ms, never less than MinPoll. Each poll waits a random
+	// 0-20 % more, so waiters do not poll in step.
+	Poll time.Duration
+	// TicketTTL is how long a ticket stays in line without a heartbeat:
+	// the time after which a dead waiter stops holding up those behind it.
+	// Default 3s, and at least 3 polls: a waiter heartbeats at every poll.
+	TicketTTL time.Duration
+	// Done, when set, is called exactly once with the ticket's terminal
+	// state, before Wait returns; not at all when Wait refuses its
+	// arguments, as no ticket was taken.
+	Done func(TicketState)
+}
+
+// Permit is a slot taken by Wait. Its lease is renewed in the background
+// until Release, which the holder must call on every path.
+type Permit struct {
+	s      *Semaphore
+	wake   func()
+	ctx    context.Context
+	keeper *Keeper
+
+	stopKeeping context.CancelFunc
+	kept        chan error
+
+	release sync.Once
+	err     error
+}
+
+// Context is the Wait context, cancelled with cause ErrLost if the permit's
+// lease is lost (its renewals failed for a whole TTL): the holder must stop.
+func (p *Permit) Context() context.Context { return p.ctx }
+
+// Lease returns the permit's lease as of its last renewal.
+func (p *Permit) Lease() Lease { return p.keeper.Lease() }
+
+// Token is the permit's fencing token.
+func (p *Permit) Token() fencing.Token { return p.keeper.Lease().Token }
+
+// Release stops renewing, frees the slot and wakes the line. It is
+// idempotent: later calls return the first call's result.
+func (p *Permit) Release() error {
+	p.release.Do(func() {
+		p.stopKeeping()
+		<-p.kept
+		rctx, stop := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
+		defer stop()
+		p.err = p.s.c.Release(rctx, p.keeper.Lease())
+		p.wake()
+	})
+	return p.err
+}
+
+// Wait takes a slot for holder, waiting in line behind those who asked
+// first, across every process that shares the Redis: a later waiter is never
+// granted a slot while an earlier one still waits, unless the earlier one's
+// ticket expired (its process died). holder must be unique among the
+// semaphore's holders.
+//
+// Wait returns a *Permit, ErrTimedOut after cfg.MaxWait, ErrTicketLost, or
+// the cause of ctx when ctx ends first. On every error path the ticket has
+// left the line, and a slot granted in a race with the error has been
+// released. Acquire and Do do not queue: they take a free slot even while
+// others wait.
+func (s *Semaphore) Wait(ctx context.Context, holder string, cfg WaitConfig) (*Permit, error) {
+	if err := validate(s.key, holder, s.ttl); err != nil {
+		return nil, err
+	}
+	if s.limit < 1 {
+		return nil, fmt.Errorf("lease: limit %d: must be at least 1", s.limit)
+	}
+	if cfg.MaxWait < 0 {
+		return nil, fmt.Errorf("lease: max wait %v: must not be negative", cfg.MaxWait)
+	}
+	poll := max(cmp.Or(cfg.Poll, 250*time.Millisecond), MinPoll)
+	w := &waiter{
+		s:         s,
+		ticket:    uuid.NewString(),
+		holder:    holder,
+		nc:        cfg.NATS,
+		ticketTTL: max(cmp.Or(cfg.TicketTTL, 3*time.Second), 3*poll),
+	}
+	w.wakeSubject = s.c.keys.SemWake(s.key)
+
+	state, p, err := w.wait(ctx, poll, cfg.MaxWait)
+	if cfg.Done != nil {
+		cfg.Done(state)
+	}
+	return p, err
+}
+
+// waiter is one Wait's ticket.
+type waiter struct {
+	s           *Semaphore
+	ticket      string
+	holder      string
+	ticketTTL   time.Duration
+	nc          *nats.Conn
+	wakeSubject string
+}
+
+func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketState, *Permit, error) {
+	var deadline <-chan time.Time
+	if maxWait > 0 {
+		timer := time.NewTimer(maxWait)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	woken := make(chan struct{}, 1)
+	joined := false
+	for {
+		sent := w.s.c.clock()
+		g, err := w.poll(ctx, !joined)
+		switch {
+		case err == nil && g.state == TicketGranted:
+			if g.more {
+				w.wake()
+			}
+			return TicketGranted, w.permit(ctx, sent, g), nil
+		case err == nil && g.state != TicketPending:
+			// Only this waiter ends its ticket, so another end means the
+			// ticket expired, or a leave raced ahead of this poll.
+			return w.leave(ctx, TicketExpired, fmt.Errorf("lease: wait %q: %w", w.s.key, ErrTicketLost))
+		case err != nil && ctx.Err() == nil && !joined:
+			// Nothing is known to be in line; leave anyway, in case the
+			// join ran and only its reply was lost.
+			return w.leave(ctx, TicketCancelled, fmt.Errorf("lease: wait %q: %w", w.s.key, err))
+		}
+		// A failed heartbeat is retried at the next poll; the ticket
+		// survives a few of them.
+		if !joined {
+			joined = true
+			if unsubscribe := w.subscribe(woken); unsubscribe != nil {
+				defer unsubscribe()
+				continue // a release may have come before the subscription
+			}
+		}
+		tick := time.NewTimer(jitter(poll)) // ticketTTL is at least 3 polls
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return w.leave(ctx, TicketCancelled, fmt.Errorf("lease: wait %q: %w", w.s.key, context.Cause(ctx)))
+		case <-deadline:
+			tick.Stop()
+			return w.leave(ctx, TicketTimedOut, fmt.Errorf("lease: wait %q for %v: %w", w.s.key, maxWait, ErrTimedOut))
+		case <-woken:
+			tick.Stop()
+		case <-tick.C:
+		}
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d + rand.N(d/5+1)
+}
+
+type pollResult struct {
+	state TicketState
+	token fencing.Token
+	more  bool // others wait and slots are free: wake them
+}
+
+// poll runs semaphore_poll.lua: join (the first time), heartbeat, and take a
+// slot if this ticket heads the line and one is free.
+func (w *waiter) poll(ctx context.Context, join bool) (pollResult, error) {
+	ks, key := w.s.c.keys, w.s.key
+	res, err := pollScript.Run(ctx, w.s.c.rdb,
+		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key)},
+		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit).Int64Slice()
+	if err != nil {
+		return pollResult{}, fmt.Errorf("lease: poll ticket on %q: %w", key, err)
+	}
+	switch res[0] {
+	case 0:
+		return pollResult{state: TicketPending}, nil
+	case 1:
+		return pollResult{state: TicketGranted, token: fencing.Token(res[1]), more: res[3] == 1}, nil
+	case 3:
+		return pollResult{state: TicketCancelled}, nil
+	case 4:
+		return pollResult{state: TicketTimedOut}, nil
+	}
+	return pollResult{state: TicketExpired}, nil
+}
+
+// leave ends the ticket in state and cleans up after it: out of the line,
+// and a slot granted to a poll whose reply never arrived released. It runs
+// on every path out of a Wait that did not hand a permit over, and is
+// idempotent.
+func (w *waiter) leave(ctx context.Context, state TicketState, cause error) (TicketState, *Permit, error) {
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer stop()
+	ks, key := w.s.c.keys, w.s.key
+	name := "CANCELLED" // an expired ticket too: any end stops a late join
+	if state == TicketTimedOut {
+		name = "TIMED_OUT"
+	}
+	was, err := leaveScript.Run(ctx, w.s.c.rdb,
+		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemTicket(key, w.ticket)},
+		w.ticket, name, w.ticketTTL.Milliseconds()).Text()
+	if err != nil {
+		// The ticket expires within a ticket TTL, and a slot granted to it
+		// within a lease TTL: nothing stays held for good.
+		return state, nil, errors.Join(cause, fmt.Errorf("lease: leave line of %q: %w", key, err))
+	}
+	switch was {
+	case "GRANTED":
+		err = w.s.c.Release(ctx, Lease{Key: key, Holder: w.holder})
+		w.wake()
+	case "PENDING":
+		w.wake() // it may have headed the line while a slot was free
+	}
+	return state, nil, errors.Join(cause, err)
+}
+
+// permit hands a granted slot over with a keeper renewing its lease.
+func (w *waiter) permit(ctx context.Context, sent time.Time, g pollResult) *Permit {
+	l := Lease{Key: w.s.key, Holder: w.holder, Token: g.token, TTL: w.s.ttl, TrustedUntil: sent.Add(w.s.ttl)}
+	pctx, lost := context.WithCancelCause(ctx)
+	keepCtx, stopKeeping := context.WithCancel(pctx)
+	p := &Permit{
+		s:           w.s,
+		wake:        w.wake,
+		ctx:         pctx,
+		keeper:      w.s.c.Keeper(l, 0, lost),
+		stopKeeping: func() { stopKeeping(); lost(nil) },
+		kept:        make(chan error, 1),
+	}
+	go func() { p.kept <- p.keeper.Run(keepCtx) }()
+	return p
+}
+
+// subscribe listens for wake-ups on the key's subject; it returns nil when
+// there is no NATS connection to listen on.
+func (w *waiter) subscribe(woken chan struct{}) func() {
+	if w.nc == nil {
+		return nil
+	}
+	sub, err := w.nc.Subscribe(w.wakeSubject, func(*nats.Msg) {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil // polling alone still gets there
+	}
+	return func() {
+		// The connection may be closed or reconnecting; the server drops
+		// the subscription with the connection either way.
+		_ = sub.Unsubscribe()
+	}
+}
+
+// wake tells the line a slot may be free. Best effort: pollers find it
+// anyway. While NATS is reconnecting, nats.go would buffer the message and
+// send it late, when it means nothing, so it is not sent at all.
+func (w *waiter) wake() {
+	if w.nc == nil || w.nc.Status() != nats.CONNECTED {
+		return
+	}
+	_ = w.nc.Publish(w.wakeSubject, nil)
+}

@@ -1,0 +1,564 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// The "wait" helper's orders, besides envPrefix, envKey, envTTL, envLimit
+// and envName.
+const (
+	envTicketTTL = "LEASE_TEST_TICKET_TTL"
+	envHold      = "LEASE_TEST_HOLD"
+)
+
+// helperWait takes holder names from the Redis list "<prefix>orders:<name>"
+// and has each one Wait in line, hold its slot for envHold and release it.
+// It prints "granted <holder> <token> <unix ns>" when a slot is granted,
+// "done <holder> <unix ns>" when it stops using it (before the release) and
+// "left <holder> <state>" when a wait ends without one. SIGTERM cancels
+// every wait in line; the helper then exits 0.
+func helperWait() int {
+	rdb := testenv.HelperRedis()
+	defer rdb.Close()
+	prefix, key, name := os.Getenv(envPrefix), os.Getenv(envKey), os.Getenv(envName)
+	c, err := lease.New(rdb, lease.Config{Prefix: prefix})
+	if err != nil {
+		panic(err)
+	}
+	nc, err := nats.Connect(testenv.HelperNATSURL())
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	ttl, _ := time.ParseDuration(os.Getenv(envTTL))
+	ticketTTL, _ := time.ParseDuration(os.Getenv(envTicketTTL))
+	hold, _ := time.ParseDuration(os.Getenv(envHold))
+	limit, _ := strconv.Atoi(os.Getenv(envLimit))
+	sem := c.Semaphore(key, limit, ttl)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+
+	var mu sync.Mutex // one line at a time on stdout
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		got, err := rdb.BLPop(ctx, time.Second, prefix+"orders:"+name).Result()
+		if errors.Is(err, redis.Nil) || ctx.Err() != nil {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		holder := got[1]
+		wg.Go(func() {
+			var state lease.TicketState
+			p, err := sem.Wait(ctx, holder, lease.WaitConfig{NATS: nc, TicketTTL: ticketTTL, Poll: lease.MinPoll,
+				Done: func(s lease.TicketState) { state = s }})
+			if err != nil {
+				say("left %s %s", holder, state)
+				return
+			}
+			say("granted %s %d %d", holder, p.Token(), time.Now().UnixNano())
+			select {
+			case <-time.After(hold):
+			case <-p.Context().Done():
+			}
+			say("done %s %d", holder, time.Now().UnixNano())
+			if err := p.Release(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		})
+	}
+	return 0
+}
+
+// waitLine is a test's view of one semaphore and its line.
+type waitLine struct {
+	rdb redis.UniversalClient
+	c   *lease.Client
+	ks  keys.Space
+	key string
+}
+
+func newWaitLine(t testing.TB, rdb redis.UniversalClient) *waitLine {
+	t.Helper()
+	c, ks := newClient(t, rdb)
+	w := &waitLine{rdb: rdb, c: c, ks: ks, key: "model:gpt"}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			w.assertClean(t)
+		}
+	})
+	return w
+}
+
+// waiting returns the number of tickets in line, dead ones included.
+func (w *waitLine) waiting(t testing.TB) int64 {
+	t.Helper()
+	n, err := w.rdb.ZCard(context.Background(), w.ks.SemQueue(w.key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (w *waitLine) held(t testing.TB) int64 {
+	t.Helper()
+	n, err := w.rdb.ZCard(context.Background(), w.ks.LeaseSet(w.key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitInLine waits until n tickets are in line.
+func (w *waitLine) waitInLine(t testing.TB, n int64) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() bool { return w.waiting(t) == n }, "want %d tickets in line", n)
+}
+
+// assertClean checks that nothing is held and nobody is in line: no permit
+// and no ticket leaked.
+func (w *waitLine) assertClean(t testing.TB) {
+	t.Helper()
+	for _, k := range []string{w.ks.LeaseSet(w.key), w.ks.SemQueue(w.key), w.ks.SemTickets(w.key)} {
+		if n, err := w.rdb.ZCard(context.Background(), k).Result(); err != nil || n != 0 {
+			t.Errorf("%s holds %d members at the end (err %v)", k, n, err)
+		}
+	}
+}
+
+// outcome records the terminal states a Wait reports through Done.
+type outcome struct {
+	mu     sync.Mutex
+	states []lease.TicketState
+}
+
+func (o *outcome) done(s lease.TicketState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.states = append(o.states, s)
+}
+
+func (o *outcome) want(t testing.TB, s lease.TicketState) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.states) != 1 || o.states[0] != s {
+		t.Fatalf("Done called with %v, want exactly once with %v", o.states, s)
+	}
+}
+
+func TestWaitIsGrantedAtOnceWhenFree(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		sem := w.c.Semaphore(w.key, 2, time.Minute)
+		var o outcome
+		p, err := sem.Wait(t.Context(), "a", lease.WaitConfig{Done: o.done})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.want(t, lease.TicketGranted)
+		if n := w.held(t); n != 1 {
+			t.Fatalf("%d slots held, want 1", n)
+		}
+		if p.Lease().Holder != "a" || p.Token() == 0 {
+			t.Fatalf("permit lease %+v", p.Lease())
+		}
+		for range 2 { // idempotent
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if context.Cause(p.Context()) == nil {
+			t.Fatal("permit context still live after release")
+		}
+	})
+}
+
+func TestWaitIsCancelledByItsContext(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+		sem := w.c.Semaphore(w.key, 1, time.Minute)
+		ctx, stop := context.WithCancelCause(t.Context())
+		errc := make(chan error, 1)
+		var o outcome
+		go func() {
+			_, err := sem.Wait(ctx, "a", lease.WaitConfig{Done: o.done})
+			errc <- err
+		}()
+		w.waitInLine(t, 1)
+		gone := errors.New("client went away")
+		stop(gone)
+		if err := <-errc; !errors.Is(err, gone) {
+			t.Fatalf("wait returned %v, want the context's cause", err)
+		}
+		o.want(t, lease.TicketCancelled)
+		if n := w.waiting(t); n != 0 {
+			t.Fatalf("%d tickets in line after the wait was cancelled", n)
+		}
+		if err := w.c.Release(t.Context(), blocker); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestWaitTimesOutAfterMaxWait(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+		sem := w.c.Semaphore(w.key, 1, time.Minute)
+		var o outcome
+		start := time.Now()
+		_, err := sem.Wait(t.Context(), "a", lease.WaitConfig{MaxWait: 200 * time.Millisecond, Poll: lease.MinPoll, Done: o.done})
+		if !errors.Is(err, lease.ErrTimedOut) {
+			t.Fatalf("wait returned %v, want ErrTimedOut", err)
+		}
+		if waited := time.Since(start); waited < 200*time.Millisecond {
+			t.Fatalf("gave up after %v, before max wait", waited)
+		}
+		o.want(t, lease.TicketTimedOut)
+		if n := w.waiting(t); n != 0 {
+			t.Fatalf("%d tickets in line after the wait timed out", n)
+		}
+		if err := w.c.Release(t.Context(), blocker); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestWaitRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	w := newWaitLine(t, testenv.Redis(t).Client(t))
+	for _, tc := range []struct {
+		name, key, holder string
+		limit             int
+		ttl               time.Duration
+		cfg               lease.WaitConfig
+	}{
+		{"empty holder", "k", "", 1, time.Second, lease.WaitConfig{}},
+		{"brace in key", "a}b", "h", 1, time.Second, lease.WaitConfig{}},
+		{"zero limit", "k", "h", 0, time.Second, lease.WaitConfig{}},
+		{"zero ttl", "k", "h", 1, 0, lease.WaitConfig{}},
+		{"negative max wait", "k", "h", 1, time.Second, lease.WaitConfig{MaxWait: -time.Second}},
+	} {
+		if _, err := w.c.Semaphore(tc.key, tc.limit, tc.ttl).Wait(t.Context(), tc.holder, tc.cfg); err == nil {
+			t.Errorf("%s: wait succeeded", tc.name)
+		}
+	}
+	if n, err := w.rdb.Keys(t.Context(), w.ks.Prefix()+"*").Result(); err != nil || len(n) != 0 {
+		t.Fatalf("bad input wrote keys %v (err %v)", n, err)
+	}
+}
+
+// A release wakes the line over NATS at once: with a poll far longer than
+// the test's patience, only the wake-up can get the waiter in.
+func TestWaitIsWokenOverNATS(t *testing.T) {
+	t.Parallel()
+	w := newWaitLine(t, testenv.Redis(t).Client(t))
+	nc := testenv.NATS(t).Conn(t)
+	sem := w.c.Semaphore(w.key, 1, time.Minute)
+	first, err := sem.Wait(t.Context(), "first", lease.WaitConfig{NATS: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lease.Permit, 1)
+	go func() {
+		p, err := sem.Wait(t.Context(), "second", lease.WaitConfig{NATS: nc, Poll: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	w.waitInLine(t, 1)
+	// The waiter polls once more right after subscribing; wait until it is
+	// asleep on its minute-long poll.
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		t.Logf("woken %v after the release", time.Since(released))
+		if p != nil {
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+}
+
+// With NATS down, polling alone still moves the line.
+func TestWaitPollsWhenNATSIsDown(t *testing.T) {
+	t.Parallel()
+	w := newWaitLine(t, testenv.Redis(t).Client(t))
+	srv := testenv.StartNATS(t)
+	nc := srv.Conn(t)
+	sem := w.c.Semaphore(w.key, 1, time.Minute)
+	cfg := lease.WaitConfig{NATS: nc, Poll: 100 * time.Millisecond}
+	first, err := sem.Wait(t.Context(), "first", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lease.Permit, 1)
+	go func() {
+		p, err := sem.Wait(t.Context(), "second", cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	w.waitInLine(t, 1)
+	srv.Stop(t)
+	testenv.Eventually(t, 5*time.Second, func() bool { return !nc.IsConnected() }, "client still connected")
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p != nil {
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("with NATS down, the waiter never got the released slot")
+	}
+}
+
+// lossyReplies cancels the waiter's context while the next poll script that
+// grants a slot is on its way back, and drops the reply, as a caller giving
+// up at that moment sees it: the script ran, the caller never learns it.
+type lossyReplies struct {
+	armed  atomic.Bool
+	cancel context.CancelFunc
+}
+
+func (h *lossyReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lossyReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lossyReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if s, ok := cmd.(*redis.Cmd); ok && err == nil && h.armed.Load() && strings.HasPrefix(cmd.Name(), "eval") {
+			if res, _ := s.Int64Slice(); len(res) == 4 && res[0] == 1 && h.armed.CompareAndSwap(true, false) {
+				h.cancel()
+				return ctx.Err()
+			}
+		}
+		return err
+	}
+}
+
+// The grant's reply is lost and the caller gives up in the same moment: the
+// slot Redis granted is released by the cleanup, never leaked.
+func TestWaitReleasesASlotGrantedWhoseReplyWasLost(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	hook := &lossyReplies{cancel: stop}
+	rdb.AddHook(hook)
+	w := newWaitLine(t, rdb)
+	blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+	sem := w.c.Semaphore(w.key, 1, time.Minute)
+	errc := make(chan error, 1)
+	var o outcome
+	go func() {
+		_, err := sem.Wait(ctx, "a", lease.WaitConfig{Poll: lease.MinPoll, Done: o.done})
+		errc <- err
+	}()
+	w.waitInLine(t, 1)
+	hook.armed.Store(true)
+	if err := w.c.Release(t.Context(), blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait returned %v, want context.Canceled", err)
+	}
+	o.want(t, lease.TicketCancelled)
+	if n := w.held(t); n != 0 {
+		t.Fatalf("%d slots held after the waiter gave up: the granted slot leaked", n)
+	}
+}
+
+// Cancellation racing grants, many times over: each caller either gets its
+// permit (and releases it) or gets an error with nothing held; the limit
+// holds at every step.
+func TestWaitCancelRacingGrantNeverLeaks(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		const limit = 2
+		sem := w.c.Semaphore(w.key, limit, time.Minute)
+		var inUse, peak atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 15 {
+					ctx, stop := context.WithTimeout(t.Context(), time.Duration(i%5)*7*time.Millisecond)
+					p, err := sem.Wait(ctx, fmt.Sprintf("g%d-%d", g, i), lease.WaitConfig{Poll: lease.MinPoll})
+					if err != nil {
+						stop()
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Error(err)
+						}
+						continue
+					}
+					n := inUse.Add(1)
+					peak.Store(max(peak.Load(), n))
+					if n > limit {
+						t.Errorf("%d permits out at once, limit %d", n, limit)
+					}
+					time.Sleep(time.Millisecond)
+					inUse.Add(-1)
+					if err := p.Release(); err != nil {
+						t.Error(err)
+					}
+					stop()
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for {
+			select {
+			case <-done:
+				t.Logf("peak %d permits out", peak.Load())
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if n := w.held(t); n > limit {
+				t.Errorf("%d slots held, limit %d", n, limit)
+				<-done
+				return
+			}
+		}
+	})
+}
+
+// A live waiter heartbeats its ticket as it polls: it keeps its place for
+// many ticket TTLs and is served once the slot frees up.
+func TestLiveWaiterKeepsItsPlacePastTheTicketTTL(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		w := newWaitLine(t, rdb)
+		blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+		sem := w.c.Semaphore(w.key, 1, time.Minute)
+		const ticketTTL = 300 * time.Millisecond
+		got := make(chan *lease.Permit, 1)
+		go func() {
+			p, err := sem.Wait(t.Context(), "a", lease.WaitConfig{TicketTTL: ticketTTL, Poll: lease.MinPoll})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- p
+		}()
+		w.waitInLine(t, 1)
+		expiries := func() []redis.Z {
+			return w.rdb.ZRangeWithScores(t.Context(), w.ks.SemTickets(w.key), 0, -1).Val()
+		}
+		first := expiries()[0].Score
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			z := expiries()
+			return len(z) == 1 && z[0].Score > first+float64(3*ticketTTL.Milliseconds())
+		}, "the ticket's expiry did not move three ticket TTLs on")
+		if err := w.c.Release(t.Context(), blocker); err != nil {
+			t.Fatal(err)
+		}
+		if p := <-got; p != nil {
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// lateJoin holds the waiter's join back: the caller sees it fail and gives
+// up at once, and the join reaches Redis only when the test lets it, after
+// the waiter's leave, as a command stuck in a slow connection would.
+type lateJoin struct {
+	cancel  context.CancelFunc
+	release chan struct{}
+	result  chan []any
+}
+
+func (h *lateJoin) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lateJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		// EVALSHA sha 6 KEYS... ticket ticket_ttl join ...
+		if cmd.Name() != "evalsha" || len(args) < 12 || args[11] != true {
+			return next(ctx, cmd)
+		}
+		go func() {
+			<-h.release
+			late := redis.NewSliceCmd(context.Background(), args...)
+			_ = next(context.Background(), late)
+			h.result <- late.Val()
+		}()
+		h.cancel()
+		return ctx.Err()
+	}
+}
+
+// A join that reaches Redis after its waiter has left finds the ticket
+// CANCELLED and neither queues nor grants: the leave's compare-and-set
+// holds for joins still on their way.
+func TestJoinArrivingAfterLeaveQueuesNothing(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	if err := scripts.Load("semaphore_poll.lua").Load(t.Context(), rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	hook := &lateJoin{cancel: stop, release: make(chan struct{}), result: make(chan []any, 1)}
+	rdb.AddHook(hook)
+	w := newWaitLine(t, rdb)
+	var o outcome
+	if _, err := w.c.Semaphore(w.key, 1, time.Minute).Wait(ctx, "a", lease.WaitConfig{Done: o.done}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait returned %v, want context.Canceled", err)
+	}
+	o.want(t, lease.TicketCancelled)
+	close(hook.release)
+	if got := <-hook.result; fmt.Sprint(got) != "[3]" {
+		t.Fatalf("the late join answered %v, want [3] (CANCELLED)", got)
+	}
+	// newWaitLine's cleanup checks that nothing is held or queued.
+}
