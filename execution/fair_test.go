@@ -3,6 +3,7 @@ package execution_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +125,13 @@ func TestJobsForAFreeKeyPassADeepBacklogForAFullOne(t *testing.T) {
 	}
 	if got := f.liveHolders(t, "model:full"); len(got[0]) != 1 {
 		t.Fatalf("model:full (limit 1) is held by %v", got[0])
+	}
+	limits, err := f.store.Limits(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []job.Limit{{Key: "model:full", Limit: 1, InUse: 1, Waiting: deep}}; !slices.Equal(limits, want) {
+		t.Errorf("limits %+v, want %+v: every claim counts its job out of its lane", limits, want)
 	}
 }
 

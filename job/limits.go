@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,6 +26,10 @@ type Limit struct {
 	// For a wildcard it is 0: its limit applies to each key of the prefix
 	// on its own, and those keys' leases are not summed.
 	InUse int64 `json:"in_use"`
+	// Waiting is how many jobs naming Key are ready to run but not started,
+	// summed over every queue (delayed jobs and retries in backoff are not
+	// ready yet). For a wildcard it is 0, as InUse is.
+	Waiting int64 `json:"waiting"`
 }
 
 // LimitOf returns key's limit in limits (a key or "prefix:*" to its
@@ -155,7 +160,8 @@ func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err 
 }
 
 // Limits returns every configured limit, sorted by key, with how many live
-// leases hold each exact key across every queue (a wildcard's InUse is 0).
+// leases hold each exact key and how many ready jobs wait for it, across
+// every queue (a wildcard's InUse and Waiting are 0).
 // An entry whose value is not a limit (written by hand) is left out, as
 // workers ignore it too.
 func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
@@ -185,7 +191,11 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	}
 	live := "(" + strconv.FormatInt(now.UnixMilli(), 10)
 	counts := make([][]*redis.IntCmd, len(limits))
+	lanes := make([]*redis.MapStringStringCmd, len(queues))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			lanes[i] = p.HGetAll(ctx, s.keys.QueueFair(q))
+		}
 		for i, l := range limits {
 			if strings.HasSuffix(l.Key, ":*") {
 				continue
@@ -199,10 +209,36 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("job: limits: count leases: %w", err)
 	}
+	waiting := waitingByKey(lanes)
 	for i := range limits {
 		for _, c := range counts[i] {
 			limits[i].InUse += c.Val()
 		}
+		if !strings.HasSuffix(limits[i].Key, ":*") {
+			limits[i].Waiting = waiting[limits[i].Key]
+		}
 	}
 	return limits, nil
+}
+
+// waitingByKey sums the ready jobs of each key from the queues' fair
+// hashes, where field "#<lane>" counts a lane's ready jobs and the lane is
+// its jobs' concurrency keys as a JSON array (internal/scripts/fair.lua).
+// The cost is one read per queue, of its lanes with jobs waiting.
+func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
+	out := map[string]int64{}
+	for _, f := range fairs {
+		for field, v := range f.Val() {
+			lane, ok := strings.CutPrefix(field, "#")
+			n, err := strconv.ParseInt(v, 10, 64)
+			var keys []string
+			if !ok || err != nil || json.Unmarshal([]byte(lane), &keys) != nil {
+				continue
+			}
+			for _, k := range keys {
+				out[k] += n
+			}
+		}
+	}
+	return out
 }

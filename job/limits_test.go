@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -142,6 +143,53 @@ func TestLimitsInUseCountsLiveLeases(t *testing.T) {
 			{Key: "model:idle", Limit: 3, InUse: 0},
 			{Key: "tenant:*", Limit: 1, InUse: 0}, // wildcards are not summed
 		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("Limits = %+v, want %+v", got, want)
+		}
+	})
+}
+
+// Waiting counts the ready jobs naming each key, over every queue: not a
+// delayed job, not a cancelled one, and not for a wildcard.
+func TestLimitsWaitingCountsReadyJobs(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := context.Background()
+		for k, n := range map[string]int64{"model:a": 1, "tenant:*": 5} {
+			if err := fx.store.SetLimit(ctx, k, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		submit := func(tenant string, sub job.Submission) job.Job {
+			t.Helper()
+			j, _, err := fx.store.Submit(ctx, tenant, sub, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		a := job.Submission{Kind: "k", ConcurrencyKeys: []string{"model:a"}}
+		batch := a
+		batch.Queue = "batch"
+		delayed := a
+		delayed.Delay = job.Duration(time.Hour)
+		var acme []job.Job
+		for range 3 {
+			acme = append(acme, submit("acme", a))
+		}
+		submit("beta", batch)
+		submit("beta", batch)
+		submit("acme", delayed)
+		submit("acme", job.Submission{Kind: "k"})
+		if _, err := fx.store.Cancel(ctx, "acme", acme[0].ID, false); err != nil {
+			t.Fatal(err)
+		}
+
+		got, err := fx.store.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []job.Limit{{Key: "model:a", Limit: 1, Waiting: 4}, {Key: "tenant:*", Limit: 5}}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Limits = %+v, want %+v", got, want)
 		}

@@ -87,7 +87,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
 		submit:    scripts.Load("job_submit.lua", "fair.lua"),
-		cancel:    scripts.Load("job_cancel.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua"),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
 		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)
@@ -272,6 +272,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	res, err := s.cancel.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
+		s.keys.QueueFair(queue),
 	}, owner, s.retention.Milliseconds(), EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)

@@ -145,7 +145,9 @@ for i = 1, n do
 
       local deadline = redis.call('ZSCORE', deadlines, id)
       if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
-        redis.call('ZREM', ready, id)
+        if redis.call('ZREM', ready, id) == 1 then
+          fair_leave(fair, f[13])
+        end
         redis.call('ZREM', scheduled, id)
         redis.call('ZREM', deadlines, id)
         move(job, state, 'expired', 'finished_at', int(now),
@@ -172,6 +174,7 @@ for i = 1, n do
       claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, f = f, score = tonumber(score)}
     elseif score then
       redis.call('ZREM', ready, id) -- not waiting any more: never hand it out
+      fair_leave(fair, f[13])
     end
   end
 end
@@ -232,12 +235,8 @@ local function take(c)
     'exec_finished_at', '', 'exec_state', 'running')
   event(c.events, 'running', attempt)
   hand_out(c.id, exec_id, token, attempt, c.f)
-  local start = fair_start(c.score)
-  clock = math.max(clock, start)
-  local lane = c.f[13]
-  if tonumber(redis.call('HGET', fair, lane) or '0') <= start then
-    redis.call('HDEL', fair, lane) -- its last job: the clock stands in for it now
-  end
+  clock = math.max(clock, fair_start(c.score))
+  fair_leave(fair, c.f[13])
 end
 
 -- Best first; a candidate whose keys are full waits, and the ones behind

@@ -1,6 +1,6 @@
 -- Cancels a job: at once when it waits in its queue, by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] stats      KEYS[6] events
+-- KEYS[5] stats      KEYS[6] events   KEYS[7] fair (fair.lua)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (PEXPIRE of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
@@ -8,10 +8,10 @@
 -- {outcome, HGETALL of the job} where outcome is 'cancelled' (now terminal),
 -- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled
 -- or requested) or 'finished' (it ended otherwise: succeeded, failed, expired).
-local job, ready, scheduled, deadlines, stats, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
-local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'attempt')
+local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'attempt', 'concurrency_keys')
 local id, owner, state, requested, attempt = f[1], f[2], f[3], f[4], f[5]
 -- Another tenant's job is as absent as one that never existed.
 if not id or (tenant ~= '' and owner ~= tenant) then
@@ -19,7 +19,9 @@ if not id or (tenant ~= '' and owner ~= tenant) then
 end
 
 if state == 'queued' or state == 'retrying' then
-  redis.call('ZREM', ready, id)
+  if redis.call('ZREM', ready, id) == 1 then
+    fair_leave(fair, f[6])
+  end
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
   local t = redis.call('TIME')
