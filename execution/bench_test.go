@@ -13,17 +13,31 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
 // tripCounter counts the round trips a client makes: one per command sent
-// alone, one per pipeline.
-type tripCounter struct{ n atomic.Int64 }
+// alone, one per pipeline; and times the claim script's.
+type tripCounter struct {
+	n              atomic.Int64
+	claims, claimT atomic.Int64 // claim scripts run, and their total time in ns
+}
+
+// claimSHA names the claim script in an EVALSHA.
+var claimSHA = scripts.Load("execution_claim.lua", "fair.lua").Hash()
 
 func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == claimSHA {
+			t0 := time.Now()
+			defer func() { c.claims.Add(1); c.claimT.Add(int64(time.Since(t0))) }()
+		}
+		return next(ctx, cmd)
+	}
 }
 func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
@@ -56,26 +70,69 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, concurrency := range []int{10, 50, 200} {
 		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
 			for range b.N {
-				benchThroughput(b, jobs, concurrency)
+				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency})
 			}
 		})
 	}
 }
 
-func benchThroughput(b *testing.B, jobs, concurrency int) {
-	b.StopTimer()
-	rdb := testenv.Redis(b).Client(b)
-	prefix := testenv.Prefix(b)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkClaimKeys runs 10k no-op jobs whose concurrency keys spread over
+// 1, 10 or 1,000 distinct limited keys (each limit high enough never to
+// wait), against the same jobs with no key but their tenant's: what keys
+// cost a claim.
+func BenchmarkClaimKeys(b *testing.B) {
+	const jobs, concurrency = 10_000, 50
+	for _, n := range []int{0, 1, 10, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			run := benchRun{jobs: jobs, concurrency: concurrency, limits: map[string]int{}}
+			if n > 0 {
+				for i := range n {
+					run.limits[fmt.Sprintf("model:m%d", i)] = concurrency
+				}
+				run.submission = func(i int) job.Submission {
+					return job.Submission{Kind: "noop", ConcurrencyKeys: []string{fmt.Sprintf("model:m%d", i%n)}}
+				}
+			}
+			for range b.N {
+				benchThroughput(b, run)
+			}
+		})
 	}
+}
+
+// BenchmarkClaimBehindFullKey runs 10k no-op jobs queued behind a backlog
+// of 100k jobs whose key has a limit of 0 (none of them can run), against
+// the same jobs with no backlog: a claim's cost must not grow with a
+// backlog it cannot serve.
+func BenchmarkClaimBehindFullKey(b *testing.B) {
+	const jobs, concurrency = 10_000, 50
+	for _, backlog := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			for range b.N {
+				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency, backlog: backlog,
+					limits: map[string]int{"model:full": 0}})
+			}
+		})
+	}
+}
+
+// benchRun is one throughput run: jobs no-op jobs (submission(i), default
+// a bare no-op) after backlog jobs that wait for model:full, run by one
+// worker at concurrency, with limits set first.
+type benchRun struct {
+	jobs, concurrency, backlog int
+	submission                 func(i int) job.Submission
+	limits                     map[string]int
+}
+
+// submitAll submits n jobs, sub(i) for i in [0, n), 32 at a time.
+func submitAll(b *testing.B, store *job.Store, n int, sub func(i int) job.Submission) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
 	for range 32 {
 		wg.Go(func() {
-			for next.Add(1) <= int64(jobs) {
-				if _, _, err := store.Submit(context.Background(), "bench", job.Submission{Kind: "noop"}, ""); err != nil {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if _, _, err := store.Submit(context.Background(), "bench", sub(int(i)), ""); err != nil {
 					b.Error(err)
 					return
 				}
@@ -83,6 +140,29 @@ func benchThroughput(b *testing.B, jobs, concurrency int) {
 		})
 	}
 	wg.Wait()
+}
+
+func benchThroughput(b *testing.B, run benchRun) {
+	b.StopTimer()
+	jobs, concurrency := run.jobs, run.concurrency
+	rdb := testenv.Redis(b).Client(b)
+	prefix := testenv.Prefix(b)
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for k, n := range run.limits {
+		if err := store.SetLimit(b.Context(), k, int64(n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	submitAll(b, store, run.backlog, func(int) job.Submission {
+		return job.Submission{Kind: "noop", ConcurrencyKeys: []string{"model:full"}}
+	})
+	if run.submission == nil {
+		run.submission = func(int) job.Submission { return job.Submission{Kind: "noop"} }
+	}
+	submitAll(b, store, jobs, run.submission)
 
 	trips := &tripCounter{}
 	wrdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b).Addr(), PoolSize: 64})
@@ -112,7 +192,7 @@ func benchThroughput(b *testing.B, jobs, concurrency int) {
 	// The last finishes are written after the last handler returns.
 	testenv.Eventually(b, time.Minute, func() bool {
 		st, err := store.Stats(context.Background())
-		return err == nil && len(st) == 1 && st[0].Running == 0 && st[0].Queued == 0
+		return err == nil && len(st) == 1 && st[0].Running == 0 && st[0].Queued == int64(run.backlog)
 	}, "jobs still running")
 	elapsed := time.Since(start)
 	b.StopTimer()
@@ -121,6 +201,10 @@ func benchThroughput(b *testing.B, jobs, concurrency int) {
 	cmds := commandsExecuted(b, rdb) - cmdsBefore
 
 	b.ReportMetric(float64(jobs)/elapsed.Seconds(), "jobs/s")
+	if n := trips.claims.Load(); n > 0 {
+		b.ReportMetric(float64(trips.claimT.Load())/float64(n)/1e3, "µs/claim-script")
+		b.ReportMetric(float64(jobs)/float64(n), "jobs/claim")
+	}
 	b.ReportMetric(float64(trips.n.Load())/float64(jobs), "trips/job")
 	b.ReportMetric(float64(cmds)/float64(jobs), "redis-cmds/job")
 }
