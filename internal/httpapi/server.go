@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Defaults of Config.
@@ -82,6 +83,10 @@ type Config struct {
 	// limit without enforcing it, and in ratelimit.Fallback to keep limiting
 	// per process while Redis is down.
 	Rate ratelimit.Limiter
+	// Usage counts each tenant's jobs submitted, and GET /v1/usage reads
+	// it; default usage.New(Redis, usage.Config{Prefix: Prefix}). Workers
+	// count executions and tokens in the same counters.
+	Usage *usage.Counters
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the API's instruments (requests, latency, job
@@ -103,6 +108,7 @@ type server struct {
 	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
+	usage        *usage.Counters
 	maxBody      int64
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -129,6 +135,7 @@ func New(cfg Config) (http.Handler, error) {
 		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
+		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
@@ -142,6 +149,11 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if s.flags == nil {
 		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	if s.usage == nil {
+		if s.usage, err = usage.New(cfg.Redis, usage.Config{Prefix: cfg.Prefix}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -166,6 +178,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
 	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
 	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
+	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodPut:    s.authed(s.putLimit),
