@@ -108,9 +108,10 @@ func TestUsageCountsWorkload(t *testing.T) {
 		usage.ExecutionsEnded("cancelled"): 1,
 	}
 	// The outcome is counted just after the finish is written.
-	var got map[string]int64
+	got := map[string]int64{} // filled in place, so the failure shows the last read
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		got = f.usageAround(acmeKey, "")
+		clear(got)
+		maps.Copy(got, f.usageAround(acmeKey, ""))
 		return maps.Equal(got, want)
 	}, "acme's usage: got %v, want %v", got, want)
 	if got := f.usageAround(adminKey, "acme"); !maps.Equal(got, want) {
