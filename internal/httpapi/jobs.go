@@ -123,7 +123,7 @@ func (s *server) limit(ctx context.Context, w http.ResponseWriter, tenant, idemK
 			return nil // a replay: the store answers with the first job
 		}
 	}
-	d, err := s.rate.Allow(ctx, tenant, 1)
+	d, err := s.allow(ctx, tenant)
 	switch {
 	case errors.Is(err, ratelimit.ErrInvalid):
 		return fmt.Errorf("httpapi: rate limit: %w", err) // a bug: 500

@@ -114,6 +114,7 @@ type server struct {
 	keepAlive    time.Duration
 	log          *slog.Logger
 	metrics      *instruments
+	rateMetrics  *rateInstruments
 }
 
 // New returns the API's handler.
@@ -162,6 +163,9 @@ func New(cfg Config) (http.Handler, error) {
 		mp = otel.GetMeterProvider()
 	}
 	if s.metrics, err = newInstruments(mp, s.jobCounts); err != nil {
+		return nil, fmt.Errorf("httpapi: metrics: %w", err)
+	}
+	if s.rateMetrics, err = newRateInstruments(mp); err != nil {
 		return nil, fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	metricsHandler := cfg.Metrics
