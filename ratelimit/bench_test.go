@@ -38,11 +38,12 @@ func BenchmarkAllow(b *testing.B) {
 	})
 }
 
-// BenchmarkAllowParallel is the same with many concurrent callers, as
-// several API handlers are.
+// BenchmarkAllowParallel is the same with 8 concurrent callers per CPU, as
+// an API's handlers are.
 func BenchmarkAllowParallel(b *testing.B) {
 	benchAllow(b, func(b *testing.B, allow func(i int64) error) {
 		var next atomic.Int64
+		b.SetParallelism(8)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := allow(next.Add(1)); err != nil {
