@@ -35,11 +35,14 @@ func (u *usageCounter) add(ctx context.Context, tenant, counter, execID string) 
 }
 
 // lost counts the executions a claim found lost: its script's list of
-// execution id, tenant and the job's new state, flat.
+// execution id, tenant and the job's new state, flat. Each one's start is
+// counted again too: that adds nothing when its worker counted it, and
+// makes up for a worker that died between its claim and its count.
 func (u *usageCounter) lost(ctx context.Context, list []any) {
 	for i := 0; i+3 <= len(list); i += 3 {
 		execID, _ := list[i].(string)
 		tenant, _ := list[i+1].(string)
+		u.add(ctx, tenant, usage.ExecutionsStarted, execID)
 		u.add(ctx, tenant, usage.ExecutionsEnded("lost"), execID)
 	}
 }
