@@ -35,6 +35,7 @@ type Execution struct {
 	Kind    string
 	Input   json.RawMessage
 	Timeout time.Duration
+	Tenant  string // who submitted the job
 
 	attempt int
 	token   fencing.Token

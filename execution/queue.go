@@ -40,6 +40,7 @@ type queue struct {
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
 	limits    *limits
+	usage     *usageCounter // nil: executions are not counted
 	// blocked says the last claim left candidates waiting for a full key:
 	// the next one looks further past the head of the queue.
 	blocked atomic.Bool
@@ -137,14 +138,15 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if blocked {
 		busy = look == want
 	}
-	res = res[1:]
+	q.usage.lost(ctx, res[1].([]any))
+	res = res[2:]
 	byID := map[string][]string{}
 	for i, id := range ids {
 		if ckeys != nil {
 			byID[id] = ckeys[i]
 		}
 	}
-	for i := 0; i+7 <= len(res); i += 7 {
+	for i := 0; i+8 <= len(res); i += 8 {
 		timeout, _ := res[i+6].(string)
 		ms, err := time.ParseDuration(timeout + "ms")
 		if err != nil {
@@ -152,6 +154,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		input, _ := res[i+5].(string)
 		kind, _ := res[i+4].(string)
+		tenant, _ := res[i+7].(string)
 		claimed = append(claimed, &Execution{
 			JobID:   res[i].(string),
 			ID:      res[i+1].(string),
@@ -161,6 +164,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			Input:   json.RawMessage(input),
 			Timeout: ms,
 			Queue:   q.name,
+			Tenant:  tenant,
 			keys:    byID[res[i].(string)],
 			q:       q,
 		})

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Config configures a Worker. Zero values mean the documented defaults.
@@ -55,6 +56,10 @@ type Config struct {
 	CancelSubject string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Usage counts each tenant's executions started and their outcomes
+	// (see usage.ExecutionsStarted and usage.ExecutionsEnded); default nil:
+	// not counted.
+	Usage *usage.Counters
 }
 
 // DefaultBackoff waits 1s before the first retry and doubles each time up
@@ -76,6 +81,7 @@ type Worker struct {
 	watcher  *cancel.Watcher
 	reaper   *Reaper
 	limits   *limits
+	usage    *usageCounter // nil: not counted
 
 	rdb      redis.UniversalClient
 	slots    chan struct{}   // one token per running execution
@@ -157,6 +163,9 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		running:  map[*Execution]*running{},
 		limits:   &limits{},
 	}
+	if cfg.Usage != nil {
+		w.usage = &usageCounter{c: cfg.Usage, log: w.log}
+	}
 	ks := keys.New(cfg.Prefix)
 	for _, name := range cfg.Queues {
 		if err := job.ValidateQueue(name); err != nil {
@@ -164,6 +173,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits})
+		w.queues[len(w.queues)-1].usage = w.usage
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}
 	if cfg.NATS != nil {
@@ -368,6 +378,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		ctx, unwatch = w.watcher.Watch(ctx, e.JobID)
 		defer unwatch()
 	}
+	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
 
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
 	result, err := w.call(runCtx, e)
@@ -382,6 +393,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		log.ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
 	default:
 		log.DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
+		w.usage.add(ctx, e.Tenant, usage.ExecutionsEnded(o.state), e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
 		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {

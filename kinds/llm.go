@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // LLMConfig configures the llm.chat kind.
@@ -31,6 +33,10 @@ type LLMConfig struct {
 	// Timeout at zero (or longer than any job): the execution's own timeout
 	// bounds each request, and a stream may run for minutes.
 	Client *http.Client
+	// Usage counts the tokens each tenant's completions used (prompt and
+	// completion, as the upstream reported them); default nil: not counted.
+	// A failed count is logged with slog.Default() and fails no job.
+	Usage *usage.Counters
 }
 
 // ChatInput is the input of the llm.chat kind.
@@ -124,7 +130,31 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 			return nil, execution.Permanent(fmt.Errorf("llm.chat: request: %w", err))
 		}
 		c := &chatCall{client: client, endpoint: endpoint, apiKey: cfg.APIKey, body: body, e: e}
-		return c.run(ctx)
+		res, err := c.run(ctx)
+		if err == nil && cfg.Usage != nil && res.Usage != nil {
+			countTokens(ctx, cfg.Usage, e, *res.Usage)
+		}
+		return res, err
+	}
+}
+
+// countTokens counts u in e's tenant's usage, the execution id as the
+// event id: an execution's tokens count once, and each attempt's count.
+func countTokens(ctx context.Context, counters *usage.Counters, e *execution.Execution, u Usage) {
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer stop()
+	at := time.Now()
+	for _, c := range []struct {
+		counter string
+		n       int
+	}{{usage.LLMPromptTokens, u.PromptTokens}, {usage.LLMCompletionTokens, u.CompletionTokens}} {
+		if c.n < 1 {
+			continue // the counters count usage, and there was none
+		}
+		if _, err := counters.Add(ctx, e.Tenant, c.counter, int64(c.n), e.ID, at); err != nil {
+			slog.WarnContext(ctx, "llm.chat: usage not counted", "counter", c.counter, "tenant", e.Tenant,
+				"job_id", e.JobID, "execution_id", e.ID, "error", err)
+		}
 	}
 }
 

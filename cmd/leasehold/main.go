@@ -30,6 +30,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/kinds"
+	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
 )
 
 const usage = "usage: leasehold dev [flags]   (start API, worker, NATS and Redis on defaults; -h for flags)"
@@ -90,18 +91,23 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer meters.Shutdown(context.WithoutCancel(ctx))
+	counters, err := usagecount.New(rdb, usagecount.Config{})
+	if err != nil {
+		return err
+	}
 	api, err := httpapi.New(httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
+		Usage: counters,
 	})
 	if err != nil {
 		return err
 	}
-	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log})
+	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log, Usage: counters})
 	if err != nil {
 		return err
 	}
 	var g run.Group
-	llm := kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey}
+	llm := kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters}
 	if llm.BaseURL == "" {
 		// A fake upstream streams numbered tokens, so llm.chat can be tried
 		// without an account.

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args[1:], os.Stderr))) }
@@ -47,6 +48,10 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer nc.Close()
 
+	counters, err := usage.New(rdb, usage.Config{Prefix: *prefix})
+	if err != nil {
+		return err
+	}
 	w, err := execution.NewWorker(rdb, execution.Config{
 		Prefix:        *prefix,
 		Queues:        cli.List(*queues),
@@ -56,11 +61,12 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		ShutdownGrace: *grace,
 		NATS:          nc,
 		Logger:        log,
+		Usage:         counters,
 	})
 	if err != nil {
 		return err
 	}
-	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey})
+	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
 	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency)
 
 	var g run.Group

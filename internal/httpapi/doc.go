@@ -1,5 +1,6 @@
 // Package httpapi is Leasehold's HTTP API, v1: submit, read, list, cancel
-// and stream jobs, see queue counts, and the operational endpoints
+// and stream jobs, see queue counts and each tenant's usage
+// (GET /v1/usage, counts per UTC day), and the operational endpoints
 // (/healthz, /readyz, /metrics, /openapi.yaml). docs/openapi.yaml describes
 // every request and response; New builds the handler that serves them.
 //

@@ -51,6 +51,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeJSON(w, http.StatusOK, j) // an idempotent replay
 		return
 	}
+	s.countSubmitted(ctx, j)
 	if s.nc != nil {
 		if err := execution.Wake(s.nc, s.prefix, j.Queue); err != nil {
 			s.log.DebugContext(ctx, "wake-up not sent; workers find the job when they poll", attrJobID, j.ID, attrQueue, j.Queue, attrErr, err)
@@ -122,7 +123,7 @@ func (s *server) limit(ctx context.Context, w http.ResponseWriter, tenant, idemK
 			return nil // a replay: the store answers with the first job
 		}
 	}
-	d, err := s.rate.Allow(ctx, tenant, 1)
+	d, err := s.allow(ctx, tenant)
 	switch {
 	case errors.Is(err, ratelimit.ErrInvalid):
 		return fmt.Errorf("httpapi: rate limit: %w", err) // a bug: 500

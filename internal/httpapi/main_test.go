@@ -237,10 +237,11 @@ func (f *fixture) blockedReads() int {
 }
 
 // startWorker runs a worker on the fixture's prefix, default queue and
-// cancel subject, with handlers, until the test ends.
-func (f *fixture) startWorker(handlers map[string]execution.Handler) {
+// cancel subject, with handlers, until the test ends; configure, when
+// given, changes its config.
+func (f *fixture) startWorker(handlers map[string]execution.Handler, configure ...func(*execution.Config)) {
 	f.t.Helper()
-	w, err := execution.NewWorker(f.rdb, execution.Config{
+	cfg := execution.Config{
 		Prefix:        f.prefix,
 		Heartbeat:     200 * time.Millisecond,
 		LeaseTTL:      3 * time.Second,
@@ -249,7 +250,11 @@ func (f *fixture) startWorker(handlers map[string]execution.Handler) {
 		NATS:          f.nc,
 		CancelSubject: f.subject,
 		Logger:        f.log,
-	})
+	}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	w, err := execution.NewWorker(f.rdb, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

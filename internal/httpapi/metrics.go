@@ -19,6 +19,8 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 //	http_server_request_duration_seconds{http_route, http_request_method, http_response_status_code}  histogram
 //	leasehold_api_requests_total{http_route, http_request_method, http_response_status_code}            counter
 //	leasehold_jobs{queue, state}                                                                       gauge, read from Redis at each collection
+//
+// and the rate limit's, with Config.Rate: see rateInstruments.
 type instruments struct {
 	duration metric.Float64Histogram
 	requests metric.Int64Counter

@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Defaults of Config.
@@ -82,6 +83,10 @@ type Config struct {
 	// limit without enforcing it, and in ratelimit.Fallback to keep limiting
 	// per process while Redis is down.
 	Rate ratelimit.Limiter
+	// Usage counts each tenant's jobs submitted, and GET /v1/usage reads
+	// it; default usage.New(Redis, usage.Config{Prefix: Prefix}). Workers
+	// count executions and tokens in the same counters.
+	Usage *usage.Counters
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the API's instruments (requests, latency, job
@@ -103,11 +108,13 @@ type server struct {
 	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
+	usage        *usage.Counters
 	maxBody      int64
 	redisTimeout time.Duration
 	keepAlive    time.Duration
 	log          *slog.Logger
 	metrics      *instruments
+	rateMetrics  *rateInstruments
 }
 
 // New returns the API's handler.
@@ -129,6 +136,7 @@ func New(cfg Config) (http.Handler, error) {
 		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
+		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
@@ -145,11 +153,19 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
+	if s.usage == nil {
+		if s.usage, err = usage.New(cfg.Redis, usage.Config{Prefix: cfg.Prefix}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
 	mp := cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	if s.metrics, err = newInstruments(mp, s.jobCounts); err != nil {
+		return nil, fmt.Errorf("httpapi: metrics: %w", err)
+	}
+	if s.rateMetrics, err = newRateInstruments(mp); err != nil {
 		return nil, fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	metricsHandler := cfg.Metrics
@@ -166,6 +182,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
 	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
 	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
+	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodPut:    s.authed(s.putLimit),

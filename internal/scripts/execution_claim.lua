@@ -13,9 +13,11 @@
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- then for each candidate i: m, its number of concurrency keys, and m pairs
 -- (position in KEYS of the key's lease set, limit; -1 for none)
--- Returns {blocked, then 7 values for each job claimed: id, execution id,
--- token, attempt, kind, input, timeout_ms}, where blocked counts the ready
--- candidates left waiting because one of their keys was full.
+-- Returns {blocked, lost, then 8 values for each job claimed: id, execution
+-- id, token, attempt, kind, input, timeout_ms, tenant}, where blocked counts
+-- the ready candidates left waiting because one of their keys was full, and
+-- lost lists 3 values for each execution found lost: execution id, tenant,
+-- the job's new state.
 --
 -- A job is claimed only if every one of its keys has room, and then takes
 -- a lease in every key's set, with the same expiry as its execution lease:
@@ -101,12 +103,12 @@ local function room(i)
   return true
 end
 
-local claimable = {}
+local claimable, lost = {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
   local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys')
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -140,6 +142,9 @@ for i = 1, n do
           end
           state = next
           event(events, state, attempt)
+          for _, v in ipairs({f[11] or '', f[14] or '', next}) do
+            lost[#lost + 1] = v
+          end
         end
       end
 
@@ -181,9 +186,9 @@ end
 
 table.sort(claimable, function(a, b) return a.score < b.score end)
 
-local claimed = {0} -- claimed[1] is set to the blocked count at the end
+local claimed = {0, lost} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
-  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10]}) do
+  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[14]}) do
     claimed[#claimed + 1] = v
   end
 end

@@ -188,3 +188,23 @@ func validName(what, s string) error {
 	}
 	return nil
 }
+
+// The counters Leasehold keeps. They are what GET /v1/usage shows.
+const (
+	// JobsSubmitted counts new jobs; the event id is the job id.
+	JobsSubmitted = "jobs_submitted"
+	// ExecutionsStarted counts executions claimed by a worker; the event
+	// id is the execution id.
+	ExecutionsStarted = "executions_started"
+	// LLMPromptTokens and LLMCompletionTokens count the tokens llm.chat
+	// executions used, as the upstream reported them; the event id is the
+	// execution id.
+	LLMPromptTokens     = "llm_prompt_tokens"
+	LLMCompletionTokens = "llm_completion_tokens"
+)
+
+// ExecutionsEnded is the counter of executions that ended with outcome:
+// succeeded, failed, timed_out, cancelled, handed_off (recorded by their
+// worker) or lost (found by a claim after its lease expired). The event id
+// is the execution id.
+func ExecutionsEnded(outcome string) string { return "executions_" + outcome }

@@ -1,0 +1,48 @@
+package execution
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/ratelimit/usage"
+)
+
+// usageTimeout bounds one usage write: it is bookkeeping, and must not hold
+// an execution's slot for long.
+const usageTimeout = 2 * time.Second
+
+// usageCounter counts executions in their tenants' usage: one start per
+// execution claimed, one outcome per execution whose finish was accepted
+// or that a claim found lost. The execution id is the event id, so a count
+// written twice (a claim's reply resent, two reapers) adds once. A failed
+// write is logged and changes nothing else: usage never fails a job. A nil
+// *usageCounter counts nothing.
+type usageCounter struct {
+	c   *usage.Counters
+	log *slog.Logger
+}
+
+func (u *usageCounter) add(ctx context.Context, tenant, counter, execID string) {
+	if u == nil {
+		return
+	}
+	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
+	defer stop()
+	if _, err := u.c.Add(ctx, tenant, counter, 1, execID, time.Now()); err != nil {
+		u.log.WarnContext(ctx, "usage not counted", "counter", counter, "tenant", tenant, "execution_id", execID, "error", err)
+	}
+}
+
+// lost counts the executions a claim found lost: its script's list of
+// execution id, tenant and the job's new state, flat. Each one's start is
+// counted again too: that adds nothing when its worker counted it, and
+// makes up for a worker that died between its claim and its count.
+func (u *usageCounter) lost(ctx context.Context, list []any) {
+	for i := 0; i+3 <= len(list); i += 3 {
+		execID, _ := list[i].(string)
+		tenant, _ := list[i+1].(string)
+		u.add(ctx, tenant, usage.ExecutionsStarted, execID)
+		u.add(ctx, tenant, usage.ExecutionsEnded("lost"), execID)
+	}
+}
