@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -43,6 +46,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	j, created, err := s.store.Submit(ctx, c.tenant, sub, idemKey)
+	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
+		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

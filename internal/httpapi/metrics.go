@@ -2,11 +2,14 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold/leasehold/job"
 )
 
 const meterName = "github.com/leasehold/leasehold/internal/httpapi"
@@ -19,16 +22,20 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 //	http_server_request_duration_seconds{http_route, http_request_method, http_response_status_code}  histogram
 //	leasehold_api_requests_total{http_route, http_request_method, http_response_status_code}            counter
 //	leasehold_jobs{queue, state}                                                                       gauge, read from Redis at each collection
+//	leasehold_key_limit{key}, leasehold_key_in_use{key}, leasehold_key_waiting{key}                    gauges, each limited key's limit, live leases and ready jobs, read from Redis at each collection
+//	leasehold_key_rejections_total{key}                                                                counter, on_busy reject submissions refused for a full key
 //
 // and the rate limit's, with Config.Rate: see rateInstruments.
 type instruments struct {
-	duration metric.Float64Histogram
-	requests metric.Int64Counter
+	duration   metric.Float64Histogram
+	requests   metric.Int64Counter
+	rejections metric.Int64Counter
 }
 
 // newInstruments makes the instruments; counts is asked for the job counts
-// at each collection.
-func newInstruments(mp metric.MeterProvider, counts func(ctx context.Context, observe func(queue, state string, n int64)) error) (*instruments, error) {
+// and limits for the limited keys at each collection.
+func newInstruments(mp metric.MeterProvider, counts func(ctx context.Context, observe func(queue, state string, n int64)) error,
+	limits func(ctx context.Context) ([]job.Limit, error)) (*instruments, error) {
 	m := mp.Meter(meterName)
 	var in instruments
 	var err error
@@ -49,11 +56,37 @@ func newInstruments(mp metric.MeterProvider, counts func(ctx context.Context, ob
 	if err != nil {
 		return nil, err
 	}
-	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+	if _, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		return counts(ctx, func(queue, state string, n int64) {
 			o.ObserveInt64(jobs, n, metric.WithAttributes(attribute.String("queue", queue), attribute.String("state", state)))
 		})
-	}, jobs)
+	}, jobs); err != nil {
+		return nil, err
+	}
+	if in.rejections, err = m.Int64Counter("leasehold.key.rejections",
+		metric.WithUnit("{job}"),
+		metric.WithDescription("Submissions with on_busy reject refused because this key was full.")); err != nil {
+		return nil, err
+	}
+	limit, err1 := m.Int64ObservableGauge("leasehold.key.limit", metric.WithUnit("{execution}"),
+		metric.WithDescription("The key's concurrency limit."))
+	inUse, err2 := m.Int64ObservableGauge("leasehold.key.in_use", metric.WithUnit("{execution}"),
+		metric.WithDescription("Live leases on the key, over every queue: executions holding it now."))
+	waiting, err3 := m.Int64ObservableGauge("leasehold.key.waiting", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs naming the key that are ready to run but not started, over every queue."))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ls, err := limits(ctx)
+		for _, l := range ls {
+			key := metric.WithAttributes(attribute.String("key", l.Key))
+			o.ObserveInt64(limit, l.Limit, key)
+			o.ObserveInt64(inUse, l.InUse, key)
+			o.ObserveInt64(waiting, l.Waiting, key)
+		}
+		return err
+	}, limit, inUse, waiting)
 	return &in, err
 }
 

@@ -17,8 +17,11 @@ import (
 func TestOnBusyRejectWhileAKeyIsFull(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if resp := f.putLimit(adminKey, "model:x", `{"limit": 1}`); resp.StatusCode != http.StatusOK {
-		t.Fatalf("put limit: %s %s", resp.Status, resp.body)
+	// Set before the worker starts, which reads limits before it claims.
+	for key, body := range map[string]string{"model:x": `{"limit": 1}`, "model:paused": `{"limit": 0}`} {
+		if resp := f.putLimit(adminKey, key, body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put limit: %s %s", resp.Status, resp.body)
+		}
 	}
 	f.startWorker(map[string]execution.Handler{
 		"block": func(ctx context.Context, _ *execution.Execution) (any, error) {
@@ -55,15 +58,21 @@ func TestOnBusyRejectWhileAKeyIsFull(t *testing.T) {
 		t.Errorf("a key with room: %s %s", resp.Status, resp.body)
 	}
 	// A limit of 0 holds every job: queue waits, reject is refused.
-	if resp := f.putLimit(adminKey, "model:paused", `{"limit": 0}`); resp.StatusCode != http.StatusOK {
-		t.Fatalf("put limit: %s %s", resp.Status, resp.body)
-	}
 	if resp := f.postJob(acmeKey, `{"kind": "echo", "concurrency_keys": ["model:paused"]}`, ""); resp.StatusCode != http.StatusCreated {
 		t.Errorf("on_busy queue, key full: %s %s", resp.Status, resp.body)
 	}
 	if resp := f.postJob(acmeKey, `{"kind": "echo", "concurrency_keys": ["model:paused"], "on_busy": "reject"}`, ""); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("on_busy reject, limit 0: %s %s", resp.Status, resp.body)
 	}
+
+	f.expectMetrics(
+		`leasehold_key_rejections_total\{[^}]*key="model:x"[^}]*\} 2\n`,
+		`leasehold_key_rejections_total\{[^}]*key="model:paused"[^}]*\} 1\n`,
+		`leasehold_key_limit\{[^}]*key="model:x"[^}]*\} 1\n`,
+		`leasehold_key_in_use\{[^}]*key="model:x"[^}]*\} 1\n`,
+		`leasehold_key_waiting\{[^}]*key="model:paused"[^}]*\} 1\n`,
+		`leasehold_key_waiting\{[^}]*key="model:x"[^}]*\} 0\n`,
+	)
 
 	if resp := f.cancel(acmeKey, holder.ID); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("cancel the holder: %s %s", resp.Status, resp.body)

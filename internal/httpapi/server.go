@@ -162,7 +162,7 @@ func New(cfg Config) (http.Handler, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	if s.metrics, err = newInstruments(mp, s.jobCounts); err != nil {
+	if s.metrics, err = newInstruments(mp, s.jobCounts, s.store.Limits); err != nil {
 		return nil, fmt.Errorf("httpapi: metrics: %w", err)
 	}
 	if s.rateMetrics, err = newRateInstruments(mp); err != nil {
