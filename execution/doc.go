@@ -41,14 +41,14 @@
 // # Fairness
 //
 // Within a priority, a queue serves lanes in turn (start-time fair
-// queueing, see internal/scripts/fair.lua): a lane is one tenant's jobs
-// with one set of concurrency keys. With L lanes waiting and their keys
-// free, a lane's k-th job is claimed within k·L claims of its submission,
-// plus at most one batch per worker already under way; a tenant with
-// 10,000 queued jobs delays another's 10 by about 20 claims, not 10,000.
-// Because every lane's next job sits near the head of the ready set, a
-// deep backlog waiting for one full key does not hide other keys' jobs
-// from the claim's bounded look past the head.
+// queueing over lane heads, see internal/scripts/fair.lua): a lane is one
+// tenant's jobs with one set of concurrency keys, and the ready set holds
+// each lane's head only. With L lanes waiting and their keys free, a lane's
+// k-th job is claimed within k·L claims of its submission, plus at most one
+// batch per worker already under way; a tenant with 10,000 queued jobs
+// delays another's 10 by about 20 claims, not 10,000. A lane waiting for a
+// full key holds one place in the ready set however deep its backlog, so
+// it never hides other lanes from the claim's bounded look past the head.
 //
 // # Handlers
 //

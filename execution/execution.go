@@ -40,6 +40,7 @@ type Execution struct {
 	attempt int
 	token   fencing.Token
 	keys    []string // concurrency keys, each holding a lease while this runs
+	lane    string   // the keys as the job stores them: its lane (see internal/scripts/fair.lua)
 	q       *queue
 }
 

@@ -93,18 +93,19 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		return nil, false, nil
 	}
 
-	var ckeys [][]string // each candidate's concurrency keys
-	if want > 0 {
-		if ckeys, err = q.concurrencyKeys(ctx, ids); err != nil {
-			return nil, false, err
-		}
+	lanes, ckeys, err := q.concurrencyKeys(ctx, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	if want == 0 {
+		ckeys = nil // nothing is taken: no room to check
 	}
 
 	keys := fixed
 	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
 		q.backoff(1).Milliseconds(), due, len(ids)}
-	for _, id := range ids {
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id))
+	for i, id := range ids {
+		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, lanes[i]))
 		args = append(args, id)
 	}
 	for range want {
@@ -140,11 +141,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	q.usage.lost(ctx, res[1].([]any))
 	res = res[2:]
-	byID := map[string][]string{}
+	byID := map[string]int{}
 	for i, id := range ids {
-		if ckeys != nil {
-			byID[id] = ckeys[i]
-		}
+		byID[id] = i
 	}
 	for i := 0; i+8 <= len(res); i += 8 {
 		timeout, _ := res[i+6].(string)
@@ -155,6 +154,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		input, _ := res[i+5].(string)
 		kind, _ := res[i+4].(string)
 		tenant, _ := res[i+7].(string)
+		c := byID[res[i].(string)]
 		claimed = append(claimed, &Execution{
 			JobID:   res[i].(string),
 			ID:      res[i+1].(string),
@@ -165,33 +165,37 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			Timeout: ms,
 			Queue:   q.name,
 			Tenant:  tenant,
-			keys:    byID[res[i].(string)],
+			keys:    ckeys[c],
+			lane:    lanes[c],
 			q:       q,
 		})
 	}
 	return claimed, busy, nil
 }
 
-// concurrencyKeys reads the concurrency keys of jobs ids in one round trip.
-// A job whose record is gone has none: the claim script drops it.
-func (q *queue) concurrencyKeys(ctx context.Context, ids []string) ([][]string, error) {
+// concurrencyKeys reads the concurrency keys of jobs ids in one round trip:
+// each job's lane (its keys as stored) and the keys. A job whose record is
+// gone has none: the claim script drops it.
+func (q *queue) concurrencyKeys(ctx context.Context, ids []string) (lanes []string, keys [][]string, err error) {
 	cmds := make([]*redis.StringCmd, len(ids))
-	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			cmds[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read keys %s: %w", q.name, err)
+		return nil, nil, fmt.Errorf("read keys %s: %w", q.name, err)
 	}
-	out := make([][]string, len(ids))
+	lanes = make([]string, len(ids))
+	keys = make([][]string, len(ids))
 	for i, c := range cmds {
 		if raw, err := c.Result(); err == nil {
-			_ = json.Unmarshal([]byte(raw), &out[i]) // written by the submit script: always an array
+			lanes[i] = raw
+			_ = json.Unmarshal([]byte(raw), &keys[i]) // written by the submit script: always an array
 		}
 	}
-	return out, nil
+	return lanes, keys, nil
 }
 
 // heartbeatStatus is what a heartbeat learned about one execution.
@@ -241,6 +245,7 @@ func (f *finishing) keys() []string {
 	keys := []string{
 		q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLeases(q.name),
 		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueFair(q.name), q.keys.QueueStats(q.name),
+		q.keys.QueueLane(q.name, f.e.lane),
 	}
 	for _, k := range f.e.keys {
 		keys = append(keys, q.keys.QueueKeyLeases(q.name, k))

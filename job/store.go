@@ -162,6 +162,7 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		s.keys.Job(q, id), s.keys.QueueReady(q), s.keys.QueueScheduled(q),
 		s.keys.QueueDeadlines(q), s.keys.QueueFair(q), s.keys.QueueStats(q),
 		s.keys.JobEvents(q, id), s.keys.QueueTenantJobs(q, tenant), s.keys.QueueAllJobs(q),
+		s.keys.QueueLane(q, string(keysJSON)),
 	}
 	args := []any{
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
@@ -269,10 +270,19 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	} else if ValidateTenant(tenant) != nil {
 		return Job{}, ErrNotFound // "" would mean any tenant to the script
 	}
+	// The script takes the job's lane through KEYS; a job's keys never
+	// change, so reading them first races with nothing.
+	lane, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "concurrency_keys").Result()
+	if errors.Is(err, redis.Nil) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
+	}
 	res, err := s.cancel.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
-		s.keys.QueueFair(queue),
+		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane),
 	}, owner, s.retention.Milliseconds(), EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)

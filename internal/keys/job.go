@@ -32,8 +32,14 @@ func (s Space) QueueScheduled(queue string) string { return s.key("q:"+queue, "s
 // by when they expire if they have not started.
 func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "deadlines") }
 
-// QueueFair is the hash of a queue's fair-queueing state: its virtual clock
-// and each waiting lane's last virtual start (see internal/scripts/fair.lua).
+// QueueLane is the sorted set of one lane's waiting jobs: a tenant's jobs
+// with one set of concurrency keys, lane being the job's concurrency_keys
+// as stored (a JSON array). See internal/scripts/fair.lua.
+func (s Space) QueueLane(queue, lane string) string { return s.key("q:"+queue, "lane:"+lane) }
+
+// QueueFair is the hash of a queue's fair-queueing state: its virtual clock,
+// its arrival counter and each waiting lane's count of jobs (see
+// internal/scripts/fair.lua).
 func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair") }
 
 // QueueStats is the hash counting a queue's jobs per state.

@@ -3,7 +3,8 @@
 -- again here: a candidate another worker took since the peek is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
 -- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats
--- KEYS[8 + 2(i-1)] job hash and KEYS[9 + 2(i-1)] events of candidate i
+-- KEYS[8 + 3(i-1)] job hash, KEYS[9 + 3(i-1)] events and KEYS[10 + 3(i-1)]
+-- lane (fair.lua) of candidate i
 -- then the lease sets of the candidates' concurrency keys, each once
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
@@ -106,13 +107,14 @@ end
 local claimable, lost = {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
-  local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
+  local job, events, lane = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
     'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
     -- The record is gone (retention ran out): drop what still points at it.
+    -- (Only a terminal job's record expires, and those wait in no lane.)
     redis.call('ZREM', ready, id)
     redis.call('ZREM', scheduled, id)
     redis.call('ZREM', leases, id)
@@ -150,9 +152,7 @@ for i = 1, n do
 
       local deadline = redis.call('ZSCORE', deadlines, id)
       if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
-        if redis.call('ZREM', ready, id) == 1 then
-          fair_leave(fair, f[13])
-        end
+        fair_remove(fair, ready, lane, f[13], id)
         redis.call('ZREM', scheduled, id)
         redis.call('ZREM', deadlines, id)
         move(job, state, 'expired', 'finished_at', int(now),
@@ -165,7 +165,7 @@ for i = 1, n do
       local due = redis.call('ZSCORE', scheduled, id)
       if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
         redis.call('ZREM', scheduled, id)
-        fair_enqueue(fair, ready, id, priority, f[13])
+        fair_push(fair, ready, lane, f[13], id, priority)
         if state == 'retrying' then
           move(job, state, 'queued')
           state = 'queued'
@@ -176,10 +176,11 @@ for i = 1, n do
 
     local score = redis.call('ZSCORE', ready, id)
     if score and state == 'queued' then
-      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, f = f, score = tonumber(score)}
+      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, score = tonumber(score)}
     elseif score then
-      redis.call('ZREM', ready, id) -- not waiting any more: never hand it out
-      fair_leave(fair, f[13])
+      -- Not waiting any more: never hand it out.
+      fair_remove(fair, ready, lane, f[13], id)
+      redis.call('ZREM', ready, id)
     end
   end
 end
@@ -225,7 +226,6 @@ local function take(c)
   local exec_id = fresh_exec_id()
   local token = redis.call('INCR', fence)
   local attempt = tonumber(c.f[2]) + 1
-  redis.call('ZREM', ready, c.id)
   if c.f[7] ~= '0' then
     redis.call('ZREM', deadlines, c.id) -- max_wait bounds the wait before the first start only
   end
@@ -240,8 +240,9 @@ local function take(c)
     'exec_finished_at', '', 'exec_state', 'running')
   event(c.events, 'running', attempt)
   hand_out(c.id, exec_id, token, attempt, c.f)
+  -- The lane's next job takes the clock's next turn.
   clock = math.max(clock, fair_start(c.score))
-  fair_leave(fair, c.f[13])
+  fair_remove(fair, ready, c.lane, c.f[13], c.id, clock + 1)
 end
 
 -- Best first; a candidate whose keys are full waits, and the ones behind

@@ -2,7 +2,7 @@
 -- to its next state and releases the lease, all in one step.
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] leases   KEYS[4] ready
 -- KEYS[5] scheduled  KEYS[6] fair (fair.lua)     KEYS[7] stats
--- KEYS[8..] the lease sets of the job's concurrency keys
+-- KEYS[8] the job's lane (fair.lua)   KEYS[9..] the lease sets of its concurrency keys
 -- ARGV[1] job id     ARGV[2] token
 -- ARGV[3] outcome: succeeded | failed | timed_out | cancelled | handed_off
 -- ARGV[4] result (JSON, "" for none)   ARGV[5] error (JSON, "" for none)
@@ -32,7 +32,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
 
 redis.call('ZREM', leases, id)
-for i = 8, #KEYS do
+for i = 9, #KEYS do
   redis.call('ZREM', KEYS[i], id)
 end
 
@@ -57,7 +57,7 @@ elseif outcome == 'handed_off' then
   next = 'queued'
   attempt = attempt - 1
   set('attempt', attempt)
-  fair_enqueue(fair, ready, id, priority, f[8])
+  fair_push(fair, ready, KEYS[8], f[8], id, priority)
 else
   set('error', err)
   if retryable and attempt < max_attempts then

@@ -1,6 +1,6 @@
 -- Cancels a job: at once when it waits in its queue, by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] stats      KEYS[6] events   KEYS[7] fair (fair.lua)
+-- KEYS[5] stats      KEYS[6] events   KEYS[7] fair   KEYS[8] the job's lane (fair.lua)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (PEXPIRE of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
@@ -19,9 +19,7 @@ if not id or (tenant ~= '' and owner ~= tenant) then
 end
 
 if state == 'queued' or state == 'retrying' then
-  if redis.call('ZREM', ready, id) == 1 then
-    fair_leave(fair, f[6])
-  end
+  fair_remove(fair, ready, KEYS[8], f[6], id)
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
   local t = redis.call('TIME')

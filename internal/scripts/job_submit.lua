@@ -1,16 +1,17 @@
 -- Creates a job, unless it already exists.
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
--- KEYS[9] all index   KEYS[10..] lease sets of the keys to find room in
+-- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
+-- KEYS[11..] lease sets of the keys to find room in
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
 -- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
 -- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
--- ARGV[15..] the limit of each key in KEYS[10..]
+-- ARGV[15..] the limit of each key in KEYS[11..]
 -- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed,
--- {2, i, ms} when it was not created because key i of KEYS[10..] had no
+-- {2, i, ms} when it was not created because key i of KEYS[11..] had no
 -- room (on_busy "reject"; the caller passes those keys only then), where ms
 -- is how long until that key's earliest lease expires.
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -28,14 +29,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Room is counted in live leases, as the claim counts it: expired leases
 -- of dead workers do not hold a slot.
-for i = 10, #KEYS do
-  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[5 + i]) then
+for i = 11, #KEYS do
+  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[4 + i]) then
     local first = redis.call('ZRANGE', KEYS[i], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local wait = 1000 -- a limit of 0 has no lease to wait for
     if first[2] then
       wait = tonumber(first[2]) - now
     end
-    return {2, i - 9, wait}
+    return {2, i - 10, wait}
   end
 end
 
@@ -51,7 +52,7 @@ redis.call('HSET', job,
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
 else
-  fair_enqueue(fair, ready, id, priority, ARGV[7])
+  fair_push(fair, ready, KEYS[10], ARGV[7], id, priority)
 end
 -- max_wait counts from when the job may first run, so a delay does not eat it.
 if max_wait > 0 then
