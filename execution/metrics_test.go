@@ -38,7 +38,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	helper.Kill(t)
 
 	started := make(chan string, 16)
-	lostOnce := make(chan struct{})  // the stubborn attempt has lost its lease
+	lostOnce := make(chan struct{})   // the stubborn attempt has lost its lease
 	writeStale := make(chan struct{}) // the stubborn attempt may write now
 	staleDone := make(chan error, 1)  // its emit's error
 	blockStarted := func(ctx context.Context, e *execution.Execution) (any, error) {
@@ -69,7 +69,11 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 			started <- e.JobID
 			<-ctx.Done()
 			close(lostOnce)
-			<-writeStale
+			select {
+			case <-writeStale:
+			case <-t.Context().Done(): // the test failed: let the worker stop
+				return nil, errBoom
+			}
 			staleDone <- e.Emit(context.Background(), execution.EventLog, "stale")
 			return "first", nil
 		},
@@ -97,20 +101,36 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 		t.Fatalf("flaky job succeeded on attempt %d, want 2", j.Attempt)
 	}
 
-	// Cancelled by NATS, while it holds a concurrency key.
-	viaNATS := f.submit(t, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:m"}})
-	waitStarted(viaNATS.ID)
-	mid := collect(t, reader)
-	if n := gaugeValue(t, mid, "leasehold.worker.executions.in_flight", attribute.String("key", "model:m")); n != 1 {
-		t.Fatalf("in flight on model:m = %v, want 1", n)
+	// Cancelled by NATS, while it holds a concurrency key. Only the flag and
+	// its message are written, not the job's state that heartbeats read; yet
+	// on a loaded machine the watcher's poll of the flag may still come
+	// first: cancel another job until NATS is the one that told.
+	cancels := 0
+	for cancelledBy(t, reader, "nats") == 0 {
+		if cancels == 5 {
+			t.Fatal("5 cancels, none told by NATS")
+		}
+		j := f.submit(t, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:m"}})
+		waitStarted(j.ID)
+		if cancels == 0 {
+			// Running past a heartbeat, it has its lease renewed.
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				_, ok := find(collect(t, reader), "leasehold.worker.heartbeat.lag").(metricdata.Histogram[float64])
+				return ok
+			}, "no heartbeat renewed a running job's lease")
+			if n := gaugeValue(t, collect(t, reader), "leasehold.worker.executions.in_flight", attribute.String("key", "model:m")); n != 1 {
+				t.Fatalf("in flight on model:m = %v, want 1", n)
+			}
+		}
+		if err := f.flags.Request(t.Context(), j.ID, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		wait(j.ID, job.StateCancelled)
+		cancels++
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return cancelledBy(t, reader, "nats")+cancelledBy(t, reader, "flag") == uint64(cancels)
+		}, "cancel %d was never measured", cancels)
 	}
-	// The flag and message first, then the job's state the heartbeat reads,
-	// so that the message is the first to tell.
-	if err := f.flags.Request(t.Context(), viaNATS.ID, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	f.cancelJob(t, viaNATS.ID)
-	wait(viaNATS.ID, job.StateCancelled)
 
 	// Cancelled by the flag, NATS down.
 	ns.Stop(t)
@@ -124,16 +144,17 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	// reaped, the job runs again, and the first attempt's writes are refused.
 	stubborn := f.submit(t, job.Submission{Kind: "stubborn", MaxAttempts: 2})
 	waitStarted(stubborn.ID)
+	cutAt := time.Now()
 	rs.Kill(t)
 	select {
 	case <-lostOnce:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stubborn execution never lost its lease")
 	}
-	// The lease ends a round trip after the trust window at most (both a TTL
-	// after the last renewal): Redis stays down past that, or a heartbeat
-	// could renew the lease when it is back.
-	time.Sleep(100 * time.Millisecond)
+	// Every renewal ran before the kill, so the lease ends a TTL after it at
+	// the latest: Redis stays down past that, or a heartbeat could renew the
+	// lease when it is back.
+	time.Sleep(time.Until(cutAt.Add(time.Second + 10*time.Millisecond)))
 	rs.Restart(t)
 	wait(stubborn.ID, job.StateSucceeded)
 	close(writeStale)
@@ -154,7 +175,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 
 	end := collect(t, reader)
 	queue := attribute.String("queue", job.DefaultQueue)
-	for outcome, want := range map[string]int64{"succeeded": 6, "failed": 1, "cancelled": 2, "handed_off": 1} {
+	for outcome, want := range map[string]int64{"succeeded": 6, "failed": 1, "cancelled": int64(cancels) + 1, "handed_off": 1} {
 		if got := counterValue(end, "leasehold.worker.executions", queue, attribute.String("outcome", outcome)); got != want {
 			t.Errorf("executions with outcome %s: %d, want %d", outcome, got, want)
 		}
@@ -180,19 +201,38 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	if h := histogram(t, end, "leasehold.worker.heartbeat.lag", queue); h.Count == 0 || maxOf(h) >= 1 {
 		t.Errorf("heartbeat lag: %d samples, the longest %vs; want some, under the TTL", h.Count, maxOf(h))
 	}
+	// One by the flag (NATS down); the others by NATS but for any the
+	// watcher's poll got to first.
+	var observed, finished uint64
 	for _, path := range []string{"nats", "flag"} {
 		p := attribute.String("path", path)
 		observe := histogram(t, end, "leasehold.worker.cancel.observe.duration", p)
 		finish := histogram(t, end, "leasehold.worker.cancel.finish.duration", p)
-		if observe.Count != 1 || finish.Count != 1 {
-			t.Errorf("cancels by %s: %d observed, %d finished, want 1 each", path, observe.Count, finish.Count)
-			continue
-		}
+		observed, finished = observed+observe.Count, finished+finish.Count
 		// By NATS in milliseconds; by the flag within a heartbeat or a poll.
-		if observe.Sum < 0 || observe.Sum > 2 || finish.Sum < observe.Sum || finish.Sum > 5 {
-			t.Errorf("cancel by %s: observed after %vs, finished after %vs", path, observe.Sum, finish.Sum)
+		mean, meanFinish := observe.Sum/float64(observe.Count), finish.Sum/float64(finish.Count)
+		if observe.Count == 0 || mean < 0 || mean > 2 || meanFinish < mean || meanFinish > 5 {
+			t.Errorf("cancels by %s: %d, observed after %vs on average, finished after %vs", path, observe.Count, mean, meanFinish)
 		}
 	}
+	if want := uint64(cancels) + 1; observed != want || finished != want {
+		t.Errorf("cancels measured: %d observed, %d finished, want %d", observed, finished, want)
+	}
+}
+
+// cancelledBy counts the cancels told by path, so far.
+func cancelledBy(t *testing.T, r *sdkmetric.ManualReader, path string) uint64 {
+	h, ok := find(collect(t, r), "leasehold.worker.cancel.observe.duration").(metricdata.Histogram[float64])
+	if !ok {
+		return 0
+	}
+	var n uint64
+	for _, p := range h.DataPoints {
+		if has(p.Attributes, []attribute.KeyValue{attribute.String("path", path)}) {
+			n += p.Count
+		}
+	}
+	return n
 }
 
 func maxOf(h metricdata.HistogramDataPoint[float64]) float64 {
