@@ -5,8 +5,8 @@
 //
 // A request is two writes in a fixed order:
 //
-//	Flags.Request ──1──▶ Redis   SET <flag> 1 PX ttl   (the truth)
-//	              ──2──▶ NATS    publish id            (the accelerator)
+//	Flags.Request ──1──▶ Redis   SET <flag> <now> PX ttl   (the truth)
+//	              ──2──▶ NATS    publish id                (the accelerator)
 //
 // Watcher.Run listens on NATS and reads the flags of every watched id from
 // Redis every Poll, all in one pipelined round trip:
@@ -47,6 +47,10 @@
 // record keeps for good. Pick a ttl that covers every time id can still run
 // (timeout × remaining attempts, plus backoff). Requesting again never
 // shortens a flag: it lives at least as long as the longest request promised.
+//
+// The flag's value is the time of the first request, on Redis's clock
+// (RequestedAt reads it): workers measure cancel latency from it. Flags
+// written before it was recorded hold "1" and read as no time.
 //
 // # Heartbeats
 //

@@ -139,6 +139,23 @@ func (f *Flags) Check(ctx context.Context, id string) (bool, error) {
 	return n == 1, nil
 }
 
+// RequestedAt returns when cancellation of id was first requested, on
+// Redis's clock, read from its flag under prefix ("" for the default). It is
+// the zero time when the flag is gone or predates the flag recording it.
+// Workers measure cancel latency from it.
+func RequestedAt(ctx context.Context, rdb redis.UniversalClient, prefix, id string) (time.Time, error) {
+	v, err := rdb.Get(ctx, keys.New(prefix).CancelFlag(id)).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, fmt.Errorf("cancel: read flag: %w", err)
+	case v <= 1: // "1": written before the time was recorded
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(v), nil
+}
+
 // CheckPipe queues the read of id's flag (EXISTS) into p, so a heartbeat
 // learns of a cancel request in the same round trip as its renew. After
 // p.Exec, Val() == 1 means cancellation was requested. The flag has a hash

@@ -265,3 +265,38 @@ func TestConfigIsValidated(t *testing.T) {
 		t.Errorf("NewWatcher with a negative poll: err = %v, want ErrInvalid", err)
 	}
 }
+
+func TestRequestedAtIsTheFirstRequestsTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, nil)
+	ctx := t.Context()
+	if at, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1"); err != nil || !at.IsZero() {
+		t.Fatalf("RequestedAt before Request = %v, %v; want zero, nil", at, err)
+	}
+	// Redis runs on this machine: its clock is ours.
+	before := time.Now().Truncate(time.Millisecond)
+	if err := f.Request(ctx, "job-1", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	first, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1")
+	if err != nil || first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("RequestedAt = %v, %v; want between %v and now", first, err, before)
+	}
+	// A later request that lengthens the flag keeps the first one's time.
+	testenv.Eventually(t, time.Second, func() bool { return time.Since(first) > 2*time.Millisecond }, "clock stuck")
+	if err := f.Request(ctx, "job-1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1"); err != nil || !again.Equal(first) {
+		t.Fatalf("RequestedAt after a second request = %v, %v; want %v", again, err, first)
+	}
+	// A flag written before the time was recorded holds "1": no time.
+	if err := rdb.Set(ctx, keys.New(e.prefix).CancelFlag("old"), "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := cancel.RequestedAt(ctx, rdb, e.prefix, "old"); err != nil || !at.IsZero() {
+		t.Fatalf("RequestedAt of an old flag = %v, %v; want zero, nil", at, err)
+	}
+}

@@ -37,6 +37,10 @@ type WatcherConfig struct {
 	Poll time.Duration
 	// Logger receives warnings about failed polls; default slog.Default().
 	Logger *slog.Logger
+	// Fired, if set, is called just before the contexts watching id are
+	// cancelled, with the path that told: "nats" or "flag". Workers measure
+	// cancel latency by path with it. It must not block.
+	Fired func(id, via string)
 }
 
 // Watcher turns cancel requests into cancelled contexts. One Watcher serves a
@@ -49,6 +53,7 @@ type Watcher struct {
 	subject string
 	poll    time.Duration
 	log     *slog.Logger
+	fired   func(id, via string)
 
 	// wake tells Run that fresh has ids to check; one pending signal is enough.
 	wake chan struct{}
@@ -82,6 +87,7 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		subject: subject,
 		poll:    cmp.Or(cfg.Poll, defaultPoll),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
+		fired:   cfg.Fired,
 		wake:    make(chan struct{}, 1),
 		watches: make(map[string]map[*watch]struct{}),
 		fresh:   make(map[string]struct{}),
@@ -196,6 +202,9 @@ func (w *Watcher) fire(id, via string) {
 	delete(w.watches, id)
 	delete(w.fresh, id)
 	w.mu.Unlock()
+	if len(set) > 0 && w.fired != nil {
+		w.fired(id, via)
+	}
 	for wt := range set {
 		wt.cancel(ErrRequested)
 	}

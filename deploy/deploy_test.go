@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -389,13 +390,35 @@ func TestK8sProbes(t *testing.T) {
 	if p := str(get(api, "livenessProbe", "httpGet", "path")); p != "/healthz" {
 		t.Errorf("api.yaml: liveness probe path %q, want /healthz", p)
 	}
-	// The worker serves no HTTP: an HTTP probe would always fail.
-	for _, c := range containers(find(t, docs, "Deployment", "leasehold-worker")) {
-		for _, probe := range []string{"readinessProbe", "livenessProbe", "startupProbe"} {
-			if get(c, probe, "httpGet") != nil {
-				t.Errorf("worker.yaml: %s is an HTTP probe, but the worker serves no HTTP", probe)
-			}
+	// The worker serves its probes and /metrics on LEASEHOLD_METRICS_ADDR,
+	// which must listen beyond localhost on the port the probes and the
+	// scrape annotation name.
+	w := find(t, docs, "Deployment", "leasehold-worker")
+	worker := containers(w)[0]
+	addr := podEnv(t, docs, w)["LEASEHOLD_METRICS_ADDR"]
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || (host != "0.0.0.0" && host != "") {
+		t.Errorf("k8s worker: LEASEHOLD_METRICS_ADDR %q, want 0.0.0.0:<port> so probes and Prometheus reach it", addr)
+	}
+	var named string
+	for _, p := range list(get(worker, "ports")) {
+		if str(get(p, "containerPort")) == port {
+			named = str(get(p, "name"))
 		}
+	}
+	if named == "" {
+		t.Errorf("worker.yaml: no container port %s (LEASEHOLD_METRICS_ADDR)", port)
+	}
+	for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+		if p := str(get(worker, probe, "httpGet", "path")); p != path {
+			t.Errorf("worker.yaml: %s path %q, want %s", probe, p, path)
+		}
+		if p := str(get(worker, probe, "httpGet", "port")); p != named && p != port {
+			t.Errorf("worker.yaml: %s port %q, want %s", probe, p, port)
+		}
+	}
+	if p := str(get(w.m, "spec", "template", "metadata", "annotations", "prometheus.io/port")); p != port {
+		t.Errorf("worker.yaml: prometheus.io/port %q, want %s", p, port)
 	}
 	for _, d := range docs {
 		if d.kind() == "Service" && strings.Contains(str(get(d.m, "spec", "selector")), "worker") {

@@ -41,6 +41,7 @@ type queue struct {
 	backoff   func(attempt int) time.Duration
 	limits    *limits
 	usage     *usageCounter // nil: executions are not counted
+	metrics   *metrics
 	// blocked says the last claim left candidates waiting for a full key:
 	// the next one looks further past the head of the queue.
 	blocked atomic.Bool
@@ -74,6 +75,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
 	busy = len(peeked[0].([]any)) > 0
+	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked[2].([]any)))
 	// Candidates with due work come first; the ready ones after, once each.
 	seen := map[string]bool{}
 	var ids []string
@@ -307,6 +309,7 @@ func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte)
 		return fmt.Errorf("emit %s: %w", e.JobID, err)
 	}
 	if id == "" {
+		q.metrics.refusedWrite(ctx, q.name, "emit")
 		return ErrNotOwner
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -60,6 +62,9 @@ type Config struct {
 	// (see usage.ExecutionsStarted and usage.ExecutionsEnded); default nil:
 	// not counted.
 	Usage *usage.Counters
+	// MeterProvider gets the worker's metrics (metrics.go); default
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultBackoff waits 1s before the first retry and doubles each time up
@@ -82,6 +87,7 @@ type Worker struct {
 	reaper   *Reaper
 	limits   *limits
 	usage    *usageCounter // nil: not counted
+	metrics  *metrics
 
 	rdb      redis.UniversalClient
 	slots    chan struct{}   // one token per running execution
@@ -103,6 +109,8 @@ type running struct {
 
 	mu           sync.Mutex
 	trustedUntil time.Time // when trust fires, for the finish retries
+
+	cancelSeen cancelSeen // for the cancel latency metrics
 }
 
 // extend moves the end of the trust window to a TTL after sent.
@@ -144,6 +152,9 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
 	switch {
 	case cfg.Concurrency < 1:
 		return nil, fmt.Errorf("execution: concurrency %d: must be at least 1", cfg.Concurrency)
@@ -166,13 +177,18 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	if cfg.Usage != nil {
 		w.usage = &usageCounter{c: cfg.Usage, log: w.log}
 	}
+	metrics, err := newMetrics(cfg.MeterProvider, w)
+	if err != nil {
+		return nil, fmt.Errorf("execution: metrics: %w", err)
+	}
+	w.metrics = metrics
 	ks := keys.New(cfg.Prefix)
 	for _, name := range cfg.Queues {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
-			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits})
+			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits, metrics: w.metrics})
 		w.queues[len(w.queues)-1].usage = w.usage
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}
@@ -181,7 +197,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
-			Poll: cfg.LeaseTTL,
+			Poll:  cfg.LeaseTTL,
+			Fired: w.cancelFired,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
@@ -316,6 +333,7 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 			q := w.queues[(next+i)%len(w.queues)]
 			sent := time.Now()
 			execs, more, err := q.claim(ctx, w.cfg.ID, free-claimed)
+			w.metrics.claimed(ctx, q.name, time.Since(sent))
 			if err != nil && ctx.Err() == nil {
 				w.log.WarnContext(ctx, "claim failed", "queue", q.name, "error", err)
 			}
@@ -386,6 +404,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	stopRun()
 
 	state, err := w.finish(r, o)
+	w.metrics.ended(context.WithoutCancel(ctx), r, o, state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
@@ -545,9 +564,11 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 		case heartbeatLost:
 			r.stop(lease.ErrLost)
 		case heartbeatCancelRequested:
+			r.cancelSeen.note("flag")
 			r.stop(cancel.ErrRequested)
 			fallthrough
 		case heartbeatHeld:
+			w.metrics.renewed(ctx, q.name, r, w.cfg.LeaseTTL)
 			r.extend(sent, w.cfg.LeaseTTL)
 		}
 	}

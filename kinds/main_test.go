@@ -6,4 +6,4 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, nil) }
+func TestMain(m *testing.M) { testenv.Main(m, helpers) }

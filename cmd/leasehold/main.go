@@ -102,7 +102,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log, Usage: counters})
+	// The worker's metrics join the API's on its /metrics: one registry.
+	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log, Usage: counters, MeterProvider: meters})
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,13 @@
 // Command worker claims Leasehold jobs from Redis and runs them: the
 // built-in kinds (echo, sleep) and whatever a fork of this file registers.
-// Run as many replicas as you need; each is stateless.
+// Run as many replicas as you need; each is stateless. It serves GET
+// /metrics, /healthz and /readyz on --metrics-addr.
 package main
 
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"syscall"
 	"time"
@@ -32,6 +34,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
 	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
 	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
+	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +55,12 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	meters, metrics, err := cli.Metrics()
+	if err != nil {
+		return err
+	}
+	defer meters.Shutdown(context.WithoutCancel(ctx))
+
 	w, err := execution.NewWorker(rdb, execution.Config{
 		Prefix:        *prefix,
 		Queues:        cli.List(*queues),
@@ -62,16 +71,33 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		NATS:          nc,
 		Logger:        log,
 		Usage:         counters,
+		MeterProvider: meters,
 	})
 	if err != nil {
 		return err
 	}
 	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
-	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency)
+	ln, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		return err
+	}
+	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency, "metrics_addr", ln.Addr().String())
 
 	var g run.Group
+	h := &health{rdb: rdb}
 	workCtx, stop := context.WithCancel(ctx)
-	g.Add(func() error { return w.Run(workCtx) }, func(error) { stop() })
+	worked := make(chan struct{})
+	g.Add(func() error {
+		defer close(worked)
+		h.running.Store(true)
+		return w.Run(workCtx)
+	}, func(error) {
+		h.running.Store(false) // not ready from the first moment of the shutdown
+		stop()
+	})
+	serve, shutdown := cli.Serve(ctx, ln, h.handler(metrics), log)
+	// /metrics and /readyz stay up while the worker drains; they go when it is done.
+	g.Add(serve, func(err error) { go func() { <-worked; shutdown(err) }() })
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

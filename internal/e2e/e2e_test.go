@@ -79,6 +79,7 @@ func newSystem(t *testing.T) *system {
 		"LEASEHOLD_HEARTBEAT=100ms",
 		"LEASEHOLD_LEASE_TTL=1s",
 		"LEASEHOLD_SHUTDOWN_GRACE=1s",
+		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0", // several workers: a free port each
 	)
 	s.start("api")
 	testenv.Eventually(t, 30*time.Second, func() bool {

@@ -2,6 +2,9 @@
 -- ARGV[1] ttl_ms: the flag must live at least this long from now
 -- Returns the flag's remaining life in ms after the call (>= ttl_ms), or -1
 -- when it already existed without an expiry.
+-- The flag's value is the time of the first request, in Redis-clock ms (a
+-- flag written before that was recorded holds "1"): workers measure cancel
+-- latency from it.
 --
 -- A flag that already outlives ttl_ms keeps its expiry: a later request with
 -- a shorter ttl must not make the flag vanish before an earlier request said
@@ -17,5 +20,11 @@ local left = redis.call('PTTL', flag)
 if left == -1 or left >= ttl then
   return left
 end
-redis.call('SET', flag, '1', 'PX', ttl)
+if left >= 0 then
+  redis.call('PEXPIRE', flag, ttl) -- keeps the first request's time
+  return ttl
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('SET', flag, string.format('%.0f', now), 'PX', ttl)
 return ttl

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+// TestServesMetricsAndProbes runs the worker command on the test Redis and
+// NATS: /healthz answers, /readyz is ready while it claims and 503 while it
+// drains at shutdown, and /metrics has the worker's metrics under their
+// Prometheus names.
+func TestServesMetricsAndProbes(t *testing.T) {
+	t.Parallel()
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	prefix := testenv.Prefix(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{
+			"--redis-url", "redis://" + testenv.Redis(t).Addr() + "/0", "--nats-url", testenv.NATS(t).URL(),
+			"--prefix", prefix, "--metrics-addr", "127.0.0.1:" + strconv.Itoa(port),
+			"--heartbeat", "100ms", "--lease-ttl", "1s", "--shutdown-grace", "30s",
+		}, io.Discard)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := get("/readyz"); return code == http.StatusOK },
+		"the worker never became ready")
+	if code, body := get("/healthz"); code != http.StatusOK {
+		t.Fatalf("healthz: %d %s", code, body)
+	}
+
+	store, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "echo"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A job that sleeps keeps the worker draining after it is told to stop.
+	sleep, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "sleep", Input: []byte(`{"duration":"60s","tick":"50ms"}`)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		e, err1 := store.Get(t.Context(), "acme", echo.ID, false)
+		s, err2 := store.Get(t.Context(), "acme", sleep.ID, false)
+		return err1 == nil && err2 == nil && e.State == job.StateSucceeded && s.State == job.StateRunning
+	}, "the echo job never succeeded while the sleep job ran")
+
+	var body string
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		_, body = get("/metrics")
+		return strings.Contains(body, "leasehold_worker_heartbeat_lag_seconds_count")
+	}, "no heartbeat lag in /metrics")
+	for _, name := range []string{
+		`leasehold_queue_depth{`,
+		`leasehold_queue_oldest_age_seconds{`,
+		`leasehold_worker_executions_in_flight{`,
+		`leasehold_worker_claim_duration_seconds_bucket{`,
+		`leasehold_worker_heartbeat_lag_seconds_bucket{`,
+		`leasehold_worker_executions_total{`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(body, name) {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+
+	stop() // SIGTERM, in effect: the sleep job holds the worker in its grace period
+	testenv.Eventually(t, 20*time.Second, func() bool { code, _ := get("/readyz"); return code == http.StatusServiceUnavailable },
+		"the worker stayed ready while shutting down")
+	if _, err := store.Cancel(t.Context(), "acme", sleep.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) { // what the signal handler says when ctx ends
+			t.Fatalf("runWorker: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+}

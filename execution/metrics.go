@@ -1,0 +1,274 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/job"
+)
+
+const meterName = "github.com/leasehold/leasehold/execution"
+
+// Buckets, in seconds. A claim is two or three Redis round trips; a
+// heartbeat lag is about the heartbeat interval (default 2s) and the lease
+// is lost at the TTL (default 10s); a cancel takes milliseconds by NATS and
+// up to a heartbeat by the flag, plus the handler's time to stop.
+var (
+	claimBuckets  = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+	lagBuckets    = []float64{0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 2.5, 3, 4, 5, 7.5, 10, 15, 30}
+	cancelBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+)
+
+// metrics are the worker's instruments. In Prometheus form:
+//
+//	leasehold_queue_depth{queue}                                gauge: ready jobs, read from Redis at each collection
+//	leasehold_queue_oldest_age_seconds{queue}                   gauge: how long the job the next claim takes has been ready
+//	leasehold_worker_executions_in_flight{key}                  gauge: this worker's running executions holding concurrency key key
+//	leasehold_worker_claim_duration_seconds{queue}              histogram: one claim (peek + claim scripts), empty ones included
+//	leasehold_worker_heartbeat_lag_seconds{queue}               histogram: age of a lease when a renewal of it succeeds
+//	leasehold_worker_cancel_observe_duration_seconds{path}      histogram: cancel request -> the handler's context cancelled
+//	leasehold_worker_cancel_finish_duration_seconds{path}       histogram: cancel request -> the job recorded cancelled
+//	leasehold_worker_leases_reaped_total{queue, by}             counter: expired leases finalised, by "reaper" or "claim"
+//	leasehold_worker_writes_refused_total{queue, write}         counter: finish or emit refused, the token not current
+//	leasehold_worker_executions_total{queue, outcome}           counter: executions recorded, by outcome (handed_off: hand-offs)
+//
+// The queue gauges describe the queue, not the worker: every worker of a
+// queue reports the same value (aggregate with max). path is "nats" (the
+// message) or "flag" (the state in Redis: the watcher's poll of the flag or
+// the heartbeat's read of the job). The heartbeat lag is measured from the
+// send of the previous successful renewal (or the claim) to the reply of
+// this one: the lease, and the owner's trust, end a TTL after that send, so
+// the lag reads directly against the TTL, and a renewal that failed shows
+// as a longer lag rather than as no sample at all.
+type metrics struct {
+	rdb    redis.UniversalClient
+	prefix string
+
+	claim         metric.Float64Histogram
+	lag           metric.Float64Histogram
+	cancelObserve metric.Float64Histogram
+	cancelFinish  metric.Float64Histogram
+	reaped        metric.Int64Counter
+	refused       metric.Int64Counter
+	executions    metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
+	m := mp.Meter(meterName)
+	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix}
+	var errs [10]error
+	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
+		metric.WithExplicitBucketBoundaries(claimBuckets...))
+	in.lag, errs[1] = m.Float64Histogram("leasehold.worker.heartbeat.lag", metric.WithUnit("s"),
+		metric.WithDescription("Age of a lease when a renewal of it succeeds: from the send of the previous successful renewal (or the claim) to this one's reply. The lease is lost at the lease TTL."),
+		metric.WithExplicitBucketBoundaries(lagBuckets...))
+	in.cancelObserve, errs[2] = m.Float64Histogram("leasehold.worker.cancel.observe.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a cancel request to its execution's context being cancelled, by the path that told the worker (nats, flag)."),
+		metric.WithExplicitBucketBoundaries(cancelBuckets...))
+	in.cancelFinish, errs[3] = m.Float64Histogram("leasehold.worker.cancel.finish.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a cancel request to the job being recorded cancelled by its worker, by the path that told the worker (nats, flag)."),
+		metric.WithExplicitBucketBoundaries(cancelBuckets...))
+	in.reaped, errs[4] = m.Int64Counter("leasehold.worker.leases.reaped", metric.WithUnit("{lease}"),
+		metric.WithDescription("Expired execution leases this worker found and finalised, by its reaper or its claims. Two workers racing for one lease may both count it."))
+	in.refused, errs[5] = m.Int64Counter("leasehold.worker.writes.refused", metric.WithUnit("{write}"),
+		metric.WithDescription("Finishes and emits refused because the execution's fencing token is no longer its job's."))
+	in.executions, errs[6] = m.Int64Counter("leasehold.worker.executions", metric.WithUnit("{execution}"),
+		metric.WithDescription("Executions whose end this worker recorded, by outcome; handed_off counts graceful-shutdown hand-offs."))
+	var depth, inFlight metric.Int64ObservableGauge
+	var age metric.Float64ObservableGauge
+	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
+	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the job at the head of the queue (the next to be claimed) has been ready."))
+	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
+		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	_, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		w.observeKeys(func(key string, n int64) {
+			o.ObserveInt64(inFlight, n, metric.WithAttributes(attribute.String("key", key)))
+		})
+		var errs []error
+		for _, q := range w.queues {
+			ready, oldest, err := q.depth(ctx)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			attrs := metric.WithAttributes(attribute.String("queue", q.name))
+			o.ObserveInt64(depth, ready, attrs)
+			o.ObserveFloat64(age, oldest.Seconds(), attrs)
+		}
+		return errors.Join(errs...)
+	}, depth, age, inFlight)
+	return in, err
+}
+
+// depth reads how many jobs are ready (the sum of the lanes' counts in the
+// fair hash, see internal/scripts/fair.lua) and how long the head of the
+// ready set, the job the next claim takes, has been ready, in two round
+// trips whatever the queue's size. A ready job's newest event is
+// the "queued" one that made it ready (nothing else writes to a job that
+// does not run), and its stream id is that moment on Redis's clock; the
+// age is taken on Redis's clock too. A delayed job counts from its submit.
+func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, err error) {
+	ctx, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	var fair *redis.MapStringStringCmd
+	var head *redis.StringSliceCmd
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		fair = p.HGetAll(ctx, q.keys.QueueFair(q.name))
+		head = p.ZRange(ctx, q.keys.QueueReady(q.name), 0, 0)
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	for field, v := range fair.Val() {
+		if strings.HasPrefix(field, "#") {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ready += n
+		}
+	}
+	if len(head.Val()) == 0 {
+		return ready, 0, nil
+	}
+	var last *redis.XMessageSliceCmd
+	var now *redis.TimeCmd
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		last = p.XRevRangeN(ctx, q.keys.JobEvents(q.name, head.Val()[0]), "+", "-", 1)
+		now = p.Time(ctx)
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	if len(last.Val()) == 0 {
+		return ready, 0, nil // the job ended and its events expired meanwhile
+	}
+	ms, _, _ := strings.Cut(last.Val()[0].ID, "-")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return ready, 0, nil // stream ids are always <ms>-<seq>
+	}
+	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), nil
+}
+
+// observeKeys counts the running executions per concurrency key.
+func (w *Worker) observeKeys(observe func(key string, n int64)) {
+	counts := map[string]int64{}
+	w.mu.Lock()
+	for e := range w.running {
+		for _, k := range e.keys {
+			counts[k]++
+		}
+	}
+	w.mu.Unlock()
+	for k, n := range counts {
+		observe(k, n)
+	}
+}
+
+func (m *metrics) claimed(ctx context.Context, queue string, took time.Duration) {
+	m.claim.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("queue", queue)))
+}
+
+// reapedLeases counts the expired leases a claim (or the reaper's, want 0)
+// handed to the claim script, which finalises each.
+func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool, n int) {
+	if n == 0 {
+		return
+	}
+	by := "claim"
+	if byReaper {
+		by = "reaper"
+	}
+	m.reaped.Add(ctx, int64(n), metric.WithAttributes(attribute.String("queue", queue), attribute.String("by", by)))
+}
+
+func (m *metrics) refusedWrite(ctx context.Context, queue, write string) {
+	m.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("write", write)))
+}
+
+// renewed records r's heartbeat lag: its lease was last renewed by a send a
+// TTL before its trust window ends.
+func (m *metrics) renewed(ctx context.Context, queue string, r *running, ttl time.Duration) {
+	r.mu.Lock()
+	last := r.trustedUntil.Add(-ttl)
+	r.mu.Unlock()
+	m.lag.Record(ctx, time.Since(last).Seconds(), metric.WithAttributes(attribute.String("queue", queue)))
+}
+
+// cancelSeen is when and by which path an execution first learnt that its
+// cancel was requested.
+type cancelSeen struct {
+	mu  sync.Mutex
+	via string
+	at  time.Time
+}
+
+func (c *cancelSeen) note(via string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.via == "" {
+		c.via, c.at = via, time.Now()
+	}
+}
+
+func (c *cancelSeen) get() (via string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.via, c.at
+}
+
+// cancelFired is the watcher's Fired: it notes the path on the executions
+// of job id about to be cancelled.
+func (w *Worker) cancelFired(id, via string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for e, r := range w.running {
+		if e.JobID == id {
+			r.cancelSeen.note(via)
+		}
+	}
+}
+
+// ended records how r's execution ended: its outcome once its finish was
+// written, a refused finish, and, for a cancelled one, the cancel's
+// latencies from the request time its flag holds.
+func (m *metrics) ended(ctx context.Context, r *running, o outcome, state job.State, err error) {
+	queue := attribute.String("queue", r.e.Queue)
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		m.refusedWrite(ctx, r.e.Queue, "finish")
+		return
+	case err != nil:
+		return // the lease will expire: the reaper records it
+	}
+	m.executions.Add(ctx, 1, metric.WithAttributes(queue, attribute.String("outcome", o.state)))
+	via, seen := r.cancelSeen.get()
+	if o.state != "cancelled" || via == "" {
+		return
+	}
+	finished := time.Now()
+	rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer stop()
+	requested, err := cancel.RequestedAt(rctx, m.rdb, m.prefix, r.e.JobID)
+	if err != nil || requested.IsZero() {
+		return // no request time: nothing to measure from
+	}
+	path := metric.WithAttributes(attribute.String("path", via))
+	m.cancelObserve.Record(ctx, max(seen.Sub(requested), 0).Seconds(), path)
+	if state == job.StateCancelled {
+		m.cancelFinish.Record(ctx, max(finished.Sub(requested), 0).Seconds(), path)
+	}
+}
