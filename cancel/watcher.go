@@ -37,6 +37,11 @@ type WatcherConfig struct {
 	Poll time.Duration
 	// Logger receives warnings about failed polls; default slog.Default().
 	Logger *slog.Logger
+	// Observed, when set, is called with the id and the path ("nats" or
+	// "flag") of each request that cancels watched contexts, just before
+	// they are cancelled; default none. It must not block. A tracer uses it
+	// to say how a cancel arrived.
+	Observed func(id, path string)
 }
 
 // Watcher turns cancel requests into cancelled contexts. One Watcher serves a
@@ -49,6 +54,7 @@ type Watcher struct {
 	subject string
 	poll    time.Duration
 	log     *slog.Logger
+	observe func(id, path string)
 
 	// wake tells Run that fresh has ids to check; one pending signal is enough.
 	wake chan struct{}
@@ -82,6 +88,7 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		subject: subject,
 		poll:    cmp.Or(cfg.Poll, defaultPoll),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
+		observe: cfg.Observed,
 		wake:    make(chan struct{}, 1),
 		watches: make(map[string]map[*watch]struct{}),
 		fresh:   make(map[string]struct{}),
@@ -196,6 +203,9 @@ func (w *Watcher) fire(id, via string) {
 	delete(w.watches, id)
 	delete(w.fresh, id)
 	w.mu.Unlock()
+	if len(set) > 0 && w.observe != nil {
+		w.observe(id, via)
+	}
 	for wt := range set {
 		wt.cancel(ErrRequested)
 	}

@@ -40,6 +40,7 @@ type Execution struct {
 	token   fencing.Token
 	keys    []string // concurrency keys, each holding a lease while this runs
 	q       *queue
+	trace   execTrace
 }
 
 // Token is the execution's fencing token: pass it to every downstream write

@@ -144,7 +144,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			byID[id] = ckeys[i]
 		}
 	}
-	for i := 0; i+7 <= len(res); i += 7 {
+	for i := 0; i+9 <= len(res); i += 9 {
 		timeout, _ := res[i+6].(string)
 		ms, err := time.ParseDuration(timeout + "ms")
 		if err != nil {
@@ -163,6 +163,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			Queue:   q.name,
 			keys:    byID[res[i].(string)],
 			q:       q,
+			trace:   claimedTrace(res[i+7], res[i+8]),
 		})
 	}
 	return claimed, busy, nil
@@ -255,7 +256,7 @@ func (f *finishing) args() []any {
 	}
 	q := f.e.q
 	return []any{f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
-		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen}
+		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen, f.e.traceparent()}
 }
 
 // finishAll records how each execution of fs ended and releases its lease,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -55,6 +56,9 @@ type Config struct {
 	CancelSubject string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes each execution's spans, in its job's trace;
+	// default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultBackoff waits 1s before the first retry and doubles each time up
@@ -76,6 +80,7 @@ type Worker struct {
 	watcher  *cancel.Watcher
 	reaper   *Reaper
 	limits   *limits
+	tracer   trace.Tracer
 
 	rdb      redis.UniversalClient
 	slots    chan struct{}   // one token per running execution
@@ -156,6 +161,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		limits:   &limits{},
+		tracer:   newTracer(cfg.TracerProvider),
 	}
 	ks := keys.New(cfg.Prefix)
 	for _, name := range cfg.Queues {
@@ -171,7 +177,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
-			Poll: cfg.LeaseTTL,
+			Poll:     cfg.LeaseTTL,
+			Observed: w.cancelObserved,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
@@ -340,6 +347,7 @@ func (w *Worker) idle(ctx context.Context) {
 // lease was granted after that, so the trust window counts from it.
 func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
+	ctx = w.traceStart(ctx, e, sent)
 	r := &running{e: e, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
 	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
 	w.mu.Lock()
@@ -374,7 +382,9 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	o := w.outcome(runCtx, result, err)
 	stopRun()
 
+	traced := w.traceFinish(ctx, e, o)
 	state, err := w.finish(r, o)
+	traced(state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
@@ -525,6 +535,7 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 	if err != nil {
 		// The trust timers stop the handlers if this goes on for a TTL.
 		w.log.WarnContext(ctx, "heartbeat failed", "queue", q.name, "executions", len(rs), "error", err)
+		traceRenewFailed(rs, err)
 		return
 	}
 	for i, s := range statuses {
@@ -533,6 +544,7 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 		case heartbeatLost:
 			r.stop(lease.ErrLost)
 		case heartbeatCancelRequested:
+			r.e.traceCancel(cancelPathFlag)
 			r.stop(cancel.ErrRequested)
 			fallthrough
 		case heartbeatHeld:

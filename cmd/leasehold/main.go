@@ -29,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 )
 
@@ -56,6 +57,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := cli.Logger(stderr)
+	stopTracing, err := telemetry.Setup(ctx, "leasehold-dev", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	rdb, stopRedis, durable, err := startRedis(ctx, *dataDir, *memory, log)
 	if err != nil {

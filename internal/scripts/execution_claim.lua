@@ -13,9 +13,11 @@
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- then for each candidate i: m, its number of concurrency keys, and m pairs
 -- (position in KEYS of the key's lease set, limit; -1 for none)
--- Returns {blocked, then 7 values for each job claimed: id, execution id,
--- token, attempt, kind, input, timeout_ms}, where blocked counts the ready
--- candidates left waiting because one of their keys was full.
+-- Returns {blocked, then 9 values for each job claimed: id, execution id,
+-- token, attempt, kind, input, timeout_ms, trace, exec_trace}, where blocked
+-- counts the ready candidates left waiting because one of their keys was
+-- full, trace is the traceparent of the job's submit span and exec_trace
+-- that of its last finished execution ("" or nil when there is none).
 --
 -- A job is claimed only if every one of its keys has room, and then takes
 -- a lease in every key's set, with the same expiry as its execution lease:
@@ -111,7 +113,7 @@ for i = 1, n do
   local id = ARGV[8 + i]
   local job, events = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token')
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'trace', 'exec_trace')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -185,7 +187,7 @@ table.sort(claimable, function(a, b) return a.score < b.score end)
 
 local claimed = {0} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
-  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10]}) do
+  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[13], f[14]}) do
     claimed[#claimed + 1] = v
   end
 end

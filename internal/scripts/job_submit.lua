@@ -8,6 +8,7 @@
 -- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
+-- ARGV[15] traceparent of the submit span ("" when tracing is off)
 -- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed.
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local seq, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -29,7 +30,8 @@ redis.call('HSET', job,
   'cancel_requested', '0', 'input', ARGV[8], 'metadata', ARGV[9], 'result', '', 'error', '',
   'timeout_ms', ARGV[10], 'max_wait_ms', ARGV[11], 'on_busy', ARGV[12], 'token', '0',
   'exec_id', '', 'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '',
-  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '')
+  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '',
+  'trace', ARGV[15], 'exec_trace', '')
 
 -- Higher priority first, then FIFO: 2^43 sequence numbers per priority
 -- band keep the score an exact integer in a double (201 * 2^43 < 2^53), and
