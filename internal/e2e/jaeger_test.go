@@ -273,7 +273,9 @@ func TestJaegerReceivesTheTraceOfAJob(t *testing.T) {
 	if parentOf(submit) != byName["POST /v1/jobs"][0].SpanID {
 		t.Errorf("the submit span is not a child of the request's span")
 	}
-	slices.SortFunc(execs, func(a, b jaegerSpan) int { return strings.Compare(a.tag("leasehold.attempt"), b.tag("leasehold.attempt")) })
+	slices.SortFunc(execs, func(a, b jaegerSpan) int {
+		return strings.Compare(a.tag("leasehold.attempt"), b.tag("leasehold.attempt"))
+	})
 	for _, sp := range append(execs, byName["cancel default"][0]) {
 		if parentOf(sp) != submit.SpanID {
 			t.Errorf("span %q (attempt %s) is not a child of the submit span", sp.OperationName, sp.tag("leasehold.attempt"))
