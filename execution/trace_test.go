@@ -206,7 +206,7 @@ func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStu
 func attr(attrs []attribute.KeyValue, key string) string {
 	for _, a := range attrs {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
@@ -236,7 +236,7 @@ func wantEvents(t *testing.T, what string, s tracetest.SpanStub, want []string) 
 		parts := []string{e.Name}
 		for _, a := range e.Attributes {
 			if a.Key != "leasehold.fencing.token" {
-				parts = append(parts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+				parts = append(parts, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 			}
 		}
 		got = append(got, strings.Join(parts, " "))
