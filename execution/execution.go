@@ -42,6 +42,7 @@ type Execution struct {
 	keys    []string // concurrency keys, each holding a lease while this runs
 	lane    string   // the keys as the job stores them: its lane (see internal/scripts/fair.lua)
 	q       *queue
+	trace   execTrace
 }
 
 // Token is the execution's fencing token: pass it to every downstream write

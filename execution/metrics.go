@@ -230,14 +230,15 @@ func (c *cancelSeen) get() (via string, at time.Time) {
 	return c.via, c.at
 }
 
-// cancelFired is the watcher's Fired: it notes the path on the executions
-// of job id about to be cancelled.
+// cancelFired is the watcher's Fired: it notes the path, for the metrics and
+// the trace, on the executions of job id about to be cancelled.
 func (w *Worker) cancelFired(id, via string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for e, r := range w.running {
 		if e.JobID == id {
 			r.cancelSeen.note(via)
+			e.traceCancel(via)
 		}
 	}
 }

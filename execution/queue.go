@@ -147,7 +147,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for i, id := range ids {
 		byID[id] = i
 	}
-	for i := 0; i+8 <= len(res); i += 8 {
+	for i := 0; i+10 <= len(res); i += 10 {
 		timeout, _ := res[i+6].(string)
 		ms, err := time.ParseDuration(timeout + "ms")
 		if err != nil {
@@ -170,6 +170,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			keys:    ckeys[c],
 			lane:    lanes[c],
 			q:       q,
+			trace:   claimedTrace(res[i+8], res[i+9]),
 		})
 	}
 	return claimed, busy, nil
@@ -266,7 +267,7 @@ func (f *finishing) args() []any {
 	}
 	q := f.e.q
 	return []any{f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
-		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen}
+		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen, f.e.traceparent()}
 }
 
 // finishAll records how each execution of fs ended and releases its lease,

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -65,6 +66,9 @@ type Config struct {
 	// MeterProvider gets the worker's metrics (metrics.go); default
 	// otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// TracerProvider makes each execution's spans, in its job's trace;
+	// default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultBackoff waits 1s before the first retry and doubles each time up
@@ -88,6 +92,7 @@ type Worker struct {
 	limits   *limits
 	usage    *usageCounter // nil: not counted
 	metrics  *metrics
+	tracer   trace.Tracer
 
 	rdb      redis.UniversalClient
 	slots    chan struct{}   // one token per running execution
@@ -173,6 +178,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		limits:   &limits{},
+		tracer:   newTracer(cfg.TracerProvider),
 	}
 	if cfg.Usage != nil {
 		w.usage = &usageCounter{c: cfg.Usage, log: w.log}
@@ -368,6 +374,7 @@ func (w *Worker) idle(ctx context.Context) {
 // lease was granted after that, so the trust window counts from it.
 func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
+	ctx = w.traceStart(ctx, e, sent)
 	r := &running{e: e, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
 	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
 	w.mu.Lock()
@@ -403,8 +410,10 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	o := w.outcome(runCtx, result, err)
 	stopRun()
 
+	traced := w.traceFinish(ctx, e, o)
 	state, err := w.finish(r, o)
 	w.metrics.ended(context.WithoutCancel(ctx), r, o, state, err)
+	traced(state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
@@ -556,6 +565,7 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 	if err != nil {
 		// The trust timers stop the handlers if this goes on for a TTL.
 		w.log.WarnContext(ctx, "heartbeat failed", "queue", q.name, "executions", len(rs), "error", err)
+		traceRenewFailed(rs, err)
 		return
 	}
 	for i, s := range statuses {
@@ -564,7 +574,8 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 		case heartbeatLost:
 			r.stop(lease.ErrLost)
 		case heartbeatCancelRequested:
-			r.cancelSeen.note("flag")
+			r.cancelSeen.note(cancelPathFlag)
+			r.e.traceCancel(cancelPathFlag)
 			r.stop(cancel.ErrRequested)
 			fallthrough
 		case heartbeatHeld:

@@ -6,7 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // State is where a job is in its life.
@@ -112,6 +115,9 @@ type Job struct {
 	Timeout time.Duration   `json:"-"` // per execution
 	MaxWait time.Duration   `json:"-"` // 0 = unlimited
 	OnBusy  OnBusy          `json:"-"`
+	// Trace is the span context of the job's submit span, the parent of
+	// every span of the job; invalid when it was submitted untraced.
+	Trace trace.SpanContext `json:"-"`
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
@@ -173,6 +179,7 @@ func ParseRecord(h map[string]string) (Job, error) {
 		Timeout:         time.Duration(r.int("timeout_ms")) * time.Millisecond,
 		MaxWait:         time.Duration(r.int("max_wait_ms")) * time.Millisecond,
 		OnBusy:          OnBusy(h["on_busy"]),
+		Trace:           telemetry.Decode(h["trace"]),
 	}
 	r.json("concurrency_keys", &j.ConcurrencyKeys)
 	if h["error"] != "" {

@@ -13,9 +13,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // Errors callers branch on.
@@ -64,6 +66,9 @@ type Config struct {
 	// IdempotencyTTL is how long an Idempotency-Key is remembered.
 	// Default DefaultIdempotencyTTL (24h).
 	IdempotencyTTL time.Duration
+	// TracerProvider makes the submit and cancel spans of each job's trace;
+	// default otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Store keeps jobs in Redis.
@@ -74,6 +79,7 @@ type Store struct {
 	idemTTL   time.Duration
 	submit    *redis.Script
 	cancel    *redis.Script
+	tracer    trace.Tracer
 }
 
 // NewStore returns a Store on rdb, a single Redis or a Redis Cluster.
@@ -88,6 +94,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
 		submit:    scripts.Load("job_submit.lua", "fair.lua"),
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua"),
+		tracer:    newTracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
 		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)
@@ -144,6 +151,8 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 			return Job{}, false, err
 		}
 	}
+	ctx, span := s.startSubmit(ctx, tenant, n.Queue, id)
+	defer func() { endSpan(span, err) }()
 	// Both writes are idempotent and come before the job, so a crash here
 	// leaves nothing a client can see, and the retry writes them again.
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -167,7 +176,7 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 	args := []any{
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
-		millis(n.Delay), EventsMaxLen,
+		millis(n.Delay), EventsMaxLen, telemetry.Encode(span.SpanContext()),
 	}
 	var limited []string // the keys the script checks for room, in KEYS order
 	if n.OnBusy == OnBusyReject {
@@ -279,6 +288,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
 	}
+	start := time.Now()
 	res, err := s.cancel.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
@@ -297,6 +307,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	if res[0] == "finished" {
 		return j, ErrConflict
 	}
+	s.traceCancel(ctx, j, res[0].(string), start)
 	return j, nil
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
 )
@@ -59,6 +60,11 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("%w (set LEASEHOLD_API_KEYS or --api-keys; the dev mode generates a key)", err)
 	}
 	log := cli.Logger(stderr)
+	stopTracing, err := telemetry.Setup(ctx, "leasehold-api", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	rdb, err := cli.Redis(ctx, *redisURL)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
 )
@@ -57,6 +58,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := cli.Logger(stderr)
+	stopTracing, err := telemetry.Setup(ctx, "leasehold-dev", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	rdb, stopRedis, durable, err := startRedis(ctx, *dataDir, *memory, log)
 	if err != nil {

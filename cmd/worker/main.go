@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/cli"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
@@ -39,6 +40,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := cli.Logger(stderr)
+	stopTracing, err := telemetry.Setup(ctx, "leasehold-worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	rdb, err := cli.Redis(ctx, *redisURL)
 	if err != nil {

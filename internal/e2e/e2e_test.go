@@ -63,7 +63,7 @@ type system struct {
 	prefix string
 }
 
-func newSystem(t *testing.T) *system {
+func newSystem(t *testing.T, env ...string) *system {
 	t.Helper()
 	port, err := redisproc.FreePort()
 	if err != nil {
@@ -81,6 +81,7 @@ func newSystem(t *testing.T) *system {
 		"LEASEHOLD_SHUTDOWN_GRACE=1s",
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0", // several workers: a free port each
 	)
+	s.env = append(s.env, env...)
 	s.start("api")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		resp, err := http.Get(s.base + "/readyz")

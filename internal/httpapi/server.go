@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -92,6 +93,10 @@ type Config struct {
 	// MeterProvider makes the API's instruments (requests, latency, job
 	// counts); default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// TracerProvider makes a span per request, named by its route, and
+	// the default Store's job spans; default otel.GetTracerProvider(). A
+	// traceparent header on a request makes it a child of the caller's span.
+	TracerProvider trace.TracerProvider
 	// Metrics serves GET /metrics; default promhttp.Handler(), the default
 	// Prometheus registry, which an OpenTelemetry Prometheus exporter made
 	// without WithRegisterer feeds.
@@ -144,7 +149,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	var err error
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix}); err != nil {
+		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -193,7 +198,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.HandleFunc("/", notFound)
-	return s.measure(canonicalPath(mux)), nil
+	return traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), nil
 }
 
 // methods serves one path: a handler per method, and 405 with Allow for

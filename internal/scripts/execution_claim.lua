@@ -14,11 +14,13 @@
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- then for each candidate i: m, its number of concurrency keys, and m pairs
 -- (position in KEYS of the key's lease set, limit; -1 for none)
--- Returns {blocked, lost, then 8 values for each job claimed: id, execution
--- id, token, attempt, kind, input, timeout_ms, tenant}, where blocked counts
--- the ready candidates left waiting because one of their keys was full, and
--- lost lists 3 values for each execution found lost: execution id, tenant,
--- the job's new state.
+-- Returns {blocked, lost, then 10 values for each job claimed: id,
+-- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
+-- exec_trace}, where blocked counts the ready candidates left waiting
+-- because one of their keys was full, lost lists 3 values for each
+-- execution found lost (execution id, tenant, the job's new state), trace
+-- is the traceparent of the job's submit span and exec_trace that of its
+-- last finished execution ("" or nil when there is none).
 --
 -- A job is claimed only if every one of its keys has room, and then takes
 -- a lease in every key's set, with the same expiry as its execution lease:
@@ -109,7 +111,8 @@ for i = 1, n do
   local id = ARGV[8 + i]
   local job, events, lane = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant')
+    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant',
+    'trace', 'exec_trace')
   local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
 
   if not state then
@@ -189,7 +192,7 @@ table.sort(claimable, function(a, b) return a.score < b.score end)
 
 local claimed = {0, lost} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
-  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[14]}) do
+  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[14], f[15], f[16]}) do
     claimed[#claimed + 1] = v
   end
 end

@@ -8,6 +8,8 @@
 -- ARGV[4] result (JSON, "" for none)   ARGV[5] error (JSON, "" for none)
 -- ARGV[6] "1" when a failure may be retried, "0" when it is permanent
 -- ARGV[7] backoff_ms before a retry    ARGV[8] retention_ms   ARGV[9] events MAXLEN
+-- ARGV[10] traceparent of the execution's span ("" when untraced), kept
+-- as exec_trace so the next attempt's span can link to it
 -- Returns the job's new state, or "" when the token is not the job's
 -- current one or the job is not running: the caller is not the owner, and
 -- nothing changed. A retry of a finish that was written (its reply lost)
@@ -37,7 +39,7 @@ for i = 9, #KEYS do
 end
 
 -- Every field changes in one HSET.
-local fields = {'exec_state', outcome, 'exec_finished_at', int(now)}
+local fields = {'exec_state', outcome, 'exec_finished_at', int(now), 'exec_trace', ARGV[10]}
 local function set(...)
   for _, v in ipairs({...}) do
     fields[#fields + 1] = v

@@ -9,7 +9,8 @@
 -- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
--- ARGV[15..] the limit of each key in KEYS[11..]
+-- ARGV[15] traceparent of the submit span ("" when tracing is off)
+-- ARGV[16..] the limit of each key in KEYS[11..]
 -- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed,
 -- {2, i, ms} when it was not created because key i of KEYS[11..] had no
 -- room (on_busy "reject"; the caller passes those keys only then), where ms
@@ -30,7 +31,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Room is counted in live leases, as the claim counts it: expired leases
 -- of dead workers do not hold a slot.
 for i = 11, #KEYS do
-  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[4 + i]) then
+  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[5 + i]) then
     local first = redis.call('ZRANGE', KEYS[i], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local wait = 1000 -- a limit of 0 has no lease to wait for
     if first[2] then
@@ -47,7 +48,8 @@ redis.call('HSET', job,
   'cancel_requested', '0', 'input', ARGV[8], 'metadata', ARGV[9], 'result', '', 'error', '',
   'timeout_ms', ARGV[10], 'max_wait_ms', ARGV[11], 'on_busy', ARGV[12], 'token', '0',
   'exec_id', '', 'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '',
-  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '')
+  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '',
+  'trace', ARGV[15], 'exec_trace', '')
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)

@@ -1,0 +1,148 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// Span events of an execution's span.
+const (
+	EventLeaseAcquired  = "lease acquired"
+	EventRenewFailed    = "renew failed"
+	EventCancelObserved = "cancel observed" // leasehold.cancel.path: nats or flag
+	EventLeaseLost      = "lease lost"
+	EventHandedOff      = "handed off"
+	EventFinished       = "finished" // leasehold.outcome, leasehold.job.state
+)
+
+// The heartbeat reads the job's cancel state in Redis, which is the flag
+// path as far as a trace is concerned: not the NATS message.
+const cancelPathFlag = "flag"
+
+// execTrace is an execution's place in its job's trace: a span that is a
+// child of the job's submit span, linked to the previous attempt's span.
+type execTrace struct {
+	parent   trace.SpanContext // the job's submit span
+	previous trace.SpanContext // the span of the job's last finished execution
+	span     trace.Span        // this execution's; nil until it starts
+
+	cancelSeen  atomic.Bool // the first observation of a cancel is recorded, not every one
+	unwatchLost func()      // stops watching for a lost lease, or waits for its event
+}
+
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(telemetry.ScopeName)
+}
+
+// traceStart records e's claim, sent at sent, as a span in its job's trace,
+// and starts e's own span there. It returns ctx carrying e's span, so a
+// handler's spans are its children.
+func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) context.Context {
+	parent := trace.ContextWithRemoteSpanContext(ctx, e.trace.parent)
+	attrs := append(telemetry.Messaging(semconv.MessagingOperationTypeReceive, e.Queue, e.JobID),
+		telemetry.ExecutionID.String(e.ID), telemetry.Attempt.Int(e.attempt),
+		telemetry.FencingToken.Int64(int64(e.token)), semconv.MessagingClientID(w.cfg.ID))
+	_, claim := w.tracer.Start(parent, "receive "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
+	claim.End()
+
+	var links []trace.Link
+	if e.trace.previous.IsValid() {
+		links = append(links, trace.Link{SpanContext: e.trace.previous})
+	}
+	attrs[1] = semconv.MessagingOperationTypeProcess
+	ctx, e.trace.span = w.tracer.Start(parent, "process "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	e.trace.span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
+	span, done := e.trace.span, make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		if errors.Is(context.Cause(ctx), lease.ErrLost) {
+			span.AddEvent(EventLeaseLost)
+		}
+	})
+	// Once the handler returned, the event is either written or never will
+	// be: wait for it, so it lands before the span ends.
+	e.trace.unwatchLost = func() {
+		if !stop() {
+			<-done
+		}
+	}
+	return ctx
+}
+
+// traceCancel records that e learned of a cancel request by path (nats or
+// flag), the first time only.
+func (e *Execution) traceCancel(path string) {
+	if e.trace.span != nil && e.trace.cancelSeen.CompareAndSwap(false, true) {
+		e.trace.span.AddEvent(EventCancelObserved, trace.WithAttributes(telemetry.CancelPath.String(path)))
+	}
+}
+
+// traceRenewFailed records a failed heartbeat on each execution it was for.
+func traceRenewFailed(rs []*running, err error) {
+	for _, r := range rs {
+		if r.e.trace.span != nil {
+			r.e.trace.span.AddEvent(EventRenewFailed, trace.WithAttributes(semconv.ExceptionMessage(err.Error())))
+		}
+	}
+}
+
+// traceFinish starts the span of e's finish, ended with e's own span by the
+// returned func, which records how the execution ended (o) and what became
+// of its job (state, or the error that kept the finish from being written).
+func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(job.State, error) {
+	if e.trace.unwatchLost != nil {
+		e.trace.unwatchLost()
+	}
+	_, settle := w.tracer.Start(ctx, "settle "+e.Queue, trace.WithAttributes(
+		append(telemetry.Messaging(semconv.MessagingOperationTypeSettle, e.Queue, e.JobID),
+			telemetry.ExecutionID.String(e.ID), telemetry.Outcome.String(o.state))...))
+	return func(state job.State, err error) {
+		span := e.trace.span
+		if err != nil {
+			settle.RecordError(err)
+			settle.SetStatus(codes.Error, err.Error())
+		}
+		settle.End()
+		if o.state == "handed_off" {
+			span.AddEvent(EventHandedOff)
+		}
+		span.AddEvent(EventFinished, trace.WithAttributes(telemetry.Outcome.String(o.state), telemetry.State.String(string(state))))
+		if o.err != nil && o.state != "handed_off" {
+			span.SetStatus(codes.Error, o.err.Error())
+		}
+		span.End()
+	}
+}
+
+// traceparent is e's span context as the finish script stores it, for the
+// next attempt to link to.
+func (e *Execution) traceparent() string {
+	if e.trace.span == nil {
+		return ""
+	}
+	return telemetry.Encode(e.trace.span.SpanContext())
+}
+
+// claimedTrace is the trace of a claimed job, from the claim script's
+// trace and exec_trace values (nil for a job submitted before tracing).
+func claimedTrace(parent, previous any) execTrace {
+	p, _ := parent.(string)
+	prev, _ := previous.(string)
+	return execTrace{parent: telemetry.Decode(p), previous: telemetry.Decode(prev)}
+}

@@ -1,0 +1,54 @@
+package job
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// Span event names of the job's trace.
+const EventCancelRequested = "cancel requested"
+
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(telemetry.ScopeName)
+}
+
+// startSubmit starts the span that is the parent of everything that happens
+// to job id: the submit script stores its context with the job.
+func (s *Store) startSubmit(ctx context.Context, tenant, queue, id string) (context.Context, trace.Span) {
+	attrs := append(telemetry.Messaging(semconv.MessagingOperationTypeSend, queue, id), telemetry.Tenant.String(tenant))
+	return s.tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+}
+
+// traceCancel records a cancel request in j's trace, as a span from start
+// to now linked to the caller's span (the cancel request's own trace).
+// outcome is the cancel script's: cancelled, requested or unchanged.
+func (s *Store) traceCancel(ctx context.Context, j Job, outcome string, start time.Time) {
+	if !j.Trace.IsValid() {
+		return
+	}
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), j.Trace)
+	attrs := append(telemetry.Messaging(semconv.MessagingOperationName("cancel"), j.Queue, j.ID), telemetry.Tenant.String(j.Tenant))
+	_, span := s.tracer.Start(parent, "cancel "+j.Queue, trace.WithTimestamp(start),
+		trace.WithLinks(trace.LinkFromContext(ctx)), trace.WithAttributes(attrs...))
+	span.AddEvent(EventCancelRequested, trace.WithAttributes(telemetry.Outcome.String(outcome), telemetry.State.String(string(j.State))))
+	span.End()
+}
+
+// endSpan ends span, marking it failed when err is not nil.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
