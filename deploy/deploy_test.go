@@ -302,6 +302,10 @@ func TestComposeBinaries(t *testing.T) {
 				t.Errorf("compose.yaml: %s does not set %s", svc, k)
 			}
 		}
+		// OTLP's default protocol is http/protobuf, on 4318: 4317 is gRPC.
+		if strings.HasSuffix(env["OTEL_EXPORTER_OTLP_ENDPOINT"], ":4317") && env["OTEL_EXPORTER_OTLP_PROTOCOL"] != "grpc" {
+			t.Errorf("compose.yaml: %s sends OTLP to gRPC's port 4317 without OTEL_EXPORTER_OTLP_PROTOCOL=grpc", svc)
+		}
 		if str(get(s, "depends_on", "redis", "condition")) != "service_healthy" {
 			t.Errorf("compose.yaml: %s does not wait for redis to be healthy", svc)
 		}
