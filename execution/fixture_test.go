@@ -131,13 +131,17 @@ func (f *fixture) get(t *testing.T, id string) job.Job {
 	return j
 }
 
-// waitState waits until job id is in one of states and returns it.
+// waitState waits until job id is in one of states and returns it. A read
+// that fails is tried again until the deadline: after a Redis restart,
+// go-redis answers with its last dial error for a while, even once a ping
+// has got through on another connection.
 func (f *fixture) waitState(t *testing.T, id string, timeout time.Duration, states ...job.State) job.Job {
 	t.Helper()
 	var j job.Job
 	testenv.Eventually(t, timeout, func() bool {
-		j = f.get(t, id)
-		return slices.Contains(states, j.State)
+		var err error
+		j, err = f.store.Get(t.Context(), "acme", id, false)
+		return err == nil && slices.Contains(states, j.State)
 	}, "job %s never reached %v", id, states)
 	return j
 }
