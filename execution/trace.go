@@ -54,7 +54,7 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) context.Context {
 	parent := trace.ContextWithRemoteSpanContext(ctx, e.trace.parent)
 	attrs := append(telemetry.Messaging(semconv.MessagingOperationTypeReceive, e.Queue, e.JobID),
-		telemetry.ExecutionID.String(e.ID), telemetry.Attempt.Int(e.attempt),
+		telemetry.ExecutionID.String(e.ID), telemetry.Attempt.Int(e.attempt), telemetry.Tenant.String(e.Tenant),
 		telemetry.FencingToken.Int64(int64(e.token)), semconv.MessagingClientID(w.cfg.ID))
 	_, claim := w.tracer.Start(parent, "receive "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))

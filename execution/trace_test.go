@@ -111,7 +111,7 @@ func TestTraceOfRetriedThenCancelledJob(t *testing.T) {
 			if len(second.Links) != 1 || second.Links[0].SpanContext.SpanID() != first.SpanContext.SpanID() {
 				t.Errorf("second execution's links %v, want one to the first execution %v", second.Links, first.SpanContext.SpanID())
 			}
-			wantAttrs(t, first, map[string]string{"leasehold.job.id": j.ID, "leasehold.attempt": "1",
+			wantAttrs(t, first, map[string]string{"leasehold.job.id": j.ID, "leasehold.attempt": "1", "leasehold.tenant": "acme",
 				"messaging.operation.type": "process", "messaging.message.id": j.ID})
 			wantAttrs(t, second, map[string]string{"leasehold.attempt": "2"})
 			for _, s := range execs {
