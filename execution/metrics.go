@@ -116,9 +116,10 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 }
 
 // depth reads how many jobs are ready (the sum of the lanes' counts in the
-// fair hash, see internal/scripts/fair.lua) and how long the head of the
-// ready set, the job the next claim takes, has been ready, in two round
-// trips whatever the queue's size. A ready job's newest event is
+// fair hash, see internal/scripts/fair.lua) and how long the first job of
+// the lane at the head of the ready set, the job the next claim takes, has
+// been ready, in three round trips whatever the queue's size. A ready
+// job's newest event is
 // the "queued" one that made it ready (nothing else writes to a job that
 // does not run), and its stream id is that moment on Redis's clock; the
 // age is taken on Redis's clock too. A delayed job counts from its submit.
@@ -143,10 +144,14 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, e
 	if len(head.Val()) == 0 {
 		return ready, 0, nil
 	}
+	first, err := q.rdb.ZRange(ctx, q.keys.QueueLane(q.name, head.Val()[0]), 0, 0).Result()
+	if err != nil || len(first) == 0 {
+		return ready, 0, err // the lane emptied meanwhile
+	}
 	var last *redis.XMessageSliceCmd
 	var now *redis.TimeCmd
 	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		last = p.XRevRangeN(ctx, q.keys.JobEvents(q.name, head.Val()[0]), "+", "-", 1)
+		last = p.XRevRangeN(ctx, q.keys.JobEvents(q.name, first[0]), "+", "-", 1)
 		now = p.Time(ctx)
 		return nil
 	}); err != nil {

@@ -57,15 +57,17 @@ func (q *queue) fixedKeys() []string {
 
 // claim does the queue's due work (reaping expired leases, promoting due
 // retries, expiring jobs past max_wait) and claims up to want jobs for
-// worker. want 0 only does the due work: that is the reaper. It costs two
-// round trips: a read-only peek for candidates, then the claim, which
-// checks each candidate again. busy says the peek saw ready jobs: if none
-// were claimed, other workers took them, and there may be more.
+// worker. want 0 only does the due work: that is the reaper. It costs three
+// round trips: a read-only peek for the lanes at the head of the ready set
+// and the due work, a pipelined read of those lanes' first jobs (and the
+// due jobs' lanes), then the claim, which checks each candidate again.
+// busy says the peek saw ready lanes: if none were claimed, other workers
+// took them, and there may be more.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	fixed := q.fixedKeys()
-	// While keys are full, look past the head of the queue, so the jobs
-	// waiting for them do not hide the ones behind that can run. Otherwise
-	// the head is enough, and cheaper.
+	// While keys are full, look at more lanes, so the lanes waiting for
+	// them do not hide the ones behind that can run. Otherwise want lanes
+	// are enough, and cheaper.
 	look := want
 	if want > 0 && q.blocked.Load() {
 		look = min(want*4+16, 256)
@@ -76,28 +78,33 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	busy = len(peeked[0].([]any)) > 0
 	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked[2].([]any)))
-	// Candidates with due work come first; the ready ones after, once each.
+	// Candidates with due work come first, then the first jobs of the lanes
+	// at the head of the ready set.
 	seen := map[string]bool{}
-	var ids []string
-	due := 0
-	for i := len(peeked) - 1; i >= 0; i-- {
+	var dueIDs []string
+	for i := len(peeked) - 1; i > 0; i-- {
 		for _, id := range peeked[i].([]any) {
 			if s := id.(string); !seen[s] {
 				seen[s] = true
-				ids = append(ids, s)
-				if i > 0 {
-					due++
-				}
+				dueIDs = append(dueIDs, s)
 			}
 		}
 	}
-	if len(ids) == 0 {
+	var heads []string
+	for _, lane := range peeked[0].([]any) {
+		heads = append(heads, lane.(string))
+	}
+	if len(dueIDs) == 0 && len(heads) == 0 {
 		return nil, false, nil
 	}
-
-	lanes, ckeys, err := q.concurrencyKeys(ctx, ids)
+	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want)
 	if err != nil {
 		return nil, false, err
+	}
+	due := len(dueIDs)
+	ckeys := make([][]string, len(ids)) // each candidate's concurrency keys
+	for i, lane := range lanes {
+		_ = json.Unmarshal([]byte(lane), &ckeys[i]) // written by the submit script: always an array ("" for a job gone)
 	}
 	if want == 0 {
 		ckeys = nil // nothing is taken: no room to check
@@ -176,29 +183,50 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	return claimed, busy, nil
 }
 
-// concurrencyKeys reads the concurrency keys of jobs ids in one round trip:
-// each job's lane (its keys as stored) and the keys. A job whose record is
-// gone has none: the claim script drops it.
-func (q *queue) concurrencyKeys(ctx context.Context, ids []string) (lanes []string, keys [][]string, err error) {
-	cmds := make([]*redis.StringCmd, len(ids))
+// candidates reads, in one round trip, the lane (the concurrency keys as
+// stored) of each job with due work, and the first jobs of each lane at the
+// head of the ready set: enough for want claims taking turns between them.
+// A job whose record is gone has no lane: the claim script drops it.
+func (q *queue) candidates(ctx context.Context, due, heads []string, want int) (ids, lanes []string, err error) {
+	per := want
+	if len(heads) > 1 {
+		per = max(1, min(want, (2*want+len(heads)-1)/len(heads)))
+	}
+	laneOf := make([]*redis.StringCmd, len(due))
+	jobsOf := make([]*redis.StringSliceCmd, len(heads))
 	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+		for i, id := range due {
+			laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+		}
+		if per > 0 {
+			for i, lane := range heads {
+				jobsOf[i] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(per-1))
+			}
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, fmt.Errorf("read keys %s: %w", q.name, err)
+		return nil, nil, fmt.Errorf("read candidates %s: %w", q.name, err)
 	}
-	lanes = make([]string, len(ids))
-	keys = make([][]string, len(ids))
-	for i, c := range cmds {
-		if raw, err := c.Result(); err == nil {
-			lanes[i] = raw
-			_ = json.Unmarshal([]byte(raw), &keys[i]) // written by the submit script: always an array
+	seen := map[string]bool{}
+	for i, id := range due {
+		seen[id] = true
+		ids = append(ids, id)
+		lanes = append(lanes, laneOf[i].Val())
+	}
+	for i, lane := range heads {
+		if jobsOf[i] == nil {
+			continue
+		}
+		for _, id := range jobsOf[i].Val() {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+				lanes = append(lanes, lane)
+			}
 		}
 	}
-	return lanes, keys, nil
+	return ids, lanes, nil
 }
 
 // heartbeatStatus is what a heartbeat learned about one execution.

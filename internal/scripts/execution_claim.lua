@@ -1,6 +1,7 @@
 -- Does a queue's due work for the candidates the peek script found, then
--- claims up to `want` ready jobs for one worker. Every candidate is checked
--- again here: a candidate another worker took since the peek is skipped.
+-- claims up to `want` ready jobs for one worker: the first jobs of the
+-- lanes at the head of the ready set (fair.lua), lanes taking turns. Every
+-- candidate is checked again here: one another worker took since is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
 -- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats
 -- KEYS[8 + 3(i-1)] job hash, KEYS[9 + 3(i-1)] events and KEYS[10 + 3(i-1)]
@@ -16,8 +17,8 @@
 -- (position in KEYS of the key's lease set, limit; -1 for none)
 -- Returns {blocked, lost, then 10 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
--- exec_trace}, where blocked counts the ready candidates left waiting
--- because one of their keys was full, lost lists 3 values for each
+-- exec_trace}, where blocked counts the lanes left waiting because one of
+-- their keys was full, lost lists 3 values for each
 -- execution found lost (execution id, tenant, the job's new state), trace
 -- is the traceparent of the job's submit span and exec_trace that of its
 -- last finished execution ("" or nil when there is none).
@@ -118,7 +119,6 @@ for i = 1, n do
   if not state then
     -- The record is gone (retention ran out): drop what still points at it.
     -- (Only a terminal job's record expires, and those wait in no lane.)
-    redis.call('ZREM', ready, id)
     redis.call('ZREM', scheduled, id)
     redis.call('ZREM', leases, id)
     redis.call('ZREM', deadlines, id)
@@ -177,18 +177,29 @@ for i = 1, n do
       end
     end
 
-    local score = redis.call('ZSCORE', ready, id)
-    if score and state == 'queued' then
-      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, score = tonumber(score)}
-    elseif score then
-      -- Not waiting any more: never hand it out.
-      fair_remove(fair, ready, lane, f[13], id)
-      redis.call('ZREM', ready, id)
+    local place = redis.call('ZSCORE', lane, id)
+    if place and state == 'queued' then
+      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, place = tonumber(place)}
+    elseif place then
+      fair_remove(fair, ready, lane, f[13], id) -- not waiting any more: never hand it out
     end
   end
 end
 
-table.sort(claimable, function(a, b) return a.score < b.score end)
+-- The claimable jobs by lane, each lane's in its order.
+local lanes = {}
+for _, c in ipairs(claimable) do
+  local l = lanes[c.f[13]]
+  if not l then
+    l = {name = c.f[13], set = c.lane, jobs = {}, next = 1}
+    lanes[c.f[13]] = l
+  end
+  l.jobs[#l.jobs + 1] = c
+end
+for _, l in pairs(lanes) do
+  table.sort(l.jobs, function(a, b) return a.place < b.place end)
+  l.turn = tonumber(redis.call('ZSCORE', ready, l.name))
+end
 
 local claimed = {0, lost} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
@@ -243,22 +254,40 @@ local function take(c)
     'exec_finished_at', '', 'exec_state', 'running')
   event(c.events, 'running', attempt)
   hand_out(c.id, exec_id, token, attempt, c.f)
-  -- The lane's next job takes the clock's next turn.
-  clock = math.max(clock, fair_start(c.score))
-  fair_remove(fair, ready, c.lane, c.f[13], c.id, clock + 1)
 end
 
--- Best first; a candidate whose keys are full waits, and the ones behind
--- it are still claimed.
+-- The lane whose turn comes first (lowest ready score, ties by name), of
+-- those with claimable jobs left and room.
+local function first_lane()
+  local best
+  for _, l in pairs(lanes) do
+    if l.turn and not l.full and l.jobs[l.next] and
+      (not best or l.turn < best.turn or (l.turn == best.turn and l.name < best.name)) then
+      best = l
+    end
+  end
+  return best
+end
+
+-- Lanes in turn, one job each; then the lane takes the clock's next turn.
+-- A lane's jobs share their keys: when its next job does not fit, none of
+-- its jobs does, and the lanes behind it are still served.
 local blocked, taken = 0, 0
-for _, c in ipairs(claimable) do
-  if taken >= want - #reclaimed then
+while taken < want - #reclaimed do
+  local l = first_lane()
+  if not l then
     break
   end
+  local c = l.jobs[l.next]
   if room(c.i) then
     take(c)
     taken = taken + 1
+    l.next = l.next + 1
+    clock = math.max(clock, fair_start(l.turn))
+    fair_remove(fair, ready, l.set, l.name, c.id, clock + 1)
+    l.turn = tonumber(redis.call('ZSCORE', ready, l.name))
   else
+    l.full = true
     blocked = blocked + 1
   end
 end

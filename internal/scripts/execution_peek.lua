@@ -1,9 +1,9 @@
 -- Finds the work a claim may do, reading only. The claim script takes these
 -- candidates' keys through KEYS and re-checks every one of them.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
--- ARGV[1] ready jobs wanted   ARGV[2] at most this many of each kind of due work
--- Returns {ready ids (best first), scheduled ids now due, ids of expired
--- leases, ids past their max_wait}.
+-- ARGV[1] ready lanes wanted   ARGV[2] at most this many of each kind of due work
+-- Returns {ready lanes (best first, see fair.lua), scheduled ids now due,
+-- ids of expired leases, ids past their max_wait}.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local want, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 
