@@ -31,19 +31,19 @@
 // # Cost
 //
 // A claim of up to Concurrency jobs is three round trips (a read-only peek
-// for candidates, a pipelined read of their concurrency keys, then the claim
-// script over those candidates), O(k log n) for k candidates in a queue of
-// n, never a scan; the due work one claim does is bounded, and so is the
-// look past the head of the queue while keys are full (4× the batch + 16,
-// at most 256 candidates). A heartbeat is one round trip per queue for all
+// for the lanes at the head of the ready set and the due work, a pipelined
+// read of those lanes' first jobs, then the claim script over those
+// candidates), O(k log n) for k candidates in a queue of n, never a scan;
+// the due work one claim does is bounded, and so is the number of lanes it
+// looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all
 // of a worker's executions there. A finish is one round trip.
 //
 // # Fairness
 //
 // Within a priority, a queue serves lanes in turn (start-time fair
-// queueing over lane heads, see internal/scripts/fair.lua): a lane is one
-// tenant's jobs with one set of concurrency keys, and the ready set holds
-// each lane's head only. With L lanes waiting and their keys free, a lane's
+// queueing over lanes, see internal/scripts/fair.lua): a lane is one
+// tenant's jobs with one set of concurrency keys; the ready set holds the
+// lanes, and each lane its jobs. With L lanes waiting and their keys free, a lane's
 // k-th job is claimed within k·L claims of its submission, plus at most one
 // batch per worker already under way; a tenant with 10,000 queued jobs
 // delays another's 10 by about 20 claims, not 10,000. A lane waiting for a
