@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -257,12 +260,18 @@ func TestWaitingForAKeyExpiresAtMaxWait(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.setLimit(t, "tenant:*", 1) // every tenant, acme included, gets 1
-	f.startWorker(t, execution.Config{Concurrency: 4}, map[string]execution.Handler{faultKind: block})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	f.startWorker(t, execution.Config{Concurrency: 4, MeterProvider: mp}, map[string]execution.Handler{faultKind: block})
 	first := f.submit(t, job.Submission{Kind: faultKind})
 	f.waitState(t, first.ID, 10*time.Second, job.StateRunning)
 	waiting := f.submit(t, job.Submission{Kind: faultKind, MaxWait: job.Duration(300 * time.Millisecond)})
 	done := f.waitState(t, waiting.ID, 10*time.Second, job.StateExpired, job.StateRunning)
 	if done.State != job.StateExpired || errCode(done) != job.CodeMaxWaitExceeded {
 		t.Fatalf("state %s error %+v, want expired with max_wait_exceeded", done.State, done.Error)
+	}
+	if n := counterValue(collect(t, reader), "leasehold.worker.expired", attribute.String("key", "tenant:acme")); n != 1 {
+		t.Errorf("leasehold.worker.expired{key=tenant:acme} = %d, want 1", n)
 	}
 }

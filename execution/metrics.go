@@ -2,6 +2,7 @@ package execution
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -40,6 +41,7 @@ var (
 //	leasehold_worker_leases_reaped_total{queue, by}             counter: expired leases finalised, by "reaper" or "claim"
 //	leasehold_worker_writes_refused_total{queue, write}         counter: finish or emit refused, the token not current
 //	leasehold_worker_executions_total{queue, outcome}           counter: executions recorded, by outcome (handed_off: hand-offs)
+//	leasehold_worker_expired_total{queue, key}                  counter: jobs a claim expired at max_wait, per concurrency key they named
 //
 // The queue gauges describe the queue, not the worker: every worker of a
 // queue reports the same value (aggregate with max). path is "nats" (the
@@ -60,12 +62,13 @@ type metrics struct {
 	reaped        metric.Int64Counter
 	refused       metric.Int64Counter
 	executions    metric.Int64Counter
+	expired       metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	m := mp.Meter(meterName)
 	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix}
-	var errs [10]error
+	var errs [11]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...))
@@ -84,6 +87,8 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Finishes and emits refused because the execution's fencing token is no longer its job's."))
 	in.executions, errs[6] = m.Int64Counter("leasehold.worker.executions", metric.WithUnit("{execution}"),
 		metric.WithDescription("Executions whose end this worker recorded, by outcome; handed_off counts graceful-shutdown hand-offs."))
+	in.expired, errs[10] = m.Int64Counter("leasehold.worker.expired", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs this worker's claims expired because they waited longer than max_wait, per concurrency key they named: a key that stays full."))
 	var depth, inFlight metric.Int64ObservableGauge
 	var age metric.Float64ObservableGauge
 	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
@@ -198,6 +203,18 @@ func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool,
 		by = "reaper"
 	}
 	m.reaped.Add(ctx, int64(n), metric.WithAttributes(attribute.String("queue", queue), attribute.String("by", by)))
+}
+
+// expiredJobs counts the jobs a claim expired at max_wait, once for each of
+// their concurrency keys; lanes are the jobs' keys as stored.
+func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []any) {
+	for _, lane := range lanes {
+		var keys []string
+		_ = json.Unmarshal([]byte(lane.(string)), &keys) // written by the submit script: always an array
+		for _, k := range keys {
+			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", k)))
+		}
+	}
 }
 
 func (m *metrics) refusedWrite(ctx context.Context, queue, write string) {

@@ -149,7 +149,8 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		busy = look == want
 	}
 	q.usage.lost(ctx, res[1].([]any))
-	res = res[2:]
+	q.metrics.expiredJobs(ctx, q.name, res[2].([]any))
+	res = res[3:]
 	byID := map[string]int{}
 	for i, id := range ids {
 		byID[id] = i

@@ -15,11 +15,12 @@
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- then for each candidate i: m, its number of concurrency keys, and m pairs
 -- (position in KEYS of the key's lease set, limit; -1 for none)
--- Returns {blocked, lost, then 10 values for each job claimed: id,
+-- Returns {blocked, lost, expired, then 10 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace}, where blocked counts the lanes left waiting because one of
 -- their keys was full, lost lists 3 values for each
--- execution found lost (execution id, tenant, the job's new state), trace
+-- execution found lost (execution id, tenant, the job's new state), expired
+-- the lane (concurrency keys) of each job expired at max_wait, trace
 -- is the traceparent of the job's submit span and exec_trace that of its
 -- last finished execution ("" or nil when there is none).
 --
@@ -107,7 +108,7 @@ local function room(i)
   return true
 end
 
-local claimable, lost = {}, {}
+local claimable, lost, expired = {}, {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
   local job, events, lane = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
@@ -162,6 +163,7 @@ for i = 1, n do
           'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
         finish(job, events)
         state = 'expired'
+        expired[#expired + 1] = f[13]
         event(events, state, attempt)
       end
 
@@ -201,7 +203,7 @@ for _, l in pairs(lanes) do
   l.turn = tonumber(redis.call('ZSCORE', ready, l.name))
 end
 
-local claimed = {0, lost} -- claimed[1] is set to the blocked count at the end
+local claimed = {0, lost, expired} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
   for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[14], f[15], f[16]}) do
     claimed[#claimed + 1] = v
