@@ -161,7 +161,7 @@ func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 		// priority band.
 		want := []string{ids[5], ids[1], ids[4], ids[0], ids[2], ids[7], ids[3], ids[6]}
 		lanes := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueReady(job.DefaultQueue), 0, -1).Val()
-		if len(lanes) != 1 || lanes[0].Member != `["tenant:acme"]` || int64(lanes[0].Score)>>43 != 100-100 {
+		if len(lanes) != 1 || lanes[0].Member != `["tenant:acme"]` || int64(lanes[0].Score)>>43 != 0 {
 			t.Errorf("ready holds %v, want the one lane in the band of priority 100", lanes)
 		}
 		zs := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueLane(job.DefaultQueue, `["tenant:acme"]`), 0, -1).Val()
