@@ -209,6 +209,46 @@ func TestRenewExtendsLease(t *testing.T) {
 	})
 }
 
+// The lease set is a key with a TTL of its own, so that an abandoned one
+// vanishes; it must never vanish before its latest lease expires, or a new
+// holder finds an empty set while the last one still trusts its lease.
+// Acquire, renew and a semaphore's grant are checked, each a few times (the
+// old PEXPIRE of ttl fell short by up to 2 ms).
+func TestLeaseSetOutlivesItsLatestLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		set := ks.LeaseSet("k")
+		check := func(what, holder string) {
+			t.Helper()
+			score := rdb.ZScore(t.Context(), set, holder).Val()
+			end, err := rdb.PExpireTime(t.Context(), set).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if float64(end.Milliseconds()) < score {
+				t.Fatalf("after %s: the set expires at %d ms, before its lease %s at %.0f ms", what, end.Milliseconds(), holder, score)
+			}
+		}
+		for i := range 5 {
+			h := fmt.Sprint("h", i)
+			l := mustAcquire(t, c, "k", h, 5, 300*time.Millisecond)
+			check("acquire", h)
+			if _, err := c.Renew(t.Context(), l); err != nil {
+				t.Fatal(err)
+			}
+			check("renew", h)
+		}
+		p, err := c.Semaphore("k", 6, 300*time.Millisecond).Wait(t.Context(), "waiter", lease.WaitConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("a semaphore's grant", "waiter")
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // Test 9: expiry and reaping run on Redis TIME, so a holder whose clock is
 // an hour off in either direction changes nothing.
 func TestSkewedClientClockStillReapsCorrectly(t *testing.T) {

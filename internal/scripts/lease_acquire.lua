@@ -23,9 +23,12 @@ end
 -- never ends before the holder's trust window (sent + ttl) does.
 local expires = now + 1 + ttl
 redis.call('ZADD', leases, expires, holder)
--- The set outlives its longest lease, then vanishes; the counter never
--- expires, so tokens never go back.
-if redis.call('PTTL', leases) < ttl then
-  redis.call('PEXPIRE', leases, ttl)
+-- The set outlives its longest lease, then vanishes: it expires at the
+-- latest lease's own expiry, on the same clock (a PEXPIRE of ttl would end
+-- it up to 2 ms before that lease, and before its holder's trust window).
+-- PEXPIRETIME is -1 with no expiry yet. The counter never expires, so
+-- tokens never go back.
+if redis.call('PEXPIRETIME', leases) < expires then
+  redis.call('PEXPIREAT', leases, expires)
 end
 return {1, redis.call('INCR', fence), expires}

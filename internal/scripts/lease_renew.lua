@@ -22,7 +22,7 @@ end
 -- never ends before the holder's trust window (sent + ttl) does.
 local expires = now + 1 + ttl
 redis.call('ZADD', leases, 'XX', expires, holder)
-if redis.call('PTTL', leases) < ttl then
-  redis.call('PEXPIRE', leases, ttl)
+if redis.call('PEXPIRETIME', leases) < expires then
+  redis.call('PEXPIREAT', leases, expires) -- the set outlives its latest lease (see lease_acquire.lua)
 end
 return expires

@@ -33,8 +33,8 @@ end
 local function grant()
   local expires = now + 1 + ttl
   redis.call('ZADD', leases, expires, holder)
-  if redis.call('PTTL', leases) < ttl then
-    redis.call('PEXPIRE', leases, ttl)
+  if redis.call('PEXPIRETIME', leases) < expires then
+    redis.call('PEXPIREAT', leases, expires)
   end
   return redis.call('INCR', fence), expires
 end
