@@ -38,6 +38,7 @@ type execTrace struct {
 	span     trace.Span        // this execution's; nil until it starts
 
 	cancelSeen  atomic.Bool // the first observation of a cancel is recorded, not every one
+	renewFailed atomic.Bool // in a run of failed renewals: only its first is recorded
 	unwatchLost func()      // stops watching for a lost lease, or waits for its event
 }
 
@@ -93,14 +94,19 @@ func (e *Execution) traceCancel(path string) {
 	}
 }
 
-// traceRenewFailed records a failed heartbeat on each execution it was for.
+// traceRenewFailed records a failed heartbeat on each execution it was for:
+// the first of a run of failures, so that a long outage, a heartbeat every
+// few seconds, does not fill the span with copies of one event.
 func traceRenewFailed(rs []*running, err error) {
 	for _, r := range rs {
-		if r.e.trace.span != nil {
+		if r.e.trace.span != nil && r.e.trace.renewFailed.CompareAndSwap(false, true) {
 			r.e.trace.span.AddEvent(EventRenewFailed, trace.WithAttributes(semconv.ExceptionMessage(err.Error())))
 		}
 	}
 }
+
+// traceRenewed ends a run of failed renewals: the next failure is recorded.
+func (e *Execution) traceRenewed() { e.trace.renewFailed.Store(false) }
 
 // traceFinish starts the span of e's finish, ended with e's own span by the
 // returned func, which records how the execution ended (o) and what became

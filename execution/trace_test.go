@@ -2,7 +2,9 @@ package execution_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // TestTraceOfRetriedThenCancelledJob follows one job through the spans it
@@ -243,5 +246,47 @@ func wantEvents(t *testing.T, what string, s tracetest.SpanStub, want []string) 
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("%s: events\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestTraceOfExecutionThatLostItsLease: Redis goes away under a running
+// execution; its span records the failed renewals and the lease lost when
+// the trust window ran out.
+func TestTraceOfExecutionThatLostItsLease(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	f := newFixtureOn(t, srv.Client(t), testenv.NATS(t).Conn(t))
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	started, stopped := make(chan struct{}, 1), make(chan error, 1)
+	_, stop := f.startWorker(t, execution.Config{TracerProvider: tp, Logger: slog.New(slog.DiscardHandler)},
+		map[string]execution.Handler{
+			"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+				started <- struct{}{}
+				<-ctx.Done()
+				stopped <- context.Cause(ctx)
+				return nil, context.Cause(ctx)
+			},
+		})
+	f.submit(t, job.Submission{Kind: "long"})
+	<-started
+	srv.Kill(t)
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, lease.ErrLost) {
+			t.Fatalf("handler stopped with %v, want lease.ErrLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never stopped after Redis went away")
+	}
+	stop()
+	var names []string
+	for _, e := range one(t, exp.GetSpans(), "process default").Events {
+		names = append(names, e.Name)
+	}
+	// One "renew failed" for the whole outage, not one per heartbeat.
+	want := []string{execution.EventLeaseAcquired, execution.EventRenewFailed, execution.EventLeaseLost}
+	if !slices.Equal(names[:min(3, len(names))], want) || strings.Count(strings.Join(names, "|"), execution.EventRenewFailed) != 1 {
+		t.Errorf("the execution's events are %q, want %q first and one %q", names, want, execution.EventRenewFailed)
 	}
 }

@@ -580,6 +580,7 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 			fallthrough
 		case heartbeatHeld:
 			w.metrics.renewed(ctx, q.name, r, w.cfg.LeaseTTL)
+			r.e.traceRenewed()
 			r.extend(sent, w.cfg.LeaseTTL)
 		}
 	}
