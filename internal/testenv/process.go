@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,9 @@ type Process struct {
 	cmd   *exec.Cmd
 	lines chan string
 	done  chan struct{}
+	// read says a test took Lines and reads every line itself: kill must
+	// not drain them from under it (a line it took would be lost).
+	read atomic.Bool
 }
 
 // StartHelper starts the helper called name with the shared Redis and NATS
@@ -76,9 +80,13 @@ func (p *Process) Line(t testing.TB, prefix string, timeout time.Duration) strin
 }
 
 // Lines returns the channel of the process's stdout lines, closed when its
-// stdout closes. A test that reads it must keep reading: a helper blocks once
-// it has printed more than the buffer holds.
-func (p *Process) Lines() <-chan string { return p.lines }
+// stdout closes. A test that reads it must keep reading until it closes: a
+// helper blocks once it has printed more than the buffer holds, and Kill
+// leaves the lines to it.
+func (p *Process) Lines() <-chan string {
+	p.read.Store(true)
+	return p.lines
+}
 
 // Kill sends SIGKILL and waits for the process to be gone.
 func (p *Process) Kill(t testing.TB) {
@@ -86,11 +94,14 @@ func (p *Process) Kill(t testing.TB) {
 	p.kill()
 }
 
-// kill kills the process and drains what it printed, so the reader is never
-// stuck on a full buffer and the process can be waited for.
+// kill kills the process and, unless a test reads its lines (Lines), drains
+// what it printed, so the reader is never stuck on a full buffer and the
+// process can be waited for.
 func (p *Process) kill() {
 	_ = p.cmd.Process.Kill()
-	for range p.lines {
+	if !p.read.Load() {
+		for range p.lines {
+		}
 	}
 	<-p.done
 }
@@ -124,6 +135,9 @@ func (p *Process) Wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	deadline := time.After(timeout)
 	lines := p.lines
+	if p.read.Load() {
+		lines = nil // the test reads them
+	}
 	for {
 		select {
 		case _, ok := <-lines: // drained so the helper never blocks on stdout
