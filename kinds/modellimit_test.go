@@ -167,7 +167,9 @@ func TestModelLimitHoldsWithManyJobsAndAKilledWorker(t *testing.T) {
 	if peak := upstream.PeakInFlight(); peak != limit {
 		t.Fatalf("the upstream saw up to %d requests at once, want the limit, %d", peak, limit)
 	}
-	if n := len(upstream.Requests()); n < jobs+len(killed) {
-		t.Fatalf("the upstream got %d requests for %d jobs and %d re-runs", n, jobs, len(killed))
+	// A job the victim had claimed may not have reached the upstream before
+	// the pause: its re-run is then its only request.
+	if n := len(upstream.Requests()); n < jobs {
+		t.Fatalf("the upstream got %d requests for %d jobs", n, jobs)
 	}
 }
