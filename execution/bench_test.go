@@ -3,8 +3,6 @@ package execution_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,25 +39,6 @@ func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
-
-// commandsExecuted is Redis's count of every command it has run, those
-// inside scripts included, from INFO commandstats.
-func commandsExecuted(b *testing.B, rdb redis.UniversalClient) int64 {
-	info, err := rdb.Info(b.Context(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for line := range strings.SplitSeq(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		total += n
-	}
-	return total
 }
 
 // BenchmarkThroughput pre-enqueues no-op jobs, then measures how fast one
@@ -182,7 +161,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 		}
 		return nil, nil
 	})
-	cmdsBefore := commandsExecuted(b, rdb)
+	cmdsBefore := testenv.CommandsExecuted(b, rdb)
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	start := time.Now()
@@ -198,7 +177,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 	b.StopTimer()
 	stop()
 	<-ran
-	cmds := commandsExecuted(b, rdb) - cmdsBefore
+	cmds := testenv.CommandsExecuted(b, rdb) - cmdsBefore
 
 	b.ReportMetric(float64(jobs)/elapsed.Seconds(), "jobs/s")
 	if n := trips.claims.Load(); n > 0 {

@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,9 +89,9 @@ func benchAllow(b *testing.B, loop func(b *testing.B, allow func(i int64) error)
 // baseline is set, the ratio of ops/s to it; ops, when not nil, receives
 // the ops/s.
 func measure(b *testing.B, rdb redis.UniversalClient, baseline float64, run func(), ops *float64) {
-	before := commandsExecuted(b, rdb)
+	before := testenv.CommandsExecuted(b, rdb)
 	run()
-	after := commandsExecuted(b, rdb)
+	after := testenv.CommandsExecuted(b, rdb)
 	perSec := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(perSec, "ops/s")
 	b.ReportMetric(float64(after-before)/float64(b.N), "cmds/op")
@@ -102,25 +101,6 @@ func measure(b *testing.B, rdb redis.UniversalClient, baseline float64, run func
 	if ops != nil {
 		*ops = perSec
 	}
-}
-
-// commandsExecuted is how many commands Redis has run, those inside
-// scripts included, INFO's own excluded, from INFO commandstats.
-func commandsExecuted(b *testing.B, rdb redis.UniversalClient) int64 {
-	info, err := rdb.Info(b.Context(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for line := range strings.SplitSeq(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		total += n
-	}
-	return total
 }
 
 func benchRate(alg algorithm) ratelimit.Rate {
