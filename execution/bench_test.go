@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -24,7 +23,7 @@ type tripCounter struct {
 }
 
 // claimSHA names the claim script in an EVALSHA.
-var claimSHA = scripts.Load("execution_claim.lua", "fair.lua").Hash()
+var claimSHA = execution.ClaimScript.Hash()
 
 func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

@@ -25,7 +25,6 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -954,7 +953,7 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	f := newFixture(t)
 	// The claim script must be cached in Redis, so the claim goes out as the
 	// EVALSHA the trap looks for (not EVALSHA, NOSCRIPT, then EVAL).
-	sha, err := f.rdb.ScriptLoad(t.Context(), scripts.Source("execution_claim.lua", "fair.lua")).Result()
+	sha, err := execution.ClaimScript.Load(t.Context(), f.rdb).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

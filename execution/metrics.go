@@ -94,7 +94,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
 	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
-		metric.WithDescription("How long the job at the head of the queue (the next to be claimed) has been ready."))
+		metric.WithDescription("How long the job the next claim takes (the first of the lane whose turn comes first) has been ready."))
 	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
 		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
 	if err := errors.Join(errs[:]...); err != nil {
@@ -140,11 +140,8 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, e
 	}); err != nil {
 		return 0, 0, err
 	}
-	for field, v := range fair.Val() {
-		if strings.HasPrefix(field, "#") {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ready += n
-		}
+	for _, n := range job.LaneCounts(fair.Val()) {
+		ready += n
 	}
 	if len(head.Val()) == 0 {
 		return ready, 0, nil

@@ -42,8 +42,8 @@ type queue struct {
 	limits    *limits
 	usage     *usageCounter // nil: executions are not counted
 	metrics   *metrics
-	// blocked says the last claim left candidates waiting for a full key:
-	// the next one looks further past the head of the queue.
+	// blocked says the last claim left lanes waiting for a full key: the
+	// next one looks at more lanes.
 	blocked atomic.Bool
 }
 

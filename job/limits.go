@@ -221,20 +221,29 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	return limits, nil
 }
 
-// waitingByKey sums the ready jobs of each key from the queues' fair
-// hashes, where field "#<lane>" counts a lane's ready jobs and the lane is
-// its jobs' concurrency keys as a JSON array (internal/scripts/fair.lua).
-// The cost is one read per queue, of its lanes with jobs waiting.
+// LaneCounts reads a queue's fair hash (internal/scripts/fair.lua), where
+// field "#<lane>" counts a lane's ready jobs, into lane → ready jobs. A
+// lane is its jobs' concurrency keys as a JSON array.
+func LaneCounts(fair map[string]string) map[string]int64 {
+	out := map[string]int64{}
+	for field, v := range fair {
+		if lane, ok := strings.CutPrefix(field, "#"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[lane] = n
+			}
+		}
+	}
+	return out
+}
+
+// waitingByKey sums the ready jobs of each key over the queues' fair
+// hashes: one read per queue, of its lanes with jobs waiting.
 func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
 	out := map[string]int64{}
 	for _, f := range fairs {
-		for field, v := range f.Val() {
-			lane, ok := strings.CutPrefix(field, "#")
-			n, err := strconv.ParseInt(v, 10, 64)
+		for lane, n := range LaneCounts(f.Val()) {
 			var keys []string
-			if !ok || err != nil || json.Unmarshal([]byte(lane), &keys) != nil {
-				continue
-			}
+			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
 			for _, k := range keys {
 				out[k] += n
 			}

@@ -13,18 +13,12 @@ import (
 //go:embed *.lua
 var files embed.FS
 
-// Load returns the script Source(name, libs...). go-redis runs it with
-// EVALSHA and falls back to EVAL once when Redis does not have it cached
-// yet.
+// Load returns the script in file name, after the library files libs (Lua
+// has no include: a library's local functions are in scope of the script
+// that follows it). go-redis runs it with EVALSHA and falls back to EVAL
+// once when Redis does not have it cached yet. A missing file is a
+// programming error, so Load panics.
 func Load(name string, libs ...string) *redis.Script {
-	return redis.NewScript(Source(name, libs...))
-}
-
-// Source is the text of the script in file name, after the library files
-// libs (Lua has no include: a library's local functions are in scope of the
-// script that follows it). A missing file is a programming error, so Source
-// panics.
-func Source(name string, libs ...string) string {
 	var src []byte
 	for _, f := range append(libs, name) {
 		b, err := files.ReadFile(f)
@@ -33,5 +27,5 @@ func Source(name string, libs ...string) string {
 		}
 		src = append(append(src, b...), '\n')
 	}
-	return string(src)
+	return redis.NewScript(string(src))
 }

@@ -1,0 +1,5 @@
+package execution
+
+// ClaimScript is the claim script, for tests that watch for it on the wire
+// or need it cached in Redis.
+var ClaimScript = claimScript
