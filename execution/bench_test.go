@@ -161,6 +161,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 		return nil, nil
 	})
 	cmdsBefore := testenv.CommandsExecuted(b, rdb)
+	redisCPU, workerCPU := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(b)
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	start := time.Now()
@@ -177,6 +178,9 @@ func benchThroughput(b *testing.B, run benchRun) {
 	stop()
 	<-ran
 	cmds := testenv.CommandsExecuted(b, rdb) - cmdsBefore
+	redisCPU, workerCPU = testenv.RedisCPU(b, rdb)-redisCPU, testenv.ProcessCPU(b)-workerCPU
+	b.ReportMetric(float64(redisCPU.Microseconds())/float64(jobs), "redis-cpu-µs/job")
+	b.ReportMetric(float64(workerCPU.Microseconds())/float64(jobs), "worker-cpu-µs/job")
 
 	b.ReportMetric(float64(jobs)/elapsed.Seconds(), "jobs/s")
 	if n := trips.claims.Load(); n > 0 {

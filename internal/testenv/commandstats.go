@@ -3,7 +3,9 @@ package testenv
 import (
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,4 +29,34 @@ func CommandsExecuted(tb testing.TB, rdb redis.UniversalClient) int64 {
 		total += n
 	}
 	return total
+}
+
+// RedisCPU is how much CPU time the Redis behind rdb has used (user and
+// system, from INFO cpu): benchmarks report Redis's share of each
+// operation from two readings.
+func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
+	tb.Helper()
+	info, err := rdb.Info(tb.Context(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			s, _ := strconv.ParseFloat(value, 64)
+			total += s
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// ProcessCPU is how much CPU time this process has used, user and system.
+func ProcessCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
