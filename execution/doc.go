@@ -36,7 +36,9 @@
 // candidates), O(k log n) for k candidates in a queue of n, never a scan;
 // the due work one claim does is bounded, and so is the number of lanes it
 // looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all
-// of a worker's executions there. A finish is one round trip.
+// of a worker's executions there. Finishes are written in batches, one
+// script per queue for those that arrived while the last batch was being
+// written: one round trip for the batch.
 //
 // # Fairness
 //

@@ -266,68 +266,92 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 type finishing struct {
 	e     *Execution
 	o     outcome
-	cmd   *redis.Cmd
 	state job.State
 	err   error
 	done  chan struct{} // closed once state or err is set
 }
 
-func (f *finishing) keys() []string {
-	q, id := f.e.q, f.e.JobID
-	keys := []string{
-		q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLeases(q.name),
-		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueFair(q.name), q.keys.QueueStats(q.name),
-		q.keys.QueueLane(q.name, f.e.lane),
-	}
-	for _, k := range f.e.keys {
-		keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
-	}
-	return keys
+// finishBatch is the finishes of one queue, written by one finish script.
+type finishBatch struct {
+	fs   []*finishing
+	keys []string
+	args []any
+	cmd  *redis.Cmd
 }
 
-func (f *finishing) args() []any {
-	var errJSON []byte
-	if f.o.err != nil {
-		errJSON, _ = json.Marshal(f.o.err) // a struct of two strings always marshals
+func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
+	b := &finishBatch{
+		fs: fs,
+		keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
+			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name)},
+		args: []any{q.retention.Milliseconds(), job.EventsMaxLen, len(fs)},
 	}
-	retry := "0"
-	if f.o.retryable {
-		retry = "1"
+	for _, f := range fs {
+		id := f.e.JobID
+		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
 	}
-	q := f.e.q
-	return []any{f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
-		q.backoff(f.e.attempt).Milliseconds(), q.retention.Milliseconds(), job.EventsMaxLen, f.e.traceparent()}
+	slot := map[string]int{} // each key's lease set comes in once
+	for _, f := range fs {
+		var errJSON []byte
+		if f.o.err != nil {
+			errJSON, _ = json.Marshal(f.o.err) // a struct of two strings always marshals
+		}
+		retry := "0"
+		if f.o.retryable {
+			retry = "1"
+		}
+		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
+			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent(), len(f.e.keys))
+		for _, k := range f.e.keys {
+			if _, ok := slot[k]; !ok {
+				b.keys = append(b.keys, q.keys.QueueKeyLeases(q.name, k))
+				slot[k] = len(b.keys)
+			}
+			b.args = append(b.args, slot[k])
+		}
+	}
+	return b
 }
 
-// finishAll records how each execution of fs ended and releases its lease,
-// if it still owns its job, in one round trip for all of them (a pipeline,
-// split per node on a cluster). Each gets the job's new state, or
-// ErrNotOwner, or the error that kept it from being written.
+// finishAll records how each execution of fs ended and releases its leases,
+// if it still owns its job: one script per queue, all of them in one round
+// trip (a pipeline, split per node on a cluster). Each gets the job's new
+// state, or ErrNotOwner, or the error that kept it from being written.
 func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) {
+	byQueue := map[*queue][]*finishing{}
+	for _, f := range fs {
+		byQueue[f.e.q] = append(byQueue[f.e.q], f)
+	}
+	var batches []*finishBatch
+	for q, fs := range byQueue {
+		batches = append(batches, newFinishBatch(q, fs))
+	}
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, f := range fs {
-			f.cmd = finishScript.EvalSha(ctx, p, f.keys(), f.args()...)
+		for _, b := range batches {
+			b.cmd = finishScript.EvalSha(ctx, p, b.keys, b.args...)
 		}
 		return nil
 	})
-	for _, f := range fs {
-		err := f.cmd.Err()
+	for _, b := range batches {
+		err := b.cmd.Err()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// Redis lost its script cache (a restart): Run loads it again.
-			f.cmd = finishScript.Run(ctx, rdb, f.keys(), f.args()...)
-			err = f.cmd.Err()
+			b.cmd = finishScript.Run(ctx, rdb, b.keys, b.args...)
+			err = b.cmd.Err()
 		}
-		var state string
+		var states []string
 		if err == nil {
-			state, err = f.cmd.Text()
+			states, err = b.cmd.StringSlice()
 		}
-		switch {
-		case err != nil:
-			f.err = fmt.Errorf("finish %s: %w", f.e.JobID, err)
-		case state == "":
-			f.err = ErrNotOwner
-		default:
-			f.state = job.State(state)
+		for i, f := range b.fs {
+			switch {
+			case err != nil:
+				f.err = fmt.Errorf("finish %s: %w", f.e.JobID, err)
+			case states[i] == "":
+				f.err = ErrNotOwner
+			default:
+				f.state = job.State(states[i])
+			}
 		}
 	}
 }

@@ -51,7 +51,7 @@ local function int(x) return string.format('%.0f', x) end
 
 local function event(events, state, attempt)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-    'type', 'state', 'data', cjson.encode({state = state, attempt = tonumber(attempt)}))
+    'type', 'state', 'data', '{"state":"' .. state .. '","attempt":' .. tonumber(attempt) .. '}')
 end
 
 -- Per-state counts change once per script, not once per job.
@@ -90,25 +90,7 @@ for i = 1, n do
   end
 end
 
--- room says whether every limited key of candidate i has a free slot.
--- Expired leases of dead workers are reaped first.
-local reaped = {}
-local function room(i)
-  for _, k in ipairs(spec[i]) do
-    if k.limit >= 0 then
-      if not reaped[k.set] then
-        redis.call('ZREMRANGEBYSCORE', k.set, '-inf', now)
-        reaped[k.set] = true
-      end
-      if redis.call('ZCARD', k.set) >= k.limit then
-        return false
-      end
-    end
-  end
-  return true
-end
-
-local claimable, lost, expired = {}, {}, {}
+local live, lost, expired = {}, {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
   local job, events, lane = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
@@ -179,28 +161,57 @@ for i = 1, n do
       end
     end
 
-    local place = redis.call('ZSCORE', lane, id)
-    if place and state == 'queued' then
-      claimable[#claimable + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, place = tonumber(place)}
+    live[#live + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, state = state}
+  end
+end
+
+-- Which candidates still wait in their lanes: one ZMSCORE per lane.
+local by_lane = {}
+for _, c in ipairs(live) do
+  local g = by_lane[c.lane]
+  if not g then
+    g = {}
+    by_lane[c.lane] = g
+  end
+  g[#g + 1] = c
+end
+local claimable = {}
+for set, g in pairs(by_lane) do
+  local ids = {}
+  for j, c in ipairs(g) do
+    ids[j] = c.id
+  end
+  local places = redis.call('ZMSCORE', set, unpack(ids))
+  for j, c in ipairs(g) do
+    local place = places[j]
+    if place and c.state == 'queued' then
+      c.place = tonumber(place)
+      claimable[#claimable + 1] = c
     elseif place then
-      fair_remove(fair, ready, lane, f[13], id) -- not waiting any more: never hand it out
+      fair_remove(fair, ready, set, c.f[13], c.id) -- not waiting any more: never hand it out
     end
   end
 end
 
--- The claimable jobs by lane, each lane's in its order.
-local lanes = {}
+-- The claimable jobs by lane, each lane's in its order, and each lane's
+-- turn (its score in the ready set).
+local lanes, names = {}, {}
 for _, c in ipairs(claimable) do
   local l = lanes[c.f[13]]
   if not l then
-    l = {name = c.f[13], set = c.lane, jobs = {}, next = 1}
+    l = {name = c.f[13], set = c.lane, jobs = {}, next = 1, taken = {}}
     lanes[c.f[13]] = l
+    names[#names + 1] = l.name
   end
   l.jobs[#l.jobs + 1] = c
 end
-for _, l in pairs(lanes) do
-  table.sort(l.jobs, function(a, b) return a.place < b.place end)
-  l.turn = tonumber(redis.call('ZSCORE', ready, l.name))
+if #names > 0 then
+  local turns = redis.call('ZMSCORE', ready, unpack(names))
+  for j, name in ipairs(names) do
+    local l = lanes[name]
+    table.sort(l.jobs, function(a, b) return a.place < b.place end)
+    l.turn = turns[j] and tonumber(turns[j])
+  end
 end
 
 local claimed = {0, lost, expired} -- claimed[1] is set to the blocked count at the end
@@ -222,40 +233,23 @@ for _, r in ipairs(reclaimed) do
   hand_out(r.id, r.f[11], tonumber(r.f[12]), tonumber(r.f[2]), r.f)
 end
 
-local next_exec = 8 + n
-local function fresh_exec_id()
-  repeat
-    next_exec = next_exec + 1
-  until ours[ARGV[next_exec]]
-  return ARGV[next_exec]
-end
-
--- The virtual clock (fair.lua) moves to the latest virtual start taken.
-local clock = tonumber(redis.call('HGET', fair, 'clock') or '0')
-local clock_was = clock
-
--- take claims candidate c: a lease in every key's set and the execution's.
-local function take(c)
+-- room says whether every limited key of candidate c has a free slot,
+-- counting the leases this claim takes. Expired leases of dead workers
+-- are reaped first, once per key.
+local used = {}
+local function room(c)
   for _, k in ipairs(spec[c.i]) do
-    redis.call('ZADD', k.set, expires, c.id)
+    if k.limit >= 0 then
+      if not used[k.set] then
+        redis.call('ZREMRANGEBYSCORE', k.set, '-inf', now)
+        used[k.set] = redis.call('ZCARD', k.set)
+      end
+      if used[k.set] >= k.limit then
+        return false
+      end
+    end
   end
-  local exec_id = fresh_exec_id()
-  local token = redis.call('INCR', fence)
-  local attempt = tonumber(c.f[2]) + 1
-  if c.f[7] ~= '0' then
-    redis.call('ZREM', deadlines, c.id) -- max_wait bounds the wait before the first start only
-  end
-  redis.call('ZADD', leases, expires, c.id)
-  local started = c.f[6]
-  if started == '' then
-    started = int(now)
-  end
-  move(c.job, 'queued', 'running', 'attempt', attempt, 'token', int(token), 'started_at', started,
-    'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
-    'exec_started_at', int(now), 'exec_heartbeat_at', int(now),
-    'exec_finished_at', '', 'exec_state', 'running')
-  event(c.events, 'running', attempt)
-  hand_out(c.id, exec_id, token, attempt, c.f)
+  return true
 end
 
 -- The lane whose turn comes first (lowest ready score, ties by name), of
@@ -271,26 +265,88 @@ local function first_lane()
   return best
 end
 
--- Lanes in turn, one job each; then the lane takes the clock's next turn.
--- A lane's jobs share their keys: when its next job does not fit, none of
--- its jobs does, and the lanes behind it are still served.
-local blocked, taken = 0, 0
-while taken < want - #reclaimed do
+-- Lanes in turn, one job each: after each claim the lane takes the
+-- clock's next turn (fair.lua), and the clock moves to the turn taken. A
+-- lane's jobs share their keys: when its next job does not fit, none of
+-- its jobs does, and the lanes behind it are still served. Only Lua
+-- state changes here; the writes follow, a few commands per batch.
+local clock = tonumber(redis.call('HGET', fair, 'clock') or '0')
+local clock_was = clock
+local takes, blocked = {}, 0
+while #takes < want - #reclaimed do
   local l = first_lane()
   if not l then
     break
   end
   local c = l.jobs[l.next]
-  if room(c.i) then
-    take(c)
-    taken = taken + 1
+  if room(c) then
+    for _, k in ipairs(spec[c.i]) do
+      if used[k.set] then
+        used[k.set] = used[k.set] + 1
+      end
+    end
+    takes[#takes + 1] = c
+    l.taken[#l.taken + 1] = c.id
     l.next = l.next + 1
     clock = math.max(clock, fair_start(l.turn))
-    fair_remove(fair, ready, l.set, l.name, c.id, clock + 1)
-    l.turn = tonumber(redis.call('ZSCORE', ready, l.name))
+    l.start = clock + 1
+    local head = l.jobs[l.next]
+    l.turn = head and fair_band(head.place) * FAIR_BAND + l.start
   else
     l.full = true
     blocked = blocked + 1
+  end
+end
+
+-- The claimed jobs' executions, one HSET and one event each; their
+-- leases, tokens and lanes in a few commands for the whole batch.
+if #takes > 0 then
+  local next_exec = 8 + n
+  local token = redis.call('INCRBY', fence, #takes) - #takes
+  local lease_args, key_args, waited = {}, {}, {}
+  for _, c in ipairs(takes) do
+    repeat
+      next_exec = next_exec + 1
+    until ours[ARGV[next_exec]]
+    local exec_id = ARGV[next_exec]
+    token = token + 1
+    local attempt = tonumber(c.f[2]) + 1
+    if c.f[7] ~= '0' then
+      waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
+    end
+    lease_args[#lease_args + 1] = expires
+    lease_args[#lease_args + 1] = c.id
+    for _, k in ipairs(spec[c.i]) do
+      local a = key_args[k.set]
+      if not a then
+        a = {}
+        key_args[k.set] = a
+      end
+      a[#a + 1] = expires
+      a[#a + 1] = c.id
+    end
+    local started = c.f[6]
+    if started == '' then
+      started = int(now)
+    end
+    move(c.job, 'queued', 'running', 'attempt', attempt, 'token', int(token), 'started_at', started,
+      'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
+      'exec_started_at', int(now), 'exec_heartbeat_at', int(now),
+      'exec_finished_at', '', 'exec_state', 'running')
+    event(c.events, 'running', attempt)
+    hand_out(c.id, exec_id, token, attempt, c.f)
+  end
+  redis.call('ZADD', leases, unpack(lease_args))
+  for set, a in pairs(key_args) do
+    redis.call('ZADD', set, unpack(a))
+  end
+  if #waited > 0 then
+    redis.call('ZREM', deadlines, unpack(waited))
+  end
+  for _, l in pairs(lanes) do
+    if #l.taken > 0 then
+      fair_take(fair, ready, l.set, l.name, l.taken, l.start)
+    end
   end
 end
 

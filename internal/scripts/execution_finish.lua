@@ -1,87 +1,115 @@
--- Ends an execution, only for its owner: writes its outcome, moves the job
--- to its next state and releases the lease, all in one step.
--- KEYS[1] job hash   KEYS[2] events   KEYS[3] leases   KEYS[4] ready
--- KEYS[5] scheduled  KEYS[6] fair (fair.lua)     KEYS[7] stats
--- KEYS[8] the job's lane (fair.lua)   KEYS[9..] the lease sets of its concurrency keys
--- ARGV[1] job id     ARGV[2] token
--- ARGV[3] outcome: succeeded | failed | timed_out | cancelled | handed_off
--- ARGV[4] result (JSON, "" for none)   ARGV[5] error (JSON, "" for none)
--- ARGV[6] "1" when a failure may be retried, "0" when it is permanent
--- ARGV[7] backoff_ms before a retry    ARGV[8] retention_ms   ARGV[9] events MAXLEN
--- ARGV[10] traceparent of the execution's span ("" when untraced), kept
--- as exec_trace so the next attempt's span can link to it
--- Returns the job's new state, or "" when the token is not the job's
--- current one or the job is not running: the caller is not the owner, and
--- nothing changed. A retry of a finish that was written (its reply lost)
--- returns the job's state again and changes nothing.
-local job, events, leases, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local scheduled, fair, stats = KEYS[5], KEYS[6], KEYS[7]
-local id, token, outcome, result, err = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local retryable, backoff, retention, maxlen = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], ARGV[9]
-
-local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-  'exec_state', 'concurrency_keys')
-if f[1] == token and f[2] ~= 'running' and f[7] == outcome then
-  return f[2] -- a retry whose first run was written (its reply was lost)
-end
-if f[1] ~= token or f[2] ~= 'running' then
-  return ''
-end
-local attempt, max_attempts, cancel_requested, priority = tonumber(f[3]), tonumber(f[4]), f[5] == '1', tonumber(f[6])
+-- Ends a batch of executions of one queue, each only for its owner: writes
+-- its outcome, moves its job to the next state and releases its leases,
+-- all in one step.
+-- KEYS[1] leases   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] fair (fair.lua)
+-- KEYS[5] stats
+-- KEYS[6 + 3(i-1)] job hash, KEYS[7 + 3(i-1)] events and KEYS[8 + 3(i-1)]
+-- lane (fair.lua) of execution i
+-- then the lease sets of the executions' concurrency keys, each once
+-- ARGV[1] retention_ms   ARGV[2] events MAXLEN   ARGV[3] n, the executions
+-- then for each execution: job id, token,
+--   outcome (succeeded | failed | timed_out | cancelled | handed_off),
+--   result (JSON, "" for none), error (JSON, "" for none),
+--   "1" when a failure may be retried ("0" when it is permanent),
+--   backoff_ms before a retry, the traceparent of the execution's span ("" when
+--   untraced; kept as exec_trace so the next attempt's span can link to it),
+--   m, its number of concurrency keys, and m positions in KEYS of their lease sets
+-- Returns, for each execution, its job's new state, or "" when the token is
+-- not the job's current one or the job is not running: the caller is not
+-- the owner, and nothing of that execution changed. A retry of a finish
+-- that was written (its reply lost) returns the job's state again and
+-- changes nothing.
+local leases, ready, scheduled, fair, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
 
-redis.call('ZREM', leases, id)
-for i = 9, #KEYS do
-  redis.call('ZREM', KEYS[i], id)
-end
-
--- Every field changes in one HSET.
-local fields = {'exec_state', outcome, 'exec_finished_at', int(now), 'exec_trace', ARGV[10]}
-local function set(...)
-  for _, v in ipairs({...}) do
-    fields[#fields + 1] = v
+local out, released, counts = {}, {}, {}
+-- release gives up id's leases: collected per set, removed once per batch.
+local function release(set, id)
+  local ids = released[set]
+  if not ids then
+    ids = {}
+    released[set] = ids
   end
+  ids[#ids + 1] = id
 end
 
-local next
-if outcome == 'succeeded' then
-  next = 'succeeded'
-  set('result', result, 'error', '')
-elseif cancel_requested or outcome == 'cancelled' then
-  -- An acknowledged cancel wins over a failure or a hand-off: never retried.
-  next = 'cancelled'
-  set('error', cjson.encode({code = 'cancelled', message = 'cancelled while running'}))
-elseif outcome == 'handed_off' then
-  -- A graceful shutdown does not spend the attempt; the job is ready again now.
-  next = 'queued'
-  attempt = attempt - 1
-  set('attempt', attempt)
-  fair_push(fair, ready, KEYS[8], f[8], id, priority)
-else
-  set('error', err)
-  if retryable and attempt < max_attempts then
-    next = 'retrying'
-    redis.call('ZADD', scheduled, int(now + backoff), id)
+local at = 3
+for i = 1, n do
+  local job, events, lane = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
+  local id, token, outcome, result, err = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  local retryable, backoff, trace, m = ARGV[at + 6] == '1', tonumber(ARGV[at + 7]), ARGV[at + 8], tonumber(ARGV[at + 9])
+  local sets = {}
+  for j = 1, m do
+    sets[j] = KEYS[tonumber(ARGV[at + 9 + j])]
+  end
+  at = at + 9 + m
+
+  local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
+    'exec_state', 'concurrency_keys')
+  if f[1] == token and f[2] ~= 'running' and f[7] == outcome then
+    out[i] = f[2] -- a retry whose first run was written (its reply was lost)
+  elseif f[1] ~= token or f[2] ~= 'running' then
+    out[i] = ''
   else
-    next = 'failed'
+    local attempt, max_attempts = tonumber(f[3]), tonumber(f[4])
+    release(leases, id)
+    for _, set in ipairs(sets) do
+      release(set, id)
+    end
+
+    -- Every field changes in one HSET.
+    local fields = {'exec_state', outcome, 'exec_finished_at', int(now), 'exec_trace', trace}
+    local next
+    if outcome == 'succeeded' then
+      next = 'succeeded'
+      fields[#fields + 1], fields[#fields + 2] = 'result', result
+      fields[#fields + 1], fields[#fields + 2] = 'error', ''
+    elseif f[5] == '1' or outcome == 'cancelled' then
+      -- An acknowledged cancel wins over a failure or a hand-off: never retried.
+      next = 'cancelled'
+      fields[#fields + 1], fields[#fields + 2] = 'error', '{"code":"cancelled","message":"cancelled while running"}'
+    elseif outcome == 'handed_off' then
+      -- A graceful shutdown does not spend the attempt; the job is ready again now.
+      next = 'queued'
+      attempt = attempt - 1
+      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      fair_push(fair, ready, lane, f[8], id, tonumber(f[6]))
+    else
+      fields[#fields + 1], fields[#fields + 2] = 'error', err
+      if retryable and attempt < max_attempts then
+        next = 'retrying'
+        redis.call('ZADD', scheduled, int(now + backoff), id)
+      else
+        next = 'failed'
+      end
+    end
+
+    fields[#fields + 1], fields[#fields + 2] = 'state', next
+    local terminal = next == 'succeeded' or next == 'failed' or next == 'cancelled'
+    if terminal then
+      fields[#fields + 1], fields[#fields + 2] = 'finished_at', int(now)
+    end
+    redis.call('HSET', job, unpack(fields))
+    counts[next] = (counts[next] or 0) + 1
+    counts.running = (counts.running or 0) - 1
+    if terminal then
+      redis.call('PEXPIRE', job, retention)
+      redis.call('PEXPIRE', events, retention)
+    end
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
+      'type', 'state', 'data', '{"state":"' .. next .. '","attempt":' .. attempt .. '}')
+    out[i] = next
   end
 end
 
-set('state', next)
-local terminal = next == 'succeeded' or next == 'failed' or next == 'cancelled'
-if terminal then
-  set('finished_at', int(now))
+for set, ids in pairs(released) do
+  redis.call('ZREM', set, unpack(ids))
 end
-redis.call('HSET', job, unpack(fields))
-redis.call('HINCRBY', stats, 'running', -1)
-redis.call('HINCRBY', stats, next, 1)
-if terminal then
-  redis.call('PEXPIRE', job, retention)
-  redis.call('PEXPIRE', events, retention)
+for state, delta in pairs(counts) do
+  redis.call('HINCRBY', stats, state, delta)
 end
-redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-  'type', 'state', 'data', cjson.encode({state = next, attempt = attempt}))
-return next
+return out

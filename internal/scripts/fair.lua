@@ -70,3 +70,13 @@ local function fair_remove(fair, ready, set, lane, id, start)
   fair_place(ready, set, lane, start)
   return true
 end
+
+-- fair_take takes the claimed ids, the first jobs of lane, out of it in one
+-- step, and places the lane at its next turn start.
+local function fair_take(fair, ready, set, lane, ids, start)
+  redis.call('ZREM', set, unpack(ids))
+  if redis.call('HINCRBY', fair, '#' .. lane, -#ids) <= 0 then
+    redis.call('HDEL', fair, '#' .. lane)
+  end
+  fair_place(ready, set, lane, start)
+end

@@ -52,15 +52,18 @@ func (s *RedisServer) Restart(t testing.TB) {
 func (s *RedisServer) close() { s.Server.Kill() }
 
 // StartRedis starts a redis-server of the test's own, for tests that kill or
-// restart it; it is stopped and removed when the test ends. It fsyncs every
-// write, so what it acknowledged before a kill -9 is there after a restart.
-func StartRedis(t testing.TB) *RedisServer {
+// restart it, or benchmarks that want an empty one; it is stopped and
+// removed when the test ends. It fsyncs every write, so what it
+// acknowledged before a kill -9 is there after a restart; extra
+// arguments override that and any other default (a benchmark passes
+// "--appendfsync", "everysec" to measure the shared server's setting).
+func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := startRedis(t.TempDir(), port, "--appendfsync", "always")
+	s, err := startRedis(t.TempDir(), port, append([]string{"--appendfsync", "always"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,70 @@
+package execution
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// TestBatchesFenceEachExecutionAlone claims three jobs in one claim script
+// and finishes them in one finish script, where the first has lost its
+// job to the reaper in between: only its finish is refused, the others
+// are written, and the refused one changes nothing of its job.
+func TestBatchesFenceEachExecutionAlone(t *testing.T) {
+	rdb := testenv.Redis(t).Client(t)
+	prefix := testenv.Prefix(t)
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWorker(rdb, Config{Prefix: prefix, Heartbeat: 50 * time.Millisecond, LeaseTTL: 300 * time.Millisecond,
+		Backoff: func(int) time.Duration { return time.Hour }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := w.queues[0]
+	for range 3 {
+		if _, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "noop", MaxAttempts: 3}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	execs, _, err := q.claim(t.Context(), w.ID(), 3)
+	if err != nil || len(execs) != 3 {
+		t.Fatalf("claim: %d executions, %v; want 3 in one claim", len(execs), err)
+	}
+
+	// The first one's lease runs out while the others are renewed, and
+	// the reaper finalises it: its job waits for a retry.
+	lost := execs[0]
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		if _, err := q.heartbeat(t.Context(), execs[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := q.claim(t.Context(), "", 0); err != nil {
+			t.Fatal(err)
+		}
+		j, err := store.Get(t.Context(), "acme", lost.JobID, false)
+		return err == nil && j.State == job.StateRetrying
+	}, "the reaper never took the first job back")
+
+	fs := make([]*finishing, len(execs))
+	for i, e := range execs {
+		fs[i] = &finishing{e: e, o: outcome{state: "succeeded", result: []byte(`"done"`)}}
+	}
+	finishAll(t.Context(), rdb, fs)
+	if !errors.Is(fs[0].err, ErrNotOwner) {
+		t.Errorf("finish of the lost execution: state %q, err %v; want ErrNotOwner", fs[0].state, fs[0].err)
+	}
+	for _, f := range fs[1:] {
+		if f.err != nil || f.state != job.StateSucceeded {
+			t.Errorf("finish of %s: state %q, err %v; want succeeded", f.e.JobID, f.state, f.err)
+		}
+	}
+	j, err := store.Get(t.Context(), "acme", lost.JobID, false)
+	if err != nil || j.State != job.StateRetrying || j.Result != nil {
+		t.Errorf("the lost execution's job after its refused finish: %+v, %v; want retrying with no result", j, err)
+	}
+}
