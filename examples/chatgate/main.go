@@ -127,6 +127,9 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	queued := time.Now()
 	p, err := g.sem.Wait(r.Context(), id, g.wait)
 	switch {
+	case err == nil:
+		// Granted, even if the client went away meanwhile: the deferred
+		// Release below must free the slot at once, not at its TTL.
 	case errors.Is(err, lease.ErrTimedOut):
 		retry := strconv.Itoa(int(math.Ceil(g.wait.MaxWait.Seconds())))
 		w.Header().Set("Retry-After", retry)
@@ -134,7 +137,7 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case r.Context().Err() != nil:
 		return // the client went away, or the server is shutting down
-	case err != nil:
+	default:
 		g.log.ErrorContext(r.Context(), "wait for a slot", "request_id", id, "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, "no answer slot: the limit store is unavailable")
 		return
