@@ -638,8 +638,8 @@ func TestGracefulShutdownHandsBackToAnotherWorker(t *testing.T) {
 	p := f.startHelper(t, "block", envGrace+"="+grace.String())
 	waitStarted(t, p, j.ID)
 
+	termed := time.Now() // before the signal: the grace cannot start earlier
 	p.Signal(t, syscall.SIGTERM)
-	termed := time.Now()
 	if cause := p.Line(t, "stopped "+j.ID+" ", 10*time.Second); cause != "shutdown" {
 		t.Fatalf("handler stopped with cause %s, want ErrShutdown", cause)
 	}
