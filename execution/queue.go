@@ -51,7 +51,7 @@ func (q *queue) fixedKeys() []string {
 	return []string{
 		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
-		q.keys.QueueStats(q.name),
+		q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name),
 	}
 }
 
@@ -61,8 +61,8 @@ func (q *queue) fixedKeys() []string {
 // round trips: a read-only peek for the lanes at the head of the ready set
 // and the due work, a pipelined read of those lanes' first jobs (and the
 // due jobs' lanes), then the claim, which checks each candidate again.
-// busy says the peek saw ready lanes: if none were claimed, other workers
-// took them, and there may be more.
+// busy says the peek saw ready lanes (if none were claimed, other workers
+// took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	fixed := q.fixedKeys()
 	// While keys are full, look at more lanes, so the lanes waiting for
@@ -72,17 +72,18 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if want > 0 && q.blocked.Load() {
 		look = min(want*4+16, 256)
 	}
-	peeked, err := peekScript.Run(ctx, q.rdb, fixed[:4], look, dueBatch).Slice()
+	peeked, err := peekScript.Run(ctx, q.rdb, append(fixed[:4:4], fixed[7]), look, dueBatch).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
 	busy = len(peeked[0].([]any)) > 0
 	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked[2].([]any)))
 	// Candidates with due work come first, then the first jobs of the lanes
-	// at the head of the ready set.
+	// at the head of the ready set. A full batch of due work says there is
+	// more: claim (or reap) again at once.
 	seen := map[string]bool{}
 	var dueIDs []string
-	for i := len(peeked) - 1; i > 0; i-- {
+	for i := 3; i > 0; i-- {
 		for _, id := range peeked[i].([]any) {
 			if s := id.(string); !seen[s] {
 				seen[s] = true
@@ -90,11 +91,15 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			}
 		}
 	}
+	for _, ids := range peeked[1:] {
+		busy = busy || len(ids.([]any)) == dueBatch
+	}
 	var heads []string
 	for _, lane := range peeked[0].([]any) {
 		heads = append(heads, lane.(string))
 	}
-	if len(dueIDs) == 0 && len(heads) == 0 {
+	retired := peeked[4].([]any) // terminal jobs past their retention
+	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil
 	}
 	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want)
@@ -103,11 +108,10 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	due := len(dueIDs)
 	ckeys := make([][]string, len(ids)) // each candidate's concurrency keys
-	for i, lane := range lanes {
-		_ = json.Unmarshal([]byte(lane), &ckeys[i]) // written by the submit script: always an array ("" for a job gone)
-	}
-	if want == 0 {
-		ckeys = nil // nothing is taken: no room to check
+	if want > 0 {                        // else nothing is taken: no room to check
+		for i, lane := range lanes {
+			_ = json.Unmarshal([]byte(lane), &ckeys[i]) // written by the submit script: always an array ("" for a job gone)
+		}
 	}
 
 	keys := fixed
@@ -119,6 +123,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	for range want {
 		args = append(args, uuid.Must(uuid.NewV7()).String())
+	}
+	for _, id := range retired {
+		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)))
 	}
 	// For each candidate: how many keys, then each key's position in KEYS
 	// and its limit (-1: none). Each key's lease set comes in once.
@@ -133,6 +140,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			args = append(args, slot[k], q.limits.of(k))
 		}
 	}
+	args = append(append(args, len(retired)), retired...)
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
@@ -283,7 +291,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 	b := &finishBatch{
 		fs: fs,
 		keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
-			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name)},
+			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name)},
 		args: []any{q.retention.Milliseconds(), job.EventsMaxLen, len(fs)},
 	}
 	for _, f := range fs {

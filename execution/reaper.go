@@ -10,7 +10,8 @@ import (
 // Reaper does the time-driven work of its queues: it finalises executions
 // whose lease expired (their owner is gone: the job is retried, spending an
 // attempt, or cancelled if a cancel was requested), moves due retries and
-// delayed jobs to ready, and expires jobs past their max_wait. Every claim
+// delayed jobs to ready, expires jobs past their max_wait, and deletes the
+// records of terminal jobs whose retention has ended. Every claim
 // does the same work for the candidates it looks at; the reaper makes sure
 // it happens when nobody claims. A Worker runs one.
 type Reaper struct {
@@ -31,8 +32,16 @@ func (r *Reaper) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		for _, q := range r.queues {
-			if _, _, err := q.claim(ctx, "", 0); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
+			// A full batch of due work (a burst of retries, of jobs whose
+			// retention ended) is followed by the next one at once.
+			for ctx.Err() == nil {
+				_, more, err := q.claim(ctx, "", 0)
+				if err != nil && ctx.Err() == nil {
+					r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
+				}
+				if err != nil || !more {
+					break
+				}
 			}
 		}
 	}

@@ -204,6 +204,53 @@ func TestCancelQueuedJobNeverRuns(t *testing.T) {
 	}
 }
 
+// TestTerminalJobsAreDeletedAfterRetention: jobs that succeeded, failed
+// or were cancelled while waiting stay readable for their retention, then
+// the worker's reaper deletes their record and events.
+//
+// Fails when terminal jobs are not retired, when the reaper does not
+// delete them, or when it deletes them before their retention ends.
+func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const retention = 300 * time.Millisecond
+	store, err := job.NewStore(f.rdb, job.Config{Prefix: f.prefix, Retention: retention, IdempotencyTTL: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t, execution.Config{Retention: retention}, map[string]execution.Handler{
+		"echo": echo,
+		"fail": func(context.Context, *execution.Execution) (any, error) { return nil, execution.Permanent(errBoom) },
+	})
+	ended := map[string]time.Time{}
+	for _, s := range []job.Submission{{Kind: "echo"}, {Kind: "fail"}} {
+		j := f.submit(t, s)
+		ended[j.ID] = *f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed).FinishedAt
+	}
+	waiting := f.submit(t, job.Submission{Kind: "echo", Delay: job.Duration(time.Hour)})
+	cancelled, err := store.Cancel(t.Context(), "acme", waiting.ID, false)
+	if err != nil || cancelled.State != job.StateCancelled {
+		t.Fatalf("cancel: %+v, %v", cancelled, err)
+	}
+	ended[waiting.ID] = *cancelled.FinishedAt
+
+	ks := keys.New(f.prefix)
+	for id, at := range ended {
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return f.rdb.Exists(t.Context(), ks.Job(job.DefaultQueue, id), ks.JobEvents(job.DefaultQueue, id)).Val() == 0
+		}, "job %s and its events were never deleted", id)
+		if now := time.Now(); now.Before(at.Add(retention)) {
+			t.Errorf("job %s deleted %v after it ended, before its %v retention", id, now.Sub(at), retention)
+		}
+		if _, err := f.store.Get(t.Context(), "acme", id, false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("get of a deleted job: %v, want ErrNotFound", err)
+		}
+	}
+	if n := f.rdb.ZCard(t.Context(), ks.QueueRetired(job.DefaultQueue)).Val(); n != 0 {
+		t.Errorf("%d jobs still retired after their deletion", n)
+	}
+}
+
 func TestCancelRunningJobStopsHandler(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

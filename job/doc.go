@@ -38,9 +38,14 @@
 //
 //	{q:Q}:job:<id>        hash: the job record, one string per field; the
 //	                      latest execution is flattened into exec_* fields
-//	{q:Q}:ready           zset of claimable ids, score (100-priority)*2^43 + seq:
-//	                      higher priority first, submission order within one
-//	{q:Q}:seq             counter behind that order
+//	{q:Q}:ready           zset of the lanes with claimable jobs, score =
+//	                      the head's priority band + the lane's virtual
+//	                      start (fair queueing, internal/scripts/fair.lua)
+//	{q:Q}:lane:<keys>     zset of one lane's claimable ids (a tenant's jobs
+//	                      with one set of concurrency keys), score
+//	                      (100-priority)*2^43 + arrival: priority, then FIFO
+//	{q:Q}:fair            hash: the virtual clock, the arrival counter and
+//	                      each waiting lane's count of jobs
 //	{q:Q}:scheduled       zset of ids waiting for a time (delay, retry
 //	                      backoff), score = unix ms when they become ready
 //	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
@@ -49,6 +54,8 @@
 //	{q:Q}:stats           hash: number of jobs per state name
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
 //	                      output, log), capped at about EventsMaxLen
+//	{q:Q}:retired         zset of Q's terminal ids, score = when the job
+//	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms
 //	{q:Q}:all             zset of every id in Q, score = created_at ms
 //	{queues}:set          set of queue names
@@ -58,10 +65,13 @@
 // Every script that changes a job's state does, in the same step: the
 // compare-and-set on the state, HINCRBY of stats (-1 old state, +1 new), an
 // XADD of a state event {"state", "attempt"}, and, when the new state is
-// terminal, PEXPIRE of the job hash and its event stream by the retention
+// terminal, a ZADD to {q:Q}:retired scored by the end of its retention
 // (Config.Retention, DefaultRetention by default). So queue counts are exact
-// and O(1), and finished jobs disappear on their own. Index entries of
-// expired jobs are removed lazily, by the listings that meet them.
+// and O(1). The workers' reapers (and every claim) delete the hash and
+// event stream of retired jobs past their retention, a batch at a time:
+// one ZADD per batch of finishes instead of two PEXPIREs per job, and no
+// per-key TTL in Redis's expires table. Index entries of deleted jobs are
+// removed lazily, by the listings that meet them.
 //
 // The id → queue lookup lives Retention + 30 days from submission, since
 // nobody can touch it from the queue's slot when the job ends. A job still

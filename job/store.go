@@ -58,8 +58,9 @@ type Config struct {
 	// Prefix starts every key. Default keys.DefaultPrefix.
 	Prefix string
 	// Retention is how long a job and its events stay readable after the job
-	// ends: every transition to a terminal state PEXPIREs the job hash and
-	// its event stream by it. Default DefaultRetention (7 days). It must be
+	// ends: every transition to a terminal state retires the job until
+	// then, and the workers' reapers delete its hash and event stream
+	// after. Default DefaultRetention (7 days). It must be
 	// at least IdempotencyTTL, or a retried request could find its job gone
 	// and create it again.
 	Retention time.Duration
@@ -292,7 +293,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	res, err := s.cancel.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
-		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane),
+		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
 	}, owner, s.retention.Milliseconds(), EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)

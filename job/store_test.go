@@ -402,11 +402,10 @@ func TestCancel(t *testing.T) {
 			if want := bump(statsBefore, "queued", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 			}
-			// Retention: the job and its events expire on their own.
-			for _, key := range []string{fx.keys.Job(q, j.ID), fx.keys.JobEvents(q, j.ID)} {
-				if ttl := fx.rdb.PTTL(ctx, key).Val(); ttl <= 47*time.Hour || ttl > 48*time.Hour {
-					t.Errorf("%s TTL %v, want 48h", key, ttl)
-				}
+			// Retention: the job is retired, to be deleted 48h after it ended.
+			deleteAt := time.UnixMilli(int64(fx.rdb.ZScore(ctx, fx.keys.QueueRetired(q), j.ID).Val()))
+			if want := got.FinishedAt.Add(48 * time.Hour); !deleteAt.Equal(want) {
+				t.Errorf("retired until %v, want %v (48h after it ended)", deleteAt, want)
 			}
 			// Again: no change, no error, no second event.
 			again, err := fx.store.Cancel(ctx, "acme", j.ID, false)
@@ -461,8 +460,8 @@ func TestCancel(t *testing.T) {
 			if !mapsEqual(fx.stats(t, q), statsBefore) {
 				t.Errorf("stats moved: %v, was %v", fx.stats(t, q), statsBefore)
 			}
-			if ttl := fx.rdb.PTTL(ctx, fx.keys.Job(q, j.ID)).Val(); ttl != -1 {
-				t.Errorf("running job got a TTL %v", ttl)
+			if err := fx.rdb.ZScore(ctx, fx.keys.QueueRetired(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
+				t.Errorf("running job retired: %v", err)
 			}
 			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 1 {
 				t.Errorf("%d events, want only queued", n)

@@ -42,6 +42,10 @@ func (s Space) QueueLane(queue, lane string) string { return s.key("q:"+queue, "
 // internal/scripts/fair.lua).
 func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair") }
 
+// QueueRetired is the sorted set of a queue's terminal jobs, scored by when
+// their record (hash and events) is deleted: the end of their retention.
+func (s Space) QueueRetired(queue string) string { return s.key("q:"+queue, "retired") }
+
 // QueueStats is the hash counting a queue's jobs per state.
 func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats") }
 

@@ -4,8 +4,10 @@
 -- candidate is checked again here: one another worker took since is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
 -- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats
--- KEYS[8 + 3(i-1)] job hash, KEYS[9 + 3(i-1)] events and KEYS[10 + 3(i-1)]
--- lane (fair.lua) of candidate i
+-- KEYS[8] retired
+-- KEYS[6 + 3i] job hash, KEYS[7 + 3i] events and KEYS[8 + 3i] lane
+-- (fair.lua) of candidate i (1..n)
+-- KEYS[7 + 3n + 2j] job hash and KEYS[8 + 3n + 2j] events of retired job j
 -- then the lease sets of the candidates' concurrency keys, each once
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
@@ -15,6 +17,8 @@
 -- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
 -- then for each candidate i: m, its number of concurrency keys, and m pairs
 -- (position in KEYS of the key's lease set, limit; -1 for none)
+-- then r, the number of retired jobs the peek found past their retention,
+-- and their r ids
 -- Returns {blocked, lost, expired, then 10 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace}, where blocked counts the lanes left waiting because one of
@@ -36,9 +40,10 @@
 --   lease expired    running -> retrying | failed | cancelled (execution lost)
 --   max_wait passed  queued | retrying -> expired
 --   scheduled due    queued | retrying -> queued (into ready)
+-- and for each retired job past its retention: its record is deleted.
 -- The other candidates came from the ready set: they are only checked again.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local fence, fair, stats = KEYS[5], KEYS[6], KEYS[7]
+local fence, fair, stats, retired = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local retention, maxlen, backoff = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -62,9 +67,11 @@ local function move(job, from, to, ...)
   counts[to] = (counts[to] or 0) + 1
 end
 
-local function finish(job, events)
-  redis.call('PEXPIRE', job, retention)
-  redis.call('PEXPIRE', events, retention)
+-- Terminal jobs join the retired set once per script, not once per job.
+local retiring = {}
+local function retire(id)
+  retiring[#retiring + 1] = int(now + retention)
+  retiring[#retiring + 1] = id
 end
 
 local function fail(code, message)
@@ -90,10 +97,32 @@ for i = 1, n do
   end
 end
 
+-- Retired jobs past their retention (checked again: the peek only read)
+-- lose their record; their index entries go lazily (job/list.go).
+local r = tonumber(ARGV[at + 1] or '0')
+if r > 0 then
+  local ids, dead, gone = {}, {}, {}
+  for j = 1, r do
+    ids[j] = ARGV[at + 1 + j]
+  end
+  local due_at = redis.call('ZMSCORE', retired, unpack(ids))
+  for j = 1, r do
+    if due_at[j] and tonumber(due_at[j]) <= now then
+      dead[#dead + 1] = KEYS[7 + 3 * n + 2 * j]
+      dead[#dead + 1] = KEYS[8 + 3 * n + 2 * j]
+      gone[#gone + 1] = ids[j]
+    end
+  end
+  if #gone > 0 then
+    redis.call('DEL', unpack(dead))
+    redis.call('ZREM', retired, unpack(gone))
+  end
+end
+
 local live, lost, expired = {}, {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
-  local job, events, lane = KEYS[5 + 3 * i], KEYS[6 + 3 * i], KEYS[7 + 3 * i]
+  local job, events, lane = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
   local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
     'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant',
     'trace', 'exec_trace')
@@ -126,7 +155,7 @@ for i = 1, n do
           move(job, state, next, 'error', err, 'exec_state', 'lost', 'exec_finished_at', int(now))
           if next ~= 'retrying' then
             redis.call('HSET', job, 'finished_at', int(now))
-            finish(job, events)
+            retire(id)
           end
           state = next
           event(events, state, attempt)
@@ -143,7 +172,7 @@ for i = 1, n do
         redis.call('ZREM', deadlines, id)
         move(job, state, 'expired', 'finished_at', int(now),
           'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
-        finish(job, events)
+        retire(id)
         state = 'expired'
         expired[#expired + 1] = f[13]
         event(events, state, attempt)
@@ -350,6 +379,9 @@ if #takes > 0 then
   end
 end
 
+if #retiring > 0 then
+  redis.call('ZADD', retired, unpack(retiring))
+end
 if clock ~= clock_was then
   redis.call('HSET', fair, 'clock', int(clock))
 end

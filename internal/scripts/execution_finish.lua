@@ -2,11 +2,12 @@
 -- its outcome, moves its job to the next state and releases its leases,
 -- all in one step.
 -- KEYS[1] leases   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] fair (fair.lua)
--- KEYS[5] stats
--- KEYS[6 + 3(i-1)] job hash, KEYS[7 + 3(i-1)] events and KEYS[8 + 3(i-1)]
--- lane (fair.lua) of execution i
+-- KEYS[5] stats    KEYS[6] retired
+-- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
+-- (fair.lua) of execution i (1..n)
 -- then the lease sets of the executions' concurrency keys, each once
--- ARGV[1] retention_ms   ARGV[2] events MAXLEN   ARGV[3] n, the executions
+-- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
+-- ARGV[3] n, the executions
 -- then for each execution: job id, token,
 --   outcome (succeeded | failed | timed_out | cancelled | handed_off),
 --   result (JSON, "" for none), error (JSON, "" for none),
@@ -19,14 +20,14 @@
 -- the owner, and nothing of that execution changed. A retry of a finish
 -- that was written (its reply lost) returns the job's state again and
 -- changes nothing.
-local leases, ready, scheduled, fair, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local leases, ready, scheduled, fair, stats, retired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
 
-local out, released, counts = {}, {}, {}
+local out, released, counts, retiring = {}, {}, {}, {}
 -- release gives up id's leases: collected per set, removed once per batch.
 local function release(set, id)
   local ids = released[set]
@@ -39,7 +40,7 @@ end
 
 local at = 3
 for i = 1, n do
-  local job, events, lane = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
+  local job, events, lane = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
   local id, token, outcome, result, err = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
   local retryable, backoff, trace, m = ARGV[at + 6] == '1', tonumber(ARGV[at + 7]), ARGV[at + 8], tonumber(ARGV[at + 9])
   local sets = {}
@@ -97,8 +98,8 @@ for i = 1, n do
     counts[next] = (counts[next] or 0) + 1
     counts.running = (counts.running or 0) - 1
     if terminal then
-      redis.call('PEXPIRE', job, retention)
-      redis.call('PEXPIRE', events, retention)
+      retiring[#retiring + 1] = int(now + retention)
+      retiring[#retiring + 1] = id
     end
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
       'type', 'state', 'data', '{"state":"' .. next .. '","attempt":' .. attempt .. '}')
@@ -111,5 +112,8 @@ for set, ids in pairs(released) do
 end
 for state, delta in pairs(counts) do
   redis.call('HINCRBY', stats, state, delta)
+end
+if #retiring > 0 then
+  redis.call('ZADD', retired, unpack(retiring))
 end
 return out

@@ -1,8 +1,9 @@
 -- Cancels a job: at once when it waits in its queue, by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] stats      KEYS[6] events   KEYS[7] fair   KEYS[8] the job's lane (fair.lua)
+-- KEYS[9] retired
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
--- ARGV[2] retention_ms (PEXPIRE of a job that became terminal)
+-- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
 -- Returns {'missing'} when there is no such job for this caller, else
 -- {outcome, HGETALL of the job} where outcome is 'cancelled' (now terminal),
@@ -30,8 +31,7 @@ if state == 'queued' or state == 'retrying' then
   redis.call('HINCRBY', stats, 'cancelled', 1)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
     'type', 'state', 'data', cjson.encode({state = 'cancelled', attempt = tonumber(attempt)}))
-  redis.call('PEXPIRE', job, retention_ms)
-  redis.call('PEXPIRE', events, retention_ms)
+  redis.call('ZADD', KEYS[9], string.format('%.0f', now + tonumber(retention_ms)), id)
   return {'cancelled', redis.call('HGETALL', job)}
 end
 
