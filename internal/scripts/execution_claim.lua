@@ -54,9 +54,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Lua numbers would reach Redis as 14 significant digits: format integers.
 local function int(x) return string.format('%.0f', x) end
 
+-- Each number turned into a string costs a sprintf: the hot path formats
+-- now once, and each job's attempt and token once.
+local now_s = int(now)
+
 local function event(events, state, attempt)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-    'type', 'state', 'data', '{"state":"' .. state .. '","attempt":' .. tonumber(attempt) .. '}')
+    'type', 'state', 'data', '{"state":"' .. state .. '","attempt":' .. attempt .. '}')
 end
 
 -- Per-state counts change once per script, not once per job.
@@ -70,7 +74,7 @@ end
 -- Terminal jobs join the retired set once per script, not once per job.
 local retiring = {}
 local function retire(id)
-  retiring[#retiring + 1] = int(now + retention)
+  retiring[#retiring + 1] = int(now + tonumber(retention))
   retiring[#retiring + 1] = id
 end
 
@@ -245,9 +249,9 @@ end
 
 local claimed = {0, lost, expired} -- claimed[1] is set to the blocked count at the end
 local function hand_out(id, exec_id, token, attempt, f)
-  for _, v in ipairs({id, exec_id, token, attempt, f[8], f[9], f[10], f[14], f[15], f[16]}) do
-    claimed[#claimed + 1] = v
-  end
+  local k = #claimed
+  claimed[k + 1], claimed[k + 2], claimed[k + 3], claimed[k + 4], claimed[k + 5] = id, exec_id, token, attempt, f[8]
+  claimed[k + 6], claimed[k + 7], claimed[k + 8], claimed[k + 9], claimed[k + 10] = f[9], f[10], f[14], f[15], f[16]
 end
 
 -- now is truncated to the millisecond: round the expiry up, so the lease
@@ -339,7 +343,8 @@ if #takes > 0 then
     until ours[ARGV[next_exec]]
     local exec_id = ARGV[next_exec]
     token = token + 1
-    local attempt = tonumber(c.f[2]) + 1
+    local n_attempt = tonumber(c.f[2]) + 1
+    local attempt = tostring(n_attempt)
     if c.f[7] ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
     end
@@ -356,14 +361,14 @@ if #takes > 0 then
     end
     local started = c.f[6]
     if started == '' then
-      started = int(now)
+      started = now_s
     end
     move(c.job, 'queued', 'running', 'attempt', attempt, 'token', int(token), 'started_at', started,
       'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
-      'exec_started_at', int(now), 'exec_heartbeat_at', int(now),
+      'exec_started_at', now_s, 'exec_heartbeat_at', now_s,
       'exec_finished_at', '', 'exec_state', 'running')
     event(c.events, 'running', attempt)
-    hand_out(c.id, exec_id, token, attempt, c.f)
+    hand_out(c.id, exec_id, token, n_attempt, c.f)
   end
   redis.call('ZADD', leases, unpack(lease_args))
   for set, a in pairs(key_args) do

@@ -26,6 +26,8 @@ local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(x) return string.format('%.0f', x) end
+-- Formatted once: each number turned into a string costs a sprintf.
+local now_s, retire_at = int(now), int(now + tonumber(retention))
 
 local out, released, counts, retiring = {}, {}, {}, {}
 -- release gives up id's leases: collected per set, removed once per batch.
@@ -56,14 +58,14 @@ for i = 1, n do
   elseif f[1] ~= token or f[2] ~= 'running' then
     out[i] = ''
   else
-    local attempt, max_attempts = tonumber(f[3]), tonumber(f[4])
+    local attempt, max_attempts, attempt_s = tonumber(f[3]), tonumber(f[4]), f[3]
     release(leases, id)
     for _, set in ipairs(sets) do
       release(set, id)
     end
 
     -- Every field changes in one HSET.
-    local fields = {'exec_state', outcome, 'exec_finished_at', int(now), 'exec_trace', trace}
+    local fields = {'exec_state', outcome, 'exec_finished_at', now_s, 'exec_trace', trace}
     local next
     if outcome == 'succeeded' then
       next = 'succeeded'
@@ -76,8 +78,8 @@ for i = 1, n do
     elseif outcome == 'handed_off' then
       -- A graceful shutdown does not spend the attempt; the job is ready again now.
       next = 'queued'
-      attempt = attempt - 1
-      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      attempt_s = tostring(attempt - 1)
+      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt_s
       fair_push(fair, ready, lane, f[8], id, tonumber(f[6]))
     else
       fields[#fields + 1], fields[#fields + 2] = 'error', err
@@ -92,17 +94,17 @@ for i = 1, n do
     fields[#fields + 1], fields[#fields + 2] = 'state', next
     local terminal = next == 'succeeded' or next == 'failed' or next == 'cancelled'
     if terminal then
-      fields[#fields + 1], fields[#fields + 2] = 'finished_at', int(now)
+      fields[#fields + 1], fields[#fields + 2] = 'finished_at', now_s
     end
     redis.call('HSET', job, unpack(fields))
     counts[next] = (counts[next] or 0) + 1
     counts.running = (counts.running or 0) - 1
     if terminal then
-      retiring[#retiring + 1] = int(now + retention)
+      retiring[#retiring + 1] = retire_at
       retiring[#retiring + 1] = id
     end
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-      'type', 'state', 'data', '{"state":"' .. next .. '","attempt":' .. attempt .. '}')
+      'type', 'state', 'data', '{"state":"' .. next .. '","attempt":' .. attempt_s .. '}')
     out[i] = next
   end
 end
