@@ -41,15 +41,16 @@ for i = 11, #KEYS do
   end
 end
 
+-- A small hash is a listpack that Redis searches from the front: the
+-- fields every claim, heartbeat and finish reads come first.
 redis.call('HSET', job,
-  'id', id, 'tenant', ARGV[2], 'queue', ARGV[3], 'kind', ARGV[4],
-  'state', 'queued', 'attempt', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'concurrency_keys', ARGV[7], 'created_at', now, 'started_at', '', 'finished_at', '',
-  'cancel_requested', '0', 'input', ARGV[8], 'metadata', ARGV[9], 'result', '', 'error', '',
-  'timeout_ms', ARGV[10], 'max_wait_ms', ARGV[11], 'on_busy', ARGV[12], 'token', '0',
-  'exec_id', '', 'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '',
-  'exec_heartbeat_at', '', 'exec_finished_at', '', 'exec_state', '',
-  'trace', ARGV[15], 'exec_trace', '')
+  'state', 'queued', 'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '',
+  'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
+  'concurrency_keys', ARGV[7], 'started_at', '', 'max_wait_ms', ARGV[11], 'kind', ARGV[4],
+  'input', ARGV[8], 'timeout_ms', ARGV[10], 'tenant', ARGV[2], 'trace', ARGV[15], 'exec_trace', '',
+  'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
+  'exec_finished_at', '', 'id', id, 'queue', ARGV[3], 'created_at', now, 'finished_at', '',
+  'metadata', ARGV[9], 'result', '', 'error', '', 'on_busy', ARGV[12])
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
