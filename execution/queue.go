@@ -42,9 +42,10 @@ type queue struct {
 	limits    *limits
 	usage     *usageCounter // nil: executions are not counted
 	metrics   *metrics
-	// blocked says the last claim left lanes waiting for a full key: the
-	// next one looks at more lanes.
-	blocked atomic.Bool
+	// blocked holds the lanes the last claim left waiting for a full key:
+	// the next one looks at more lanes, and reads one job of each of those
+	// (its jobs share its keys: one tells whether there is room for any).
+	blocked atomic.Pointer[map[string]bool]
 }
 
 func (q *queue) fixedKeys() []string {
@@ -69,7 +70,8 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	// them do not hide the ones behind that can run. Otherwise want lanes
 	// are enough, and cheaper.
 	look := want
-	if want > 0 && q.blocked.Load() {
+	blocked := q.blocked.Load()
+	if want > 0 && blocked != nil && len(*blocked) > 0 {
 		look = min(want*4+16, 256)
 	}
 	peeked, err := peekScript.Run(ctx, q.rdb, append(fixed[:4:4], fixed[7]), look, dueBatch).Slice()
@@ -102,13 +104,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil
 	}
-	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want)
+	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked)
 	if err != nil {
 		return nil, false, err
 	}
 	due := len(dueIDs)
 	ckeys := make([][]string, len(ids)) // each candidate's concurrency keys
-	if want > 0 {                        // else nothing is taken: no room to check
+	if want > 0 {                       // else nothing is taken: no room to check
 		for i, lane := range lanes {
 			_ = json.Unmarshal([]byte(lane), &ckeys[i]) // written by the submit script: always an array ("" for a job gone)
 		}
@@ -149,12 +151,15 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
-	blocked := res[0].(int64) > 0
 	if want > 0 {
-		q.blocked.Store(blocked)
-	}
-	if blocked {
-		busy = look == want
+		left := map[string]bool{}
+		for _, lane := range res[0].([]any) {
+			left[lane.(string)] = true
+		}
+		q.blocked.Store(&left)
+		if len(left) > 0 {
+			busy = look == want
+		}
 	}
 	q.usage.lost(ctx, res[1].([]any))
 	q.metrics.expiredJobs(ctx, q.name, res[2].([]any))
@@ -194,9 +199,10 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 
 // candidates reads, in one round trip, the lane (the concurrency keys as
 // stored) of each job with due work, and the first jobs of each lane at the
-// head of the ready set: enough for want claims taking turns between them.
-// A job whose record is gone has no lane: the claim script drops it.
-func (q *queue) candidates(ctx context.Context, due, heads []string, want int) (ids, lanes []string, err error) {
+// head of the ready set: enough for want claims taking turns between them,
+// and only the first of a lane the last claim found blocked. A job whose
+// record is gone has no lane: the claim script drops it.
+func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *map[string]bool) (ids, lanes []string, err error) {
 	per := want
 	if len(heads) > 1 {
 		per = max(1, min(want, (2*want+len(heads)-1)/len(heads)))
@@ -209,7 +215,11 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int) (
 		}
 		if per > 0 {
 			for i, lane := range heads {
-				jobsOf[i] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(per-1))
+				n := per
+				if blocked != nil && (*blocked)[lane] {
+					n = 1
+				}
+				jobsOf[i] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(n-1))
 			}
 		}
 		return nil

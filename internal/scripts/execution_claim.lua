@@ -21,7 +21,7 @@
 -- and their r ids
 -- Returns {blocked, lost, expired, then 10 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
--- exec_trace}, where blocked counts the lanes left waiting because one of
+-- exec_trace}, where blocked lists the lanes left waiting because one of
 -- their keys was full, lost lists 3 values for each
 -- execution found lost (execution id, tenant, the job's new state), expired
 -- the lane (concurrency keys) of each job expired at max_wait, trace
@@ -247,7 +247,8 @@ if #names > 0 then
   end
 end
 
-local claimed = {0, lost, expired} -- claimed[1] is set to the blocked count at the end
+local blocked = {}
+local claimed = {blocked, lost, expired}
 local function hand_out(id, exec_id, token, attempt, f)
   local k = #claimed
   claimed[k + 1], claimed[k + 2], claimed[k + 3], claimed[k + 4], claimed[k + 5] = id, exec_id, token, attempt, f[8]
@@ -305,7 +306,7 @@ end
 -- state changes here; the writes follow, a few commands per batch.
 local clock = tonumber(redis.call('HGET', fair, 'clock') or '0')
 local clock_was = clock
-local takes, blocked = {}, 0
+local takes = {}
 while #takes < want - #reclaimed do
   local l = first_lane()
   if not l then
@@ -327,7 +328,7 @@ while #takes < want - #reclaimed do
     l.turn = head and fair_band(head.place) * FAIR_BAND + l.start
   else
     l.full = true
-    blocked = blocked + 1
+    blocked[#blocked + 1] = l.name
   end
 end
 
@@ -395,5 +396,4 @@ for state, delta in pairs(counts) do
     redis.call('HINCRBY', stats, state, delta)
   end
 end
-claimed[1] = blocked
 return claimed
