@@ -60,3 +60,21 @@ func ProcessCPU(tb testing.TB) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// RedisMemory is how many bytes the Redis behind rdb holds (used_memory
+// from INFO memory): benchmarks report what each job costs to keep.
+func RedisMemory(tb testing.TB, rdb redis.UniversalClient) int64 {
+	tb.Helper()
+	info, err := rdb.Info(tb.Context(), "memory").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	tb.Fatal("INFO memory has no used_memory")
+	return 0
+}
