@@ -60,6 +60,7 @@ func (s *Server) start() error {
 		"--appendonly", "yes",
 		"--save", "",
 		"--maxmemory-policy", "noeviction",
+		"--stream-node-max-bytes", "1024", // as docs/operations.md advises
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
