@@ -198,14 +198,20 @@ for i = 1, n do
   end
 end
 
+-- group returns the list kept under key in groups, new if need be.
+local function group(groups, key)
+  local g = groups[key]
+  if not g then
+    g = {}
+    groups[key] = g
+  end
+  return g
+end
+
 -- Which candidates still wait in their lanes: one ZMSCORE per lane.
 local by_lane = {}
 for _, c in ipairs(live) do
-  local g = by_lane[c.lane]
-  if not g then
-    g = {}
-    by_lane[c.lane] = g
-  end
+  local g = group(by_lane, c.lane)
   g[#g + 1] = c
 end
 local claimable = {}
@@ -352,11 +358,7 @@ if #takes > 0 then
     lease_args[#lease_args + 1] = expires
     lease_args[#lease_args + 1] = c.id
     for _, k in ipairs(spec[c.i]) do
-      local a = key_args[k.set]
-      if not a then
-        a = {}
-        key_args[k.set] = a
-      end
+      local a = group(key_args, k.set)
       a[#a + 1] = expires
       a[#a + 1] = c.id
     end
