@@ -390,7 +390,6 @@ func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 
 func (w *Worker) execute(ctx context.Context, r *running) {
 	e := r.e
-	log := w.log.With("job_id", e.JobID, "execution_id", e.ID, "fencing_token", uint64(e.token), "attempt", e.attempt)
 	defer func() {
 		r.trust.Stop()
 		r.stop(nil)
@@ -416,11 +415,13 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	traced(state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
-		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
+		w.execLog(e).WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
 	case err != nil:
-		log.ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
+		w.execLog(e).ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
 	default:
-		log.DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
+		if w.log.Enabled(ctx, slog.LevelDebug) {
+			w.execLog(e).DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
+		}
 		w.usage.add(ctx, e.Tenant, usage.ExecutionsEnded(o.state), e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
@@ -428,6 +429,13 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
 		}
 	}
+}
+
+// execLog is the logger of e's lines. It is built only when a line is
+// written: most executions write none, and the attributes cost
+// allocations on every one.
+func (w *Worker) execLog(e *Execution) *slog.Logger {
+	return w.log.With("job_id", e.JobID, "execution_id", e.ID, "fencing_token", uint64(e.token), "attempt", e.attempt)
 }
 
 // limited says whether any of e's concurrency keys has a limit.
