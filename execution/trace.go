@@ -42,6 +42,9 @@ type execTrace struct {
 	unwatchLost func()      // stops watching for a lost lease, or waits for its event
 }
 
+// consumer is the kind of an execution's spans, made once.
+var consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -57,7 +60,7 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 	attrs := append(telemetry.Messaging(semconv.MessagingOperationTypeReceive, e.Queue, e.JobID),
 		telemetry.ExecutionID.String(e.ID), telemetry.Attempt.Int(e.attempt), telemetry.Tenant.String(e.Tenant),
 		telemetry.FencingToken.Int64(int64(e.token)), semconv.MessagingClientID(w.cfg.ID))
-	_, claim := w.tracer.Start(parent, "receive "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+	_, claim := w.tracer.Start(parent, "receive "+e.Queue, consumer,
 		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
 	claim.End()
 
@@ -66,10 +69,16 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 		links = append(links, trace.Link{SpanContext: e.trace.previous})
 	}
 	attrs[1] = semconv.MessagingOperationTypeProcess
-	ctx, e.trace.span = w.tracer.Start(parent, "process "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, e.trace.span = w.tracer.Start(parent, "process "+e.Queue, consumer,
 		trace.WithLinks(links...), trace.WithAttributes(attrs...))
-	e.trace.span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
-	span, done := e.trace.span, make(chan struct{})
+	span := e.trace.span
+	if !span.IsRecording() {
+		// Events would be dropped: save each execution the work of making
+		// them, and the watch for a lost lease.
+		return ctx
+	}
+	span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
+	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		if errors.Is(context.Cause(ctx), lease.ErrLost) {
@@ -125,6 +134,10 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 			settle.SetStatus(codes.Error, err.Error())
 		}
 		settle.End()
+		defer span.End()
+		if !span.IsRecording() {
+			return // the events and status would be dropped
+		}
 		if o.state == "handed_off" {
 			span.AddEvent(EventHandedOff)
 		}
@@ -132,15 +145,14 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 		if o.err != nil && o.state != "handed_off" {
 			span.SetStatus(codes.Error, o.err.Error())
 		}
-		span.End()
 	}
 }
 
 // traceparent is e's span context as the finish script stores it, for the
 // next attempt to link to.
 func (e *Execution) traceparent() string {
-	if e.trace.span == nil {
-		return ""
+	if e.trace.span == nil || !e.trace.span.SpanContext().IsValid() {
+		return "" // what Encode makes of it, without its allocations
 	}
 	return telemetry.Encode(e.trace.span.SpanContext())
 }
