@@ -101,12 +101,19 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[*Execution]*running
-	done    sync.WaitGroup
+	done    sync.WaitGroup // the runners
+
+	// Executions run on runners, goroutines that stay for the next
+	// execution (see start).
+	runnable chan *running // to an idle runner
+	runners  int           // started so far; only fetch reads or writes it
+	fetched  chan struct{} // closed when Run stops claiming: runners exit
 }
 
 // running is an execution in flight and what the worker needs to stop it.
 type running struct {
 	e    *Execution
+	ctx  context.Context // the handler's, before its timeout
 	stop context.CancelCauseFunc
 	// trust fences the execution: it fires when no heartbeat has succeeded
 	// for a whole lease TTL since the last one was sent.
@@ -177,6 +184,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
+		runnable: make(chan *running),
+		fetched:  make(chan struct{}),
 		limits:   &limits{},
 		tracer:   newTracer(cfg.TracerProvider),
 	}
@@ -253,6 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		bg.Go(func() { w.keepLimits(bgCtx) })
 		w.fetch(ctx, workCtx)
 	}
+	close(w.fetched)
 
 	drained := make(chan struct{})
 	go func() { w.done.Wait(); close(drained) }()
@@ -370,22 +380,48 @@ func (w *Worker) idle(ctx context.Context) {
 	}
 }
 
-// start runs e in its own goroutine. sent is when its claim was sent: the
-// lease was granted after that, so the trust window counts from it.
+// start runs e on a runner. sent is when its claim was sent: the lease was
+// granted after that, so the trust window counts from it.
+//
+// Runners are goroutines that run one execution after another, started as
+// needed up to Concurrency: an execution then costs no new goroutine, and
+// no growing of a fresh stack. Once all are started, start waits for one:
+// the slot this execution holds was freed by a runner whose execution
+// ended, and which is on its way to take the next.
 func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
 	ctx = w.traceStart(ctx, e, sent)
-	r := &running{e: e, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
+	r := &running{e: e, ctx: ctx, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
 	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
 	w.mu.Lock()
 	w.running[e] = r
 	w.mu.Unlock()
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		defer func() { <-w.slots }()
-		w.execute(ctx, r)
-	}()
+	if w.runners == w.cfg.Concurrency {
+		w.runnable <- r
+		return
+	}
+	select {
+	case w.runnable <- r:
+	default:
+		w.runners++
+		w.done.Add(1)
+		go w.runner(r)
+	}
+}
+
+// runner runs r, then the executions start hands it, until Run stops
+// claiming.
+func (w *Worker) runner(r *running) {
+	defer w.done.Done()
+	for {
+		w.execute(r.ctx, r)
+		<-w.slots
+		select {
+		case r = <-w.runnable:
+		case <-w.fetched:
+			return
+		}
+	}
 }
 
 func (w *Worker) execute(ctx context.Context, r *running) {
