@@ -447,7 +447,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 
 	traced := w.traceFinish(ctx, e, o)
 	state, err := w.finish(r, o)
-	w.metrics.ended(context.WithoutCancel(ctx), r, o, state, err)
+	w.metrics.ended(ctx, r, o, state, err)
 	traced(state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
@@ -458,7 +458,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		if w.log.Enabled(ctx, slog.LevelDebug) {
 			w.execLog(e).DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
 		}
-		w.usage.add(ctx, e.Tenant, usage.ExecutionsEnded(o.state), e.ID)
+		w.usage.ended(ctx, e.Tenant, o.state, e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
 		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {
