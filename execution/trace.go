@@ -63,6 +63,14 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 	_, claim := w.tracer.Start(parent, "receive "+e.Queue, consumer,
 		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
 	claim.End()
+	if !claim.SpanContext().IsValid() {
+		// Only a no-op tracer makes a span with no context (and only from a
+		// parent with none): it would make nothing of the execution's own
+		// spans either, so they are not made. The handler's context
+		// carries the parent's (invalid) span context, as it would have.
+		e.trace.span = trace.SpanFromContext(parent)
+		return parent
+	}
 
 	var links []trace.Link
 	if e.trace.previous.IsValid() {
@@ -123,6 +131,9 @@ func (e *Execution) traceRenewed() { e.trace.renewFailed.Store(false) }
 func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(job.State, error) {
 	if e.trace.unwatchLost != nil {
 		e.trace.unwatchLost()
+	}
+	if !e.trace.span.SpanContext().IsValid() {
+		return func(job.State, error) {} // a no-op tracer: see traceStart
 	}
 	_, settle := w.tracer.Start(ctx, "settle "+e.Queue, trace.WithAttributes(
 		append(telemetry.Messaging(semconv.MessagingOperationTypeSettle, e.Queue, e.JobID),
