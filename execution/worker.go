@@ -105,9 +105,8 @@ type Worker struct {
 
 	// Executions run on runners, goroutines that stay for the next
 	// execution (see start).
-	runnable chan *running // to an idle runner
+	runnable chan *running // to an idle runner; closed when Run stops claiming
 	runners  int           // started so far; only fetch reads or writes it
-	fetched  chan struct{} // closed when Run stops claiming: runners exit
 }
 
 // running is an execution in flight and what the worker needs to stop it.
@@ -185,7 +184,6 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		runnable: make(chan *running),
-		fetched:  make(chan struct{}),
 		limits:   &limits{},
 		tracer:   newTracer(cfg.TracerProvider),
 	}
@@ -262,7 +260,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		bg.Go(func() { w.keepLimits(bgCtx) })
 		w.fetch(ctx, workCtx)
 	}
-	close(w.fetched)
+	close(w.runnable) // runners exit
 
 	drained := make(chan struct{})
 	go func() { w.done.Wait(); close(drained) }()
@@ -413,14 +411,9 @@ func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 // claiming.
 func (w *Worker) runner(r *running) {
 	defer w.done.Done()
-	for {
+	for ok := true; ok; r, ok = <-w.runnable {
 		w.execute(r.ctx, r)
 		<-w.slots
-		select {
-		case r = <-w.runnable:
-		case <-w.fetched:
-			return
-		}
 	}
 }
 
