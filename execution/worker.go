@@ -104,9 +104,9 @@ type Worker struct {
 	done    sync.WaitGroup // the runners
 
 	// Executions run on runners, goroutines that stay for the next
-	// execution (see start).
+	// execution (see start). Run makes them anew; only fetch uses them.
 	runnable chan *running // to an idle runner; closed when Run stops claiming
-	runners  int           // started so far; only fetch reads or writes it
+	runners  int           // started so far
 }
 
 // running is an execution in flight and what the worker needs to stop it.
@@ -183,7 +183,6 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
-		runnable: make(chan *running),
 		limits:   &limits{},
 		tracer:   newTracer(cfg.TracerProvider),
 	}
@@ -255,6 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	w.runnable, w.runners = make(chan *running), 0
 	// Never claim without the limits: an empty copy would admit everything.
 	if w.refreshLimits(ctx) == nil {
 		bg.Go(func() { w.keepLimits(bgCtx) })
@@ -403,15 +403,15 @@ func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	default:
 		w.runners++
 		w.done.Add(1)
-		go w.runner(r)
+		go w.runner(w.runnable, r)
 	}
 }
 
-// runner runs r, then the executions start hands it, until Run stops
-// claiming.
-func (w *Worker) runner(r *running) {
+// runner runs r, then the executions start hands it on runnable, until
+// Run stops claiming and closes it.
+func (w *Worker) runner(runnable <-chan *running, r *running) {
 	defer w.done.Done()
-	for ok := true; ok; r, ok = <-w.runnable {
+	for ok := true; ok; r, ok = <-runnable {
 		w.execute(r.ctx, r)
 		<-w.slots
 	}

@@ -394,3 +394,27 @@ func TestHandlersRunAtMostConcurrencyAtOnce(t *testing.T) {
 		t.Fatalf("%d handlers ran at once, want %d", most, concurrency)
 	}
 }
+
+// Run may be called again once it has returned: its runners are its own.
+func TestRunAgainAfterItReturned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	w, err := execution.NewWorker(f.rdb, f.config(execution.Config{Concurrency: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("echo", echo)
+	for range 2 {
+		ctx, stop := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		// More jobs than runners: the runner takes the next.
+		for range 2 {
+			f.waitState(t, f.submit(t, job.Submission{Kind: "echo"}).ID, 10*time.Second, job.StateSucceeded)
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+}
