@@ -160,7 +160,8 @@ func (w *Watcher) settle(ctx context.Context) {
 // nothing. As with context.WithCancel, call stop when the work is done. Watch
 // never touches Redis: an id whose flag was set before Watch is caught by Run
 // straight after, or at the next poll at the latest. Run must be running for
-// anything to be cancelled.
+// anything to be cancelled. A watch whose parent ends is told of no request
+// from then on, and Run stops polling its id at the next poll.
 func (w *Watcher) Watch(parent context.Context, id string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	wt := &watch{ctx: ctx, cancel: cancel}
