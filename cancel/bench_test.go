@@ -32,3 +32,29 @@ func BenchmarkRequestToCancelled(b *testing.B) {
 		stop()
 	}
 }
+
+// BenchmarkWatch measures a Watch and its stop as a worker makes them, one
+// per execution with 64 executions in flight: the read of each new id's
+// flag that Run makes right after it is watched is included.
+func BenchmarkWatch(b *testing.B) {
+	e := newEnv(b)
+	rdb := testenv.Redis(b).Client(b)
+	w := e.watcher(b, rdb, testenv.NATS(b).Conn(b), time.Hour)
+	parent, stopParent := context.WithCancel(context.Background())
+	defer stopParent()
+	var inFlight [64]context.CancelFunc
+	i := 0
+	for b.Loop() {
+		slot := &inFlight[i%len(inFlight)]
+		if *slot != nil {
+			(*slot)()
+		}
+		_, *slot = w.Watch(parent, "job-"+strconv.Itoa(i))
+		i++
+	}
+	for _, stop := range inFlight {
+		if stop != nil {
+			stop()
+		}
+	}
+}

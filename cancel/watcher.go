@@ -58,12 +58,16 @@ type Watcher struct {
 	// wake tells Run that fresh has ids to check; one pending signal is enough.
 	wake chan struct{}
 
-	mu      sync.Mutex
-	watches map[string]map[*watch]struct{} // by id; no empty sets
-	fresh   map[string]struct{}            // watched ids whose flag Run has not read yet
+	mu sync.Mutex
+	// watches are by id; no empty lists. Most ids have one watch: a list
+	// costs less than a set. A watch whose parent ended stays until its
+	// stop or the next poll (see watched).
+	watches map[string][]*watch
+	fresh   map[string]struct{} // watched ids whose flag Run has not read yet
 }
 
 type watch struct {
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 }
 
@@ -89,7 +93,7 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		log:     cmp.Or(cfg.Logger, slog.Default()),
 		fired:   cfg.Fired,
 		wake:    make(chan struct{}, 1),
-		watches: make(map[string]map[*watch]struct{}),
+		watches: make(map[string][]*watch),
 		fresh:   make(map[string]struct{}),
 	}, nil
 }
@@ -156,29 +160,21 @@ func (w *Watcher) settle(ctx context.Context) {
 // nothing. As with context.WithCancel, call stop when the work is done. Watch
 // never touches Redis: an id whose flag was set before Watch is caught by Run
 // straight after, or at the next poll at the latest. Run must be running for
-// anything to be cancelled.
+// anything to be cancelled. A watch whose parent ends is told of no request
+// from then on, and Run stops polling its id at the next poll.
 func (w *Watcher) Watch(parent context.Context, id string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	wt := &watch{cancel: cancel}
+	wt := &watch{ctx: ctx, cancel: cancel}
 
 	w.mu.Lock()
-	set := w.watches[id]
-	if set == nil {
-		set = make(map[*watch]struct{})
-		w.watches[id] = set
-	}
-	set[wt] = struct{}{}
+	w.watches[id] = append(w.watches[id], wt)
 	w.fresh[id] = struct{}{}
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-
-	// If parent ends first, stop polling id without waiting for stop.
-	stopAfter := context.AfterFunc(ctx, func() { w.unregister(id, wt) })
 	return ctx, func() {
-		stopAfter()
 		w.unregister(id, wt)
 		cancel(nil)
 	}
@@ -187,37 +183,55 @@ func (w *Watcher) Watch(parent context.Context, id string) (context.Context, con
 func (w *Watcher) unregister(id string, wt *watch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	set := w.watches[id]
-	delete(set, wt)
-	if len(set) == 0 {
-		delete(w.watches, id)
-		delete(w.fresh, id)
+	list := slices.DeleteFunc(w.watches[id], func(x *watch) bool { return x == wt })
+	w.keep(id, list)
+}
+
+// keep stores id's list of watches, or forgets id when the list is empty.
+// w.mu must be held.
+func (w *Watcher) keep(id string, list []*watch) {
+	if len(list) > 0 {
+		w.watches[id] = list
+		return
 	}
+	delete(w.watches, id)
+	delete(w.fresh, id)
 }
 
 // fire cancels every watch of id with ErrRequested and unregisters them.
 func (w *Watcher) fire(id, via string) {
 	w.mu.Lock()
-	set := w.watches[id]
+	list := live(w.watches[id])
 	delete(w.watches, id)
 	delete(w.fresh, id)
 	w.mu.Unlock()
-	if len(set) > 0 && w.fired != nil {
+	if len(list) > 0 && w.fired != nil {
 		w.fired(id, via)
 	}
-	for wt := range set {
+	for _, wt := range list {
 		wt.cancel(ErrRequested)
 	}
-	if len(set) > 0 {
-		w.log.Debug("cancel: watched contexts cancelled", attrID, id, attrVia, via, attrCount, len(set))
+	if len(list) > 0 {
+		w.log.Debug("cancel: watched contexts cancelled", attrID, id, attrVia, via, attrCount, len(list))
 	}
 }
 
+// watched returns every watched id, after forgetting the watches whose
+// parent ended: their ids need no polling, and their stops may never come.
 func (w *Watcher) watched() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	clear(w.fresh) // about to read them all
+	for id, list := range w.watches {
+		w.keep(id, live(list))
+	}
 	return slices.Collect(maps.Keys(w.watches))
+}
+
+// live drops from list, in place, the watches whose parent ended: as
+// though each had been unregistered when it ended.
+func live(list []*watch) []*watch {
+	return slices.DeleteFunc(list, func(wt *watch) bool { return wt.ctx.Err() != nil })
 }
 
 func (w *Watcher) takeFresh() []string {

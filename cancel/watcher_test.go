@@ -3,6 +3,7 @@ package cancel_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -295,5 +296,59 @@ func TestRunFailsOnAClosedConnection(t *testing.T) {
 	}
 	if err := w.Run(t.Context()); err == nil {
 		t.Fatal("Run on a closed NATS connection returned nil; it must say it cannot subscribe")
+	}
+}
+
+// A watch whose parent has ended is as good as stopped: a request for its
+// id, even one found right after it was watched, tells no one.
+func TestWatchWhoseParentEndedIsNotTold(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, nil)
+	var mu sync.Mutex
+	var told []string
+	// No polls: only the read of each id right after it is watched.
+	w, err := cancel.NewWatcher(rdb, nil, cancel.WatcherConfig{Prefix: e.prefix, Poll: time.Hour, Logger: e.log,
+		Fired: func(id, _ string) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, id)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	defer func() {
+		stopRun()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// requested watches id, requested before, and waits until it is told:
+	// Run has then read every id watched before it.
+	requested := func(parent context.Context, id string) {
+		t.Helper()
+		if err := f.Request(t.Context(), id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := w.Watch(parent, id)
+		t.Cleanup(stop)
+		if parent.Err() == nil {
+			cancelled(t, ctx, 5*time.Second, id)
+		}
+	}
+	requested(context.Background(), "started") // Run's first read is done
+	ended, end := context.WithCancel(context.Background())
+	end()
+	requested(ended, "ended")
+	requested(context.Background(), "after-1")
+	requested(context.Background(), "after-2") // the read of "ended" is done
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"started", "after-1", "after-2"}; !slices.Equal(told, want) {
+		t.Fatalf("told %v, want %v", told, want)
 	}
 }

@@ -68,6 +68,20 @@ func BenchmarkThroughput(b *testing.B) {
 	}
 }
 
+// BenchmarkWorkerWithNATS is BenchmarkThroughput with the worker on NATS,
+// as deployed: each execution is also watched for a fast cancel (one
+// cancel.Watcher Watch, and a read of its flag).
+func BenchmarkWorkerWithNATS(b *testing.B) {
+	const jobs = 20_000
+	for _, concurrency := range []int{50, 200} {
+		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
+			for range b.N {
+				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency, nats: true})
+			}
+		})
+	}
+}
+
 // BenchmarkClaimKeys runs 10k no-op jobs whose concurrency keys spread over
 // 1, 10 or 1,000 distinct limited keys (each limit high enough never to
 // wait), against the same jobs with no key but their tenant's: what keys
@@ -110,9 +124,10 @@ func BenchmarkClaimBehindFullKey(b *testing.B) {
 
 // benchRun is one throughput run: jobs no-op jobs (submission(i), default
 // a bare no-op) after backlog jobs that wait for model:full, run by one
-// worker at concurrency, with limits set first.
+// worker at concurrency (on NATS if nats), with limits set first.
 type benchRun struct {
 	jobs, concurrency, backlog int
+	nats                       bool
 	submission                 func(i int) job.Submission
 	limits                     map[string]int
 }
@@ -176,9 +191,11 @@ func benchThroughput(b *testing.B, run benchRun) {
 	wrdb.AddHook(trips)
 	var done atomic.Int64
 	finished := make(chan struct{})
-	w, err := execution.NewWorker(wrdb, execution.Config{
-		Prefix: prefix, Concurrency: concurrency, Poll: 10 * time.Millisecond,
-	})
+	cfg := execution.Config{Prefix: prefix, Concurrency: concurrency, Poll: 10 * time.Millisecond}
+	if run.nats {
+		cfg.NATS = testenv.NATS(b).Conn(b)
+	}
+	w, err := execution.NewWorker(wrdb, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -54,6 +54,9 @@ var (
 type metrics struct {
 	rdb    redis.UniversalClient
 	prefix string
+	// byQueue holds each queue's attribute sets, built once: a set built
+	// at each recording costs allocations, for every execution.
+	byQueue map[string]queueAttrs
 
 	claim         metric.Float64Histogram
 	lag           metric.Float64Histogram
@@ -65,9 +68,34 @@ type metrics struct {
 	expired       metric.Int64Counter
 }
 
+// outcomes are the states an outcome may have.
+var outcomes = []string{"succeeded", "failed", "timed_out", "cancelled", "handed_off"}
+
+// queueAttrs are a queue's measurement options, as the variadic arguments
+// the instruments take, so that recording allocates nothing.
+type queueAttrs struct {
+	queue    []metric.RecordOption         // queue
+	outcomes map[string][]metric.AddOption // queue, outcome; by outcome
+}
+
+func newQueueAttrs(queue string) queueAttrs {
+	q := attribute.String("queue", queue)
+	a := queueAttrs{
+		queue:    []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(q))},
+		outcomes: map[string][]metric.AddOption{},
+	}
+	for _, o := range outcomes {
+		a.outcomes[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(q, attribute.String("outcome", o)))}
+	}
+	return a
+}
+
 func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	m := mp.Meter(meterName)
-	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix}
+	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix, byQueue: map[string]queueAttrs{}}
+	for _, q := range w.cfg.Queues {
+		in.byQueue[q] = newQueueAttrs(q)
+	}
 	var errs [11]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
@@ -186,7 +214,7 @@ func (w *Worker) observeKeys(observe func(key string, n int64)) {
 }
 
 func (m *metrics) claimed(ctx context.Context, queue string, took time.Duration) {
-	m.claim.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("queue", queue)))
+	m.claim.Record(ctx, took.Seconds(), m.byQueue[queue].queue...)
 }
 
 // reapedLeases counts the expired leases a claim (or the reaper's, want 0)
@@ -224,7 +252,7 @@ func (m *metrics) renewed(ctx context.Context, queue string, r *running, ttl tim
 	r.mu.Lock()
 	last := r.trustedUntil.Add(-ttl)
 	r.mu.Unlock()
-	m.lag.Record(ctx, time.Since(last).Seconds(), metric.WithAttributes(attribute.String("queue", queue)))
+	m.lag.Record(ctx, time.Since(last).Seconds(), m.byQueue[queue].queue...)
 }
 
 // cancelSeen is when and by which path an execution first learnt that its
@@ -266,7 +294,6 @@ func (w *Worker) cancelFired(id, via string) {
 // written, a refused finish, and, for a cancelled one, the cancel's
 // latencies from the request time its flag holds.
 func (m *metrics) ended(ctx context.Context, r *running, o outcome, state job.State, err error) {
-	queue := attribute.String("queue", r.e.Queue)
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		m.refusedWrite(ctx, r.e.Queue, "finish")
@@ -274,7 +301,7 @@ func (m *metrics) ended(ctx context.Context, r *running, o outcome, state job.St
 	case err != nil:
 		return // the lease will expire: the reaper records it
 	}
-	m.executions.Add(ctx, 1, metric.WithAttributes(queue, attribute.String("outcome", o.state)))
+	m.executions.Add(ctx, 1, m.byQueue[r.e.Queue].outcomes[o.state]...)
 	via, seen := r.cancelSeen.get()
 	if o.state != "cancelled" || via == "" {
 		return

@@ -17,10 +17,10 @@ import (
 
 // TestWorkerMetricsSeeAWorkload runs a small real workload through one
 // worker on a Redis and a NATS of the test's own — jobs that succeed, one
-// retried, one cancelled by NATS, one by the flag while NATS is down, one
-// whose killed worker's lease is reaped, one whose worker was cut off from
-// Redis and whose stale writes are refused, one handed off at shutdown —
-// and checks that every worker metric saw it.
+// retried, one timed out, one cancelled by NATS, one by the flag while
+// NATS is down, one whose killed worker's lease is reaped, one whose worker
+// was cut off from Redis and whose stale writes are refused, one handed
+// off at shutdown — and checks that every worker metric saw it.
 func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	t.Parallel()
 	rs := testenv.StartRedis(t)
@@ -101,6 +101,10 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 		t.Fatalf("flaky job succeeded on attempt %d, want 2", j.Attempt)
 	}
 
+	timedOut := f.submit(t, job.Submission{Kind: "block", MaxAttempts: 1, Timeout: job.Duration(100 * time.Millisecond)})
+	waitStarted(timedOut.ID)
+	wait(timedOut.ID, job.StateFailed)
+
 	// Cancelled by NATS, while it holds a concurrency key. Only the flag and
 	// its message are written, not the job's state that heartbeats read; yet
 	// on a loaded machine the watcher's poll of the flag may still come
@@ -175,7 +179,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 
 	end := collect(t, reader)
 	queue := attribute.String("queue", job.DefaultQueue)
-	for outcome, want := range map[string]int64{"succeeded": 6, "failed": 1, "cancelled": int64(cancels) + 1, "handed_off": 1} {
+	for outcome, want := range map[string]int64{"succeeded": 6, "failed": 1, "timed_out": 1, "cancelled": int64(cancels) + 1, "handed_off": 1} {
 		if got := counterValue(end, "leasehold.worker.executions", queue, attribute.String("outcome", outcome)); got != want {
 			t.Errorf("executions with outcome %s: %d, want %d", outcome, got, want)
 		}

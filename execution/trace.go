@@ -42,6 +42,9 @@ type execTrace struct {
 	unwatchLost func()      // stops watching for a lost lease, or waits for its event
 }
 
+// consumer is the kind of an execution's spans, made once.
+var consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -57,19 +60,33 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 	attrs := append(telemetry.Messaging(semconv.MessagingOperationTypeReceive, e.Queue, e.JobID),
 		telemetry.ExecutionID.String(e.ID), telemetry.Attempt.Int(e.attempt), telemetry.Tenant.String(e.Tenant),
 		telemetry.FencingToken.Int64(int64(e.token)), semconv.MessagingClientID(w.cfg.ID))
-	_, claim := w.tracer.Start(parent, "receive "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+	_, claim := w.tracer.Start(parent, "receive "+e.Queue, consumer,
 		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
 	claim.End()
+	if !claim.SpanContext().IsValid() {
+		// Only a no-op tracer makes a span with no context (and only from a
+		// parent with none): it would make nothing of the execution's own
+		// spans either, so they are not made. The handler's context
+		// carries the parent's (invalid) span context, as it would have.
+		e.trace.span = trace.SpanFromContext(parent)
+		return parent
+	}
 
 	var links []trace.Link
 	if e.trace.previous.IsValid() {
 		links = append(links, trace.Link{SpanContext: e.trace.previous})
 	}
 	attrs[1] = semconv.MessagingOperationTypeProcess
-	ctx, e.trace.span = w.tracer.Start(parent, "process "+e.Queue, trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, e.trace.span = w.tracer.Start(parent, "process "+e.Queue, consumer,
 		trace.WithLinks(links...), trace.WithAttributes(attrs...))
-	e.trace.span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
-	span, done := e.trace.span, make(chan struct{})
+	span := e.trace.span
+	if !span.IsRecording() {
+		// Events would be dropped: save each execution the work of making
+		// them, and the watch for a lost lease.
+		return ctx
+	}
+	span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
+	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		if errors.Is(context.Cause(ctx), lease.ErrLost) {
@@ -115,6 +132,9 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 	if e.trace.unwatchLost != nil {
 		e.trace.unwatchLost()
 	}
+	if !e.trace.span.SpanContext().IsValid() {
+		return func(job.State, error) {} // a no-op tracer: see traceStart
+	}
 	_, settle := w.tracer.Start(ctx, "settle "+e.Queue, trace.WithAttributes(
 		append(telemetry.Messaging(semconv.MessagingOperationTypeSettle, e.Queue, e.JobID),
 			telemetry.ExecutionID.String(e.ID), telemetry.Outcome.String(o.state))...))
@@ -125,6 +145,10 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 			settle.SetStatus(codes.Error, err.Error())
 		}
 		settle.End()
+		defer span.End()
+		if !span.IsRecording() {
+			return // the events and status would be dropped
+		}
 		if o.state == "handed_off" {
 			span.AddEvent(EventHandedOff)
 		}
@@ -132,15 +156,14 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 		if o.err != nil && o.state != "handed_off" {
 			span.SetStatus(codes.Error, o.err.Error())
 		}
-		span.End()
 	}
 }
 
 // traceparent is e's span context as the finish script stores it, for the
 // next attempt to link to.
 func (e *Execution) traceparent() string {
-	if e.trace.span == nil {
-		return ""
+	if e.trace.span == nil || !e.trace.span.SpanContext().IsValid() {
+		return "" // what Encode makes of it, without its allocations
 	}
 	return telemetry.Encode(e.trace.span.SpanContext())
 }

@@ -34,6 +34,15 @@ func (u *usageCounter) add(ctx context.Context, tenant, counter, execID string) 
 	}
 }
 
+// ended counts the end of an execution with outcome. The nil check comes
+// first: naming the counter allocates, on every execution.
+func (u *usageCounter) ended(ctx context.Context, tenant, outcome, execID string) {
+	if u == nil {
+		return
+	}
+	u.add(ctx, tenant, usage.ExecutionsEnded(outcome), execID)
+}
+
 // lost counts the executions a claim found lost: its script's list of
 // execution id, tenant and the job's new state, flat. Each one's start is
 // counted again too: that adds nothing when its worker counted it, and
@@ -43,6 +52,6 @@ func (u *usageCounter) lost(ctx context.Context, list []any) {
 		execID, _ := list[i].(string)
 		tenant, _ := list[i+1].(string)
 		u.add(ctx, tenant, usage.ExecutionsStarted, execID)
-		u.add(ctx, tenant, usage.ExecutionsEnded("lost"), execID)
+		u.ended(ctx, tenant, "lost", execID)
 	}
 }

@@ -101,12 +101,18 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[*Execution]*running
-	done    sync.WaitGroup
+	done    sync.WaitGroup // the runners
+
+	// Executions run on runners, goroutines that stay for the next
+	// execution (see start). Run makes them anew; only fetch uses them.
+	runnable chan *running // to an idle runner; closed when Run stops claiming
+	runners  int           // started so far
 }
 
 // running is an execution in flight and what the worker needs to stop it.
 type running struct {
 	e    *Execution
+	ctx  context.Context // the handler's, before its timeout
 	stop context.CancelCauseFunc
 	// trust fences the execution: it fires when no heartbeat has succeeded
 	// for a whole lease TTL since the last one was sent.
@@ -248,11 +254,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	w.runnable, w.runners = make(chan *running), 0
 	// Never claim without the limits: an empty copy would admit everything.
 	if w.refreshLimits(ctx) == nil {
 		bg.Go(func() { w.keepLimits(bgCtx) })
 		w.fetch(ctx, workCtx)
 	}
+	close(w.runnable) // runners exit
 
 	drained := make(chan struct{})
 	go func() { w.done.Wait(); close(drained) }()
@@ -370,27 +378,47 @@ func (w *Worker) idle(ctx context.Context) {
 	}
 }
 
-// start runs e in its own goroutine. sent is when its claim was sent: the
-// lease was granted after that, so the trust window counts from it.
+// start runs e on a runner. sent is when its claim was sent: the lease was
+// granted after that, so the trust window counts from it.
+//
+// Runners are goroutines that run one execution after another, started as
+// needed up to Concurrency: an execution then costs no new goroutine, and
+// no growing of a fresh stack. Once all are started, start waits for one:
+// the slot this execution holds was freed by a runner whose execution
+// ended, and which is on its way to take the next.
 func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
 	ctx = w.traceStart(ctx, e, sent)
-	r := &running{e: e, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
+	r := &running{e: e, ctx: ctx, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
 	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
 	w.mu.Lock()
 	w.running[e] = r
 	w.mu.Unlock()
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		defer func() { <-w.slots }()
-		w.execute(ctx, r)
-	}()
+	if w.runners == w.cfg.Concurrency {
+		w.runnable <- r
+		return
+	}
+	select {
+	case w.runnable <- r:
+	default:
+		w.runners++
+		w.done.Add(1)
+		go w.runner(w.runnable, r)
+	}
+}
+
+// runner runs r, then the executions start hands it on runnable, until
+// Run stops claiming and closes it.
+func (w *Worker) runner(runnable <-chan *running, r *running) {
+	defer w.done.Done()
+	for ok := true; ok; r, ok = <-runnable {
+		w.execute(r.ctx, r)
+		<-w.slots
+	}
 }
 
 func (w *Worker) execute(ctx context.Context, r *running) {
 	e := r.e
-	log := w.log.With("job_id", e.JobID, "execution_id", e.ID, "fencing_token", uint64(e.token), "attempt", e.attempt)
 	defer func() {
 		r.trust.Stop()
 		r.stop(nil)
@@ -412,22 +440,31 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 
 	traced := w.traceFinish(ctx, e, o)
 	state, err := w.finish(r, o)
-	w.metrics.ended(context.WithoutCancel(ctx), r, o, state, err)
+	w.metrics.ended(ctx, r, o, state, err)
 	traced(state, err)
 	switch {
 	case errors.Is(err, ErrNotOwner):
-		log.WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
+		w.execLog(e).WarnContext(ctx, "finish refused: another execution owns the job now", "outcome", o.state)
 	case err != nil:
-		log.ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
+		w.execLog(e).ErrorContext(ctx, "finish failed; the lease will expire and the job be retried", "outcome", o.state, "error", err)
 	default:
-		log.DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
-		w.usage.add(ctx, e.Tenant, usage.ExecutionsEnded(o.state), e.ID)
+		if w.log.Enabled(ctx, slog.LevelDebug) {
+			w.execLog(e).DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
+		}
+		w.usage.ended(ctx, e.Tenant, o.state, e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
 		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {
 			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
 		}
 	}
+}
+
+// execLog is the logger of e's lines. It is built only when a line is
+// written: most executions write none, and the attributes cost
+// allocations on every one.
+func (w *Worker) execLog(e *Execution) *slog.Logger {
+	return w.log.With("job_id", e.JobID, "execution_id", e.ID, "fencing_token", uint64(e.token), "attempt", e.attempt)
 }
 
 // limited says whether any of e's concurrency keys has a limit.

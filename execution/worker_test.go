@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -385,5 +388,80 @@ func TestGracefulShutdownHandsBackWithoutSpendingAnAttempt(t *testing.T) {
 	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed)
 	if done.State != job.StateSucceeded || done.Attempt != 1 {
 		t.Fatalf("state %s attempt %d: a max_attempts 1 job must still succeed after a hand-off", done.State, done.Attempt)
+	}
+}
+
+// Executions run on runners that stay for the next one (see Worker.start).
+// Through many more jobs than slots, no more than Concurrency handlers run
+// at any moment, every slot is used, and every job ends; Run then returns
+// with every runner gone (TestMain fails on a leaked goroutine).
+func TestHandlersRunAtMostConcurrencyAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const jobs, concurrency = 200, 4
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	var mu sync.Mutex
+	running, most := 0, 0
+	full := make(chan struct{}) // the first handlers wait for it
+	_, stop := f.startWorker(t, execution.Config{Concurrency: concurrency, MeterProvider: mp}, map[string]execution.Handler{
+		"count": func(context.Context, *execution.Execution) (any, error) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			<-full
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil, nil
+		},
+	})
+	ids := f.submitMany(t, "acme", jobs, job.Submission{Kind: "count"})
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running >= concurrency
+	}, "the handlers never filled the slots")
+	// While they hold every slot, a heartbeat renews their leases: the
+	// worker has had the time to start more handlers, if it would.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		h, ok := find(collect(t, reader), "leasehold.worker.heartbeat.lag").(metricdata.Histogram[float64])
+		return ok && h.DataPoints[0].Count >= concurrency
+	}, "no heartbeat renewed the running leases")
+	close(full)
+	for _, id := range ids {
+		f.waitState(t, id, 30*time.Second, job.StateSucceeded)
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if most != concurrency {
+		t.Fatalf("%d handlers ran at once, want %d", most, concurrency)
+	}
+}
+
+// Run may be called again once it has returned: its runners are its own.
+func TestRunAgainAfterItReturned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	w, err := execution.NewWorker(f.rdb, f.config(execution.Config{Concurrency: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("echo", echo)
+	for range 2 {
+		ctx, stop := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		// More jobs than runners: the runner takes the next.
+		for range 2 {
+			f.waitState(t, f.submit(t, job.Submission{Kind: "echo"}).ID, 10*time.Second, job.StateSucceeded)
+		}
+		stop()
+		if err := <-ran; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }
