@@ -262,6 +262,7 @@ func BenchmarkThroughputBaseline(b *testing.B) {
 					}
 					rdb.LPush(b.Context(), list, batch...)
 				}
+				redisCPU := testenv.RedisCPU(b, rdb)
 				start := time.Now()
 				b.StartTimer()
 				var wg sync.WaitGroup
@@ -279,6 +280,7 @@ func BenchmarkThroughputBaseline(b *testing.B) {
 				wg.Wait()
 				b.StopTimer()
 				b.ReportMetric(float64(jobs)/time.Since(start).Seconds(), "jobs/s")
+				b.ReportMetric(float64((testenv.RedisCPU(b, rdb)-redisCPU).Microseconds())/float64(jobs), "redis-cpu-µs/job")
 				rdb.Close()
 			}
 		})
