@@ -30,10 +30,12 @@
 //
 // # Cost
 //
-// A claim of up to Concurrency jobs is three round trips (a read-only peek
-// for the lanes at the head of the ready set and the due work, a pipelined
-// read of those lanes' first jobs, then the claim script over those
-// candidates), O(k log n) for k candidates in a queue of n, never a scan;
+// A claim of up to Concurrency jobs is two or three round trips (a
+// read-only peek for the lanes at the head of the ready set and the due
+// work, pipelined with a read of the first jobs of the lanes the last
+// claim saw there; a read of what that missed, if anything; then the
+// claim script over those candidates), O(k log n) for k candidates in a
+// queue of n, never a scan;
 // the due work one claim does is bounded, and so is the number of lanes it
 // looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all
 // of a worker's executions there. Finishes are written in batches, one

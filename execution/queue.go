@@ -46,6 +46,9 @@ type queue struct {
 	// the next one looks at more lanes, and reads one job of each of those
 	// (its jobs share its keys: one tells whether there is room for any).
 	blocked atomic.Pointer[map[string]bool]
+	// heads holds the lanes the last claim's peek saw at the head of the
+	// ready set: the next claim reads their first jobs along with its peek.
+	heads atomic.Pointer[[]string]
 }
 
 func (q *queue) fixedKeys() []string {
@@ -58,10 +61,12 @@ func (q *queue) fixedKeys() []string {
 
 // claim does the queue's due work (reaping expired leases, promoting due
 // retries, expiring jobs past max_wait) and claims up to want jobs for
-// worker. want 0 only does the due work: that is the reaper. It costs three
-// round trips: a read-only peek for the lanes at the head of the ready set
-// and the due work, a pipelined read of those lanes' first jobs (and the
-// due jobs' lanes), then the claim, which checks each candidate again.
+// worker. want 0 only does the due work: that is the reaper. It costs two or
+// three round trips: a read-only peek for the lanes at the head of the
+// ready set and the due work, pipelined with a read of the first jobs of
+// the lanes the last claim saw there; a read of what that missed (the due
+// jobs' lanes, lanes new at the head), if anything; then the claim, which
+// checks each candidate again.
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
@@ -74,7 +79,23 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if want > 0 && blocked != nil && len(*blocked) > 0 {
 		look = min(want*4+16, 256)
 	}
-	peeked, err := peekScript.Run(ctx, q.rdb, append(fixed[:4:4], fixed[7]), look, dueBatch).Slice()
+	// The lanes at the head are seldom new: the first jobs of those the
+	// last claim saw are read in the peek's round trip, and candidates
+	// reads only what that missed.
+	peekKeys := append(fixed[:4:4], fixed[7])
+	var peek *redis.Cmd
+	var ahead map[string]*redis.StringSliceCmd
+	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		peek = peekScript.EvalSha(ctx, p, peekKeys, look, dueBatch)
+		if last := q.heads.Load(); want > 0 && last != nil {
+			ahead = q.readLanes(ctx, p, *last, perLane(want, len(*last)), blocked)
+		}
+		return nil
+	})
+	if redis.HasErrorPrefix(peek.Err(), "NOSCRIPT") {
+		peek = peekScript.Run(ctx, q.rdb, peekKeys, look, dueBatch) // Redis lost its script cache
+	}
+	peeked, err := peek.Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -100,11 +121,14 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for _, lane := range peeked[0].([]any) {
 		heads = append(heads, lane.(string))
 	}
+	if want > 0 {
+		q.heads.Store(&heads)
+	}
 	retired := peeked[4].([]any) // terminal jobs past their retention
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil
 	}
-	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked)
+	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked, ahead)
 	if err != nil {
 		return nil, false, err
 	}
@@ -197,35 +221,62 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	return claimed, busy, nil
 }
 
-// candidates reads, in one round trip, the lane (the concurrency keys as
-// stored) of each job with due work, and the first jobs of each lane at the
-// head of the ready set: enough for want claims taking turns between them,
-// and only the first of a lane the last claim found blocked. A job whose
-// record is gone has no lane: the claim script drops it.
-func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *map[string]bool) (ids, lanes []string, err error) {
-	per := want
-	if len(heads) > 1 {
-		per = max(1, min(want, (2*want+len(heads)-1)/len(heads)))
+// perLane is how many jobs of each of n lanes a claim of want reads: enough
+// for want claims taking turns between them.
+func perLane(want, n int) int {
+	if n <= 1 {
+		return want
 	}
-	laneOf := make([]*redis.StringCmd, len(due))
-	jobsOf := make([]*redis.StringSliceCmd, len(heads))
-	_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range due {
-			laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+	return max(1, min(want, (2*want+n-1)/n))
+}
+
+// readLanes queues on p the reads of the first per jobs of lanes, and only
+// the first of a lane the last claim found blocked.
+func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string, per int, blocked *map[string]bool) map[string]*redis.StringSliceCmd {
+	read := make(map[string]*redis.StringSliceCmd, len(lanes))
+	for _, lane := range lanes {
+		n := per
+		if blocked != nil && (*blocked)[lane] {
+			n = 1
 		}
-		if per > 0 {
-			for i, lane := range heads {
-				n := per
-				if blocked != nil && (*blocked)[lane] {
-					n = 1
-				}
-				jobsOf[i] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(n-1))
+		read[lane] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(n-1))
+	}
+	return read
+}
+
+// candidates returns the candidates of a claim: each job with due work and
+// its lane (the concurrency keys as stored), then the first jobs of each
+// lane at the head of the ready set (see perLane). It reads, in one round
+// trip, what ahead (read with the peek) does not hold; none when it holds
+// every head lane and nothing is due. A job whose record is gone has no
+// lane: the claim script drops it.
+func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *map[string]bool,
+	ahead map[string]*redis.StringSliceCmd) (ids, lanes []string, err error) {
+	var missed []string
+	if want > 0 {
+		for _, lane := range heads {
+			if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
+				missed = append(missed, lane)
 			}
 		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, fmt.Errorf("read candidates %s: %w", q.name, err)
+	}
+	laneOf := make([]*redis.StringCmd, len(due))
+	if len(due) > 0 || len(missed) > 0 {
+		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range due {
+				laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+			}
+			for lane, cmd := range q.readLanes(ctx, p, missed, perLane(want, len(heads)), blocked) {
+				if ahead == nil {
+					ahead = map[string]*redis.StringSliceCmd{}
+				}
+				ahead[lane] = cmd
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("read candidates %s: %w", q.name, err)
+		}
 	}
 	seen := map[string]bool{}
 	for i, id := range due {
@@ -233,11 +284,11 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 		ids = append(ids, id)
 		lanes = append(lanes, laneOf[i].Val())
 	}
-	for i, lane := range heads {
-		if jobsOf[i] == nil {
-			continue
-		}
-		for _, id := range jobsOf[i].Val() {
+	if want == 0 {
+		return ids, lanes, nil // the reaper claims nothing
+	}
+	for _, lane := range heads {
+		for _, id := range ahead[lane].Val() {
 			if !seen[id] {
 				seen[id] = true
 				ids = append(ids, id)
