@@ -254,6 +254,48 @@ func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
 	}
 }
 
+// TestWorkerOnRedisCluster runs jobs of two queues (two hash slots) on a
+// Redis Cluster: batched claims and finishes, a limited key, retries and
+// the deletion of retired jobs. Every script must take each key it touches
+// through KEYS, in its queue's slot, or the cluster refuses it.
+func TestWorkerOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	f := newFixtureOn(t, testenv.Cluster(t).Client(t), testenv.NATS(t).Conn(t))
+	f.setLimit(t, "model:a", 2)
+	const retention = 300 * time.Millisecond
+	f.startWorker(t, execution.Config{Queues: []string{"default", "other"}, Concurrency: 16, Retention: retention},
+		map[string]execution.Handler{
+			"echo": echo,
+			"flaky": func(_ context.Context, e *execution.Execution) (any, error) {
+				if e.Attempt() == 1 {
+					return nil, errBoom
+				}
+				return "ok", nil
+			},
+		})
+	var ids []string
+	for i := range 30 {
+		s := job.Submission{Kind: "echo", Queue: []string{"default", "other"}[i%2]}
+		switch i % 3 {
+		case 1:
+			s.ConcurrencyKeys = []string{"model:a"}
+		case 2:
+			s.Kind = "flaky"
+		}
+		ids = append(ids, f.submit(t, s).ID)
+	}
+	for _, id := range ids {
+		f.waitState(t, id, 20*time.Second, job.StateSucceeded)
+	}
+	ks := keys.New(f.prefix)
+	for i, id := range ids {
+		q := []string{"default", "other"}[i%2]
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return f.rdb.Exists(t.Context(), ks.Job(q, id)).Val() == 0 && f.rdb.Exists(t.Context(), ks.JobEvents(q, id)).Val() == 0
+		}, "job %s was never deleted after its retention", id)
+	}
+}
+
 func TestCancelRunningJobStopsHandler(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
