@@ -10,22 +10,35 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// info reads one section of INFO from the Redis behind rdb, as its
+// name: value pairs.
+func info(tb testing.TB, rdb redis.UniversalClient, section string) map[string]string {
+	tb.Helper()
+	text, err := rdb.Info(tb.Context(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fields := map[string]string{}
+	for line := range strings.SplitSeq(text, "\n") {
+		if name, value, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[name] = value
+		}
+	}
+	return fields
+}
+
 // CommandsExecuted is how many commands the Redis behind rdb has run, those
 // inside scripts included and INFO's own excluded, from INFO commandstats:
 // benchmarks report commands per operation from two readings.
 func CommandsExecuted(tb testing.TB, rdb redis.UniversalClient) int64 {
 	tb.Helper()
-	info, err := rdb.Info(tb.Context(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var total int64
-	for line := range strings.SplitSeq(info, "\n") {
-		_, rest, ok := strings.Cut(line, ":calls=")
-		if !ok || strings.HasPrefix(line, "cmdstat_info:") {
+	for name, stats := range info(tb, rdb, "commandstats") {
+		calls, ok := strings.CutPrefix(stats, "calls=")
+		if !ok || name == "cmdstat_info" {
 			continue
 		}
-		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		n, _ := strconv.ParseInt(calls[:strings.IndexByte(calls, ',')], 10, 64)
 		total += n
 	}
 	return total
@@ -36,19 +49,24 @@ func CommandsExecuted(tb testing.TB, rdb redis.UniversalClient) int64 {
 // operation from two readings.
 func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	tb.Helper()
-	info, err := rdb.Info(tb.Context(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	cpu := info(tb, rdb, "cpu")
 	var total float64
-	for line := range strings.SplitSeq(info, "\n") {
-		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_sys" || name == "used_cpu_user" {
-			s, _ := strconv.ParseFloat(value, 64)
-			total += s
-		}
+	for _, name := range []string{"used_cpu_sys", "used_cpu_user"} {
+		s, _ := strconv.ParseFloat(cpu[name], 64)
+		total += s
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// RedisMemory is how many bytes the Redis behind rdb holds (used_memory
+// from INFO memory): benchmarks report what each job costs to keep.
+func RedisMemory(tb testing.TB, rdb redis.UniversalClient) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(info(tb, rdb, "memory")["used_memory"], 10, 64)
+	if err != nil {
+		tb.Fatalf("INFO memory: used_memory: %v", err)
+	}
+	return n
 }
 
 // ProcessCPU is how much CPU time this process has used, user and system.
@@ -59,22 +77,4 @@ func ProcessCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// RedisMemory is how many bytes the Redis behind rdb holds (used_memory
-// from INFO memory): benchmarks report what each job costs to keep.
-func RedisMemory(tb testing.TB, rdb redis.UniversalClient) int64 {
-	tb.Helper()
-	info, err := rdb.Info(tb.Context(), "memory").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	tb.Fatal("INFO memory has no used_memory")
-	return 0
 }
