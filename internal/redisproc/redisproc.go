@@ -45,6 +45,13 @@ func Start(dir string, port int, extra ...string) (*Server, error) {
 	if !Installed() {
 		return nil, errors.New(InstallHint)
 	}
+	// redis-server moves into --dir before it opens --logfile, which is in
+	// dir too: a relative dir (the dev mode's .dev) would name the log file
+	// twice over, and redis-server would refuse to start.
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("redis-server dir: %w", err)
+	}
 	s := &Server{dir: dir, port: port, extra: extra}
 	if err := s.start(); err != nil {
 		return nil, err
