@@ -79,9 +79,9 @@ func (q ListQuery) validate() error {
 // A page is read in rounds. Each round reads, in one pipeline, the next
 // entries of every queue's index (the tenant's, or every tenant's for an
 // admin), merges them, and reads the examined jobs in a second pipeline.
-// One round fills a page unless filters reject or jobs have expired; the
-// rounds then widen, doubling, so a page takes at most about
-// log2(1000/Limit) + 1 rounds.
+// One round fills a page unless filters reject or jobs were deleted at the
+// end of their retention; the rounds then widen, doubling, so a page takes
+// at most about log2(1000/Limit) + 1 rounds.
 func (s *Store) List(ctx context.Context, q ListQuery) (jobs []Job, next string, err error) {
 	if err := q.validate(); err != nil {
 		return nil, "", err
@@ -233,9 +233,10 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 	return merged[:min(n, len(merged))], len(merged) > n, nil
 }
 
-// load reads the jobs of entries, in order; a job whose hash has expired is
-// left zero and its entry removed from its index: indexes are cleaned
-// lazily, by the listings that meet dead entries.
+// load reads the jobs of entries, in order; a job whose hash was deleted at
+// the end of its retention is left zero and its entry removed from its
+// index: indexes are cleaned lazily, by the listings that meet dead
+// entries.
 func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, error) {
 	cmds := make([]*redis.SliceCmd, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
