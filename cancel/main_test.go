@@ -1,11 +1,8 @@
 package cancel_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,13 +21,13 @@ type env struct {
 	prefix  string
 	subject string
 	log     *slog.Logger
-	logs    *logBuffer
+	logs    *testenv.Buffer
 }
 
 func newEnv(t testing.TB) env {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	logs := &logBuffer{}
+	logs := &testenv.Buffer{}
 	// Registered first, so it runs last: after every watcher has stopped.
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -115,36 +112,4 @@ func cancelled(t testing.TB, ctx context.Context, timeout time.Duration, what st
 	if cause := context.Cause(ctx); cause != cancel.ErrRequested {
 		t.Fatalf("%s: cause = %v, want %v", what, cause, cancel.ErrRequested)
 	}
-}
-
-// logBuffer collects log output from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// has reports whether a log line contains every one of parts.
-func (l *logBuffer) has(parts ...string) bool {
-	for line := range strings.Lines(l.String()) {
-		found := true
-		for _, p := range parts {
-			found = found && strings.Contains(line, p)
-		}
-		if found {
-			return true
-		}
-	}
-	return false
 }

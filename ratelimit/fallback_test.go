@@ -38,8 +38,8 @@ func TestFallbackOnlyWhileRedisIsDown(t *testing.T) {
 	if err != nil || d.Fallback || !d.Allowed || d.Remaining != 99 {
 		t.Fatalf("with Redis up: %+v, %v; want the shared limit's decision", d, err)
 	}
-	if n := m.count(t, "leasehold.ratelimit.fallback.decisions"); n != 0 || len(out.lines()) != 0 {
-		t.Fatalf("with Redis up: %d fallback decisions, logs %q", n, out.lines())
+	if n := m.count(t, "leasehold.ratelimit.fallback.decisions"); n != 0 || len(out.Lines()) != 0 {
+		t.Fatalf("with Redis up: %d fallback decisions, logs %q", n, out.Lines())
 	}
 
 	srv.Kill(t)
@@ -61,8 +61,8 @@ func TestFallbackOnlyWhileRedisIsDown(t *testing.T) {
 	if d, err := l.Allow(ctx, "b", 1); err != nil || !d.Fallback || !d.Allowed {
 		t.Fatalf("another subject with Redis down: %+v, %v; want its own fallback bucket", d, err)
 	}
-	if got := len(out.lines("level=WARN", "does not answer")); got != 1 {
-		t.Fatalf("%d warnings about the outage, want 1:\n%s", got, out.buf.String())
+	if got := len(out.Lines("level=WARN", "does not answer")); got != 1 {
+		t.Fatalf("%d warnings about the outage, want 1:\n%s", got, out.String())
 	}
 	if a, r := m.count(t, "leasehold.ratelimit.fallback.decisions", attribute.Bool("allowed", true)),
 		m.count(t, "leasehold.ratelimit.fallback.decisions", attribute.Bool("allowed", false)); a != 3 || r != 1 {
@@ -86,7 +86,7 @@ func TestFallbackOnlyWhileRedisIsDown(t *testing.T) {
 	if d.Remaining != 98 {
 		t.Fatalf("remaining %d after Redis came back, want 98: the shared count goes on", d.Remaining)
 	}
-	if got := len(out.lines("level=INFO", "answers again")); got != 1 {
-		t.Fatalf("%d notes that Redis is back, want 1:\n%s", got, out.buf.String())
+	if got := len(out.Lines("level=INFO", "answers again")); got != 1 {
+		t.Fatalf("%d notes that Redis is back, want 1:\n%s", got, out.String())
 	}
 }

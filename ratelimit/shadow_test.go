@@ -1,12 +1,9 @@
 package ratelimit_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,33 +16,7 @@ import (
 )
 
 // logs collects what a logger wrote.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// lines returns the lines that contain every one of words.
-func (l *logs) lines(words ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for line := range strings.Lines(l.buf.String()) {
-		all := true
-		for _, w := range words {
-			all = all && strings.Contains(line, w)
-		}
-		if all {
-			out = append(out, line)
-		}
-	}
-	return out
-}
+type logs struct{ testenv.Buffer }
 
 func (l *logs) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
@@ -116,8 +87,8 @@ func TestShadowAllowsAndReports(t *testing.T) {
 	if n := m.count(t, "leasehold.ratelimit.shadowed"); n != 3 {
 		t.Fatalf("shadowed counter %d, want 3", n)
 	}
-	if lines := out.lines("shadow mode", "subject=tenant-a", "retry_after="); len(lines) != 3 {
-		t.Fatalf("%d log lines about tenant-a, want 3:\n%s", len(lines), out.buf.String())
+	if lines := out.Lines("shadow mode", "subject=tenant-a", "retry_after="); len(lines) != 3 {
+		t.Fatalf("%d log lines about tenant-a, want 3:\n%s", len(lines), out.String())
 	}
 
 	// Errors are errors still: shadow mode hides refusals, not failures.

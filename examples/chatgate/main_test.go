@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -31,7 +30,7 @@ func startGate(t *testing.T, args ...string) *gateUnderTest {
 	t.Helper()
 	prefix := testenv.Prefix(t)
 	ctx, stop := context.WithCancel(t.Context())
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	g := &gateUnderTest{ks: keys.New(prefix), done: make(chan error, 1), stop: stop}
 	go func() {
 		g.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-redis", testenv.Redis(t).Addr(),
@@ -171,22 +170,4 @@ func TestGateShutdownEndsStreamsAndWaits(t *testing.T) {
 			t.Fatal("a client was still connected after shutdown")
 		}
 	}
-}
-
-// lockedBuffer is written by run's goroutine and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

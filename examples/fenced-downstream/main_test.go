@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 func TestRun(t *testing.T) {
-	var out lockedBuffer
+	var out testenv.Buffer
 	if err := run(t.Context(), &out); err != nil {
 		t.Fatal(err)
 	}
@@ -25,23 +25,4 @@ func TestRun(t *testing.T) {
 	if strings.Contains(got, "stale\"} for job") {
 		t.Errorf("the stale result was stored:\n%s", got)
 	}
-}
-
-// lockedBuffer is written by the handler's goroutine and by run's: the race
-// detector cannot see the ordering the HTTP round trip gives them.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

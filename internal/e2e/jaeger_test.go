@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +83,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", config)
-	var out syncBuffer
+	var out testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -106,23 +104,6 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		return err == nil && resp.StatusCode == http.StatusOK
 	}, "jaeger's query API never answered")
 	return "http://127.0.0.1:" + strconv.Itoa(ports[2]), query
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // The parts of Jaeger's /api/traces answer the test reads.
