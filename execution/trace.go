@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -44,13 +43,6 @@ type execTrace struct {
 
 // consumer is the kind of an execution's spans, made once.
 var consumer = trace.WithSpanKind(trace.SpanKindConsumer)
-
-func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	return tp.Tracer(telemetry.ScopeName)
-}
 
 // traceStart records e's claim, sent at sent, as a span in its job's trace,
 // and starts e's own span there. It returns ctx carrying e's span, so a

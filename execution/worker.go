@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -184,7 +185,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		limits:   &limits{},
-		tracer:   newTracer(cfg.TracerProvider),
+		tracer:   telemetry.Tracer(cfg.TracerProvider),
 	}
 	if cfg.Usage != nil {
 		w.usage = &usageCounter{c: cfg.Usage, log: w.log}

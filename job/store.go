@@ -95,7 +95,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
 		submit:    scripts.Load("job_submit.lua", "fair.lua"),
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua"),
-		tracer:    newTracer(cfg.TracerProvider),
+		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
 		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -14,13 +13,6 @@ import (
 
 // Span event names of the job's trace.
 const EventCancelRequested = "cancel requested"
-
-func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	return tp.Tracer(telemetry.ScopeName)
-}
 
 // startSubmit starts the span that is the parent of everything that happens
 // to job id: the submit script stores its context with the job.

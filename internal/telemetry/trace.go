@@ -3,14 +3,24 @@ package telemetry
 import (
 	"context"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName names the tracer of every Leasehold package.
-const ScopeName = "github.com/leasehold/leasehold"
+// scopeName names the tracer of every Leasehold package.
+const scopeName = "github.com/leasehold/leasehold"
+
+// Tracer is Leasehold's tracer from tp, or from the global provider when tp
+// is nil.
+func Tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(scopeName)
+}
 
 // Attribute keys of Leasehold's spans, where OpenTelemetry's semantic
 // conventions have none.
