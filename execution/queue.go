@@ -133,10 +133,18 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		return nil, false, err
 	}
 	due := len(dueIDs)
-	ckeys := make([][]string, len(ids)) // each candidate's concurrency keys
-	if want > 0 {                       // else nothing is taken: no room to check
+	// Each candidate's concurrency keys, parsed once per lane: a lane's
+	// jobs share them.
+	ckeys := make([][]string, len(ids))
+	if want > 0 { // else nothing is taken: no room to check
+		parsed := map[string][]string{}
 		for i, lane := range lanes {
-			_ = json.Unmarshal([]byte(lane), &ckeys[i]) // written by the submit script: always an array ("" for a job gone)
+			keys, ok := parsed[lane]
+			if !ok {
+				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array ("" for a job gone)
+				parsed[lane] = keys
+			}
+			ckeys[i] = keys
 		}
 	}
 
