@@ -377,7 +377,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		if f.o.retryable {
 			retry = "1"
 		}
-		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.o.state, f.o.result, errJSON, retry,
+		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, f.o.state, f.o.result, errJSON, retry,
 			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent(), len(f.e.keys))
 		for _, k := range f.e.keys {
 			if _, ok := slot[k]; !ok {

@@ -8,7 +8,8 @@
 -- then the lease sets of the executions' concurrency keys, each once
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
 -- ARGV[3] n, the executions
--- then for each execution: job id, token,
+-- then for each execution: job id, token, attempt (the job's, set by the
+--   claim that issued the token),
 --   outcome (succeeded | failed | timed_out | cancelled | handed_off),
 --   result (JSON, "" for none), error (JSON, "" for none),
 --   "1" when a failure may be retried ("0" when it is permanent),
@@ -43,22 +44,23 @@ end
 local at = 3
 for i = 1, n do
   local job, events, lane = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
-  local id, token, outcome, result, err = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-  local retryable, backoff, trace, m = ARGV[at + 6] == '1', tonumber(ARGV[at + 7]), ARGV[at + 8], tonumber(ARGV[at + 9])
+  local id, token, attempt_s, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+  local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
+  local trace, m = ARGV[at + 9], tonumber(ARGV[at + 10])
   local sets = {}
   for j = 1, m do
-    sets[j] = KEYS[tonumber(ARGV[at + 9 + j])]
+    sets[j] = KEYS[tonumber(ARGV[at + 10 + j])]
   end
-  at = at + 9 + m
+  at = at + 10 + m
 
-  local f = redis.call('HMGET', job, 'token', 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'exec_state', 'concurrency_keys')
-  if f[1] == token and f[2] ~= 'running' and f[7] == outcome then
+  -- Only the owner's check is read here; a failure reads what its next
+  -- state depends on below (a success, the common end, needs none of it).
+  local f = redis.call('HMGET', job, 'token', 'state', 'exec_state')
+  if f[1] == token and f[2] ~= 'running' and f[3] == outcome then
     out[i] = f[2] -- a retry whose first run was written (its reply was lost)
   elseif f[1] ~= token or f[2] ~= 'running' then
     out[i] = ''
   else
-    local attempt, max_attempts, attempt_s = tonumber(f[3]), tonumber(f[4]), f[3]
     release(leases, id)
     for _, set in ipairs(sets) do
       release(set, id)
@@ -71,23 +73,27 @@ for i = 1, n do
       next = 'succeeded'
       fields[#fields + 1], fields[#fields + 2] = 'result', result
       fields[#fields + 1], fields[#fields + 2] = 'error', ''
-    elseif f[5] == '1' or outcome == 'cancelled' then
-      -- An acknowledged cancel wins over a failure or a hand-off: never retried.
-      next = 'cancelled'
-      fields[#fields + 1], fields[#fields + 2] = 'error', '{"code":"cancelled","message":"cancelled while running"}'
-    elseif outcome == 'handed_off' then
-      -- A graceful shutdown does not spend the attempt; the job is ready again now.
-      next = 'queued'
-      attempt_s = tostring(attempt - 1)
-      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt_s
-      fair_push(fair, ready, lane, f[8], id, tonumber(f[6]))
     else
-      fields[#fields + 1], fields[#fields + 2] = 'error', err
-      if retryable and attempt < max_attempts then
-        next = 'retrying'
-        redis.call('ZADD', scheduled, int(now + backoff), id)
+      local g = redis.call('HMGET', job, 'cancel_requested', 'max_attempts', 'priority', 'concurrency_keys')
+      local attempt = tonumber(attempt_s)
+      if g[1] == '1' or outcome == 'cancelled' then
+        -- An acknowledged cancel wins over a failure or a hand-off: never retried.
+        next = 'cancelled'
+        fields[#fields + 1], fields[#fields + 2] = 'error', '{"code":"cancelled","message":"cancelled while running"}'
+      elseif outcome == 'handed_off' then
+        -- A graceful shutdown does not spend the attempt; the job is ready again now.
+        next = 'queued'
+        attempt_s = tostring(attempt - 1)
+        fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt_s
+        fair_push(fair, ready, lane, g[4], id, tonumber(g[3]))
       else
-        next = 'failed'
+        fields[#fields + 1], fields[#fields + 2] = 'error', err
+        if retryable and attempt < tonumber(g[2]) then
+          next = 'retrying'
+          redis.call('ZADD', scheduled, int(now + tonumber(backoff)), id)
+        else
+          next = 'failed'
+        end
       end
     end
 
