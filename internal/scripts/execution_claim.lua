@@ -127,10 +127,11 @@ local live, lost, expired = {}, {}, {}
 for i = 1, n do
   local id = ARGV[8 + i]
   local job, events, lane = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
-  local f = redis.call('HMGET', job, 'state', 'attempt', 'max_attempts', 'cancel_requested', 'priority',
-    'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id', 'token', 'concurrency_keys', 'tenant',
-    'trace', 'exec_trace')
-  local state, attempt, max_attempts, cancel_requested, priority = f[1], f[2], f[3], f[4], f[5]
+  -- What a claim needs; what only due work needs is read below, for the
+  -- candidates that have some.
+  local f = redis.call('HMGET', job, 'state', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
+    'timeout_ms', 'exec_id', 'concurrency_keys', 'tenant', 'trace', 'exec_trace')
+  local state, attempt = f[1], f[2]
 
   if not state then
     -- The record is gone (retention ran out): drop what still points at it.
@@ -138,10 +139,12 @@ for i = 1, n do
     redis.call('ZREM', scheduled, id)
     redis.call('ZREM', leases, id)
     redis.call('ZREM', deadlines, id)
-  elseif f[1] == 'running' and ours[f[11]] then
-    reclaimed[#reclaimed + 1] = {i = i, id = id, f = f}
+  elseif f[1] == 'running' and ours[f[8]] then
+    reclaimed[#reclaimed + 1] = {i = i, id = id, job = job, f = f}
   else
     if i <= d then
+      local more = redis.call('HMGET', job, 'max_attempts', 'cancel_requested', 'priority')
+      local max_attempts, cancel_requested, priority = more[1], more[2], more[3]
       local lease = redis.call('ZSCORE', leases, id)
       if lease and tonumber(lease) <= now then
         redis.call('ZREM', leases, id)
@@ -163,7 +166,7 @@ for i = 1, n do
           end
           state = next
           event(events, state, attempt)
-          for _, v in ipairs({f[11] or '', f[14] or '', next}) do
+          for _, v in ipairs({f[8] or '', f[10] or '', next}) do
             lost[#lost + 1] = v
           end
         end
@@ -171,21 +174,21 @@ for i = 1, n do
 
       local deadline = redis.call('ZSCORE', deadlines, id)
       if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
-        fair_remove(fair, ready, lane, f[13], id)
+        fair_remove(fair, ready, lane, f[9], id)
         redis.call('ZREM', scheduled, id)
         redis.call('ZREM', deadlines, id)
         move(job, state, 'expired', 'finished_at', int(now),
           'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
         retire(id)
         state = 'expired'
-        expired[#expired + 1] = f[13]
+        expired[#expired + 1] = f[9]
         event(events, state, attempt)
       end
 
       local due = redis.call('ZSCORE', scheduled, id)
       if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
         redis.call('ZREM', scheduled, id)
-        fair_push(fair, ready, lane, f[13], id, priority)
+        fair_push(fair, ready, lane, f[9], id, priority)
         if state == 'retrying' then
           move(job, state, 'queued')
           state = 'queued'
@@ -227,7 +230,7 @@ for set, g in pairs(by_lane) do
       c.place = tonumber(place)
       claimable[#claimable + 1] = c
     elseif place then
-      fair_remove(fair, ready, set, c.f[13], c.id) -- not waiting any more: never hand it out
+      fair_remove(fair, ready, set, c.f[9], c.id) -- not waiting any more: never hand it out
     end
   end
 end
@@ -236,10 +239,10 @@ end
 -- turn (its score in the ready set).
 local lanes, names = {}, {}
 for _, c in ipairs(claimable) do
-  local l = lanes[c.f[13]]
+  local l = lanes[c.f[9]]
   if not l then
-    l = {name = c.f[13], set = c.lane, jobs = {}, next = 1, taken = {}}
-    lanes[c.f[13]] = l
+    l = {name = c.f[9], set = c.lane, jobs = {}, next = 1, taken = {}}
+    lanes[c.f[9]] = l
     names[#names + 1] = l.name
   end
   l.jobs[#l.jobs + 1] = c
@@ -248,7 +251,15 @@ if #names > 0 then
   local turns = redis.call('ZMSCORE', ready, unpack(names))
   for j, name in ipairs(names) do
     local l = lanes[name]
-    table.sort(l.jobs, function(a, b) return a.place < b.place end)
+    -- Candidates arrive in lane order (a lane's first jobs, read in
+    -- order): sort only when due work put some out of it.
+    local sorted = true
+    for j = 2, #l.jobs do
+      sorted = sorted and l.jobs[j - 1].place < l.jobs[j].place
+    end
+    if not sorted then
+      table.sort(l.jobs, function(a, b) return a.place < b.place end)
+    end
     l.turn = turns[j] and tonumber(turns[j])
   end
 end
@@ -257,20 +268,20 @@ local blocked = {}
 local claimed = {blocked, lost, expired}
 local function hand_out(id, exec_id, token, attempt, f)
   local k = #claimed
-  claimed[k + 1], claimed[k + 2], claimed[k + 3], claimed[k + 4], claimed[k + 5] = id, exec_id, token, attempt, f[8]
-  claimed[k + 6], claimed[k + 7], claimed[k + 8], claimed[k + 9], claimed[k + 10] = f[9], f[10], f[14], f[15], f[16]
+  claimed[k + 1], claimed[k + 2], claimed[k + 3], claimed[k + 4], claimed[k + 5] = id, exec_id, token, attempt, f[5]
+  claimed[k + 6], claimed[k + 7], claimed[k + 8], claimed[k + 9], claimed[k + 10] = f[6], f[7], f[10], f[11], f[12]
 end
 
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the owner's trust window (claim sent + ttl) does.
 local expires = int(now + 1 + ttl)
 for _, r in ipairs(reclaimed) do
-  ours[r.f[11]] = false
+  ours[r.f[8]] = false
   redis.call('ZADD', leases, 'XX', expires, r.id)
   for _, k in ipairs(spec[r.i]) do
     redis.call('ZADD', k.set, 'XX', expires, r.id)
   end
-  hand_out(r.id, r.f[11], tonumber(r.f[12]), tonumber(r.f[2]), r.f)
+  hand_out(r.id, r.f[8], tonumber(redis.call('HGET', r.job, 'token')), tonumber(r.f[2]), r.f)
 end
 
 -- room says whether every limited key of candidate c has a free slot,
@@ -352,7 +363,7 @@ if #takes > 0 then
     token = token + 1
     local n_attempt = tonumber(c.f[2]) + 1
     local attempt = tostring(n_attempt)
-    if c.f[7] ~= '0' then
+    if c.f[4] ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
     end
     lease_args[#lease_args + 1] = expires
@@ -362,14 +373,17 @@ if #takes > 0 then
       a[#a + 1] = expires
       a[#a + 1] = c.id
     end
-    local started = c.f[6]
-    if started == '' then
-      started = now_s
+    local fields = {'attempt', attempt, 'token', int(token), 'exec_id', exec_id, 'exec_worker', worker,
+      'exec_attempt', attempt, 'exec_started_at', now_s, 'exec_heartbeat_at', now_s, 'exec_state', 'running'}
+    -- Fields still as the submit wrote them are left alone: the job's
+    -- first start is kept, and a job that never ran has no end to clear.
+    if c.f[3] == '' then
+      fields[#fields + 1], fields[#fields + 2] = 'started_at', now_s
     end
-    move(c.job, 'queued', 'running', 'attempt', attempt, 'token', int(token), 'started_at', started,
-      'exec_id', exec_id, 'exec_worker', worker, 'exec_attempt', attempt,
-      'exec_started_at', now_s, 'exec_heartbeat_at', now_s,
-      'exec_finished_at', '', 'exec_state', 'running')
+    if c.f[8] ~= '' then
+      fields[#fields + 1], fields[#fields + 2] = 'exec_finished_at', ''
+    end
+    move(c.job, 'queued', 'running', unpack(fields))
     event(c.events, 'running', attempt)
     hand_out(c.id, exec_id, token, n_attempt, c.f)
   end
