@@ -42,15 +42,16 @@ for i = 11, #KEYS do
 end
 
 -- A small hash is a listpack that Redis searches from the front: the
--- fields every claim, heartbeat and finish reads come first.
+-- fields claims and finishes read or write come first, in about the order
+-- they are used, and those only due work, cancels and reads use come last.
 redis.call('HSET', job,
   'state', 'queued', 'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '',
-  'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'concurrency_keys', ARGV[7], 'started_at', '', 'max_wait_ms', ARGV[11], 'kind', ARGV[4],
+  'started_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7], 'kind', ARGV[4],
   'input', ARGV[8], 'timeout_ms', ARGV[10], 'tenant', ARGV[2], 'trace', ARGV[15], 'exec_trace', '',
   'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
-  'exec_finished_at', '', 'id', id, 'queue', ARGV[3], 'created_at', now, 'finished_at', '',
-  'metadata', ARGV[9], 'result', '', 'error', '', 'on_busy', ARGV[12])
+  'exec_finished_at', '', 'result', '', 'error', '', 'finished_at', '',
+  'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
+  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12])
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
