@@ -279,7 +279,8 @@ func TestComposeServices(t *testing.T) {
 
 func TestComposeRedis(t *testing.T) {
 	cmd := " " + strings.Join(words(get(compose(t), "services", "redis", "command")), " ") + " "
-	for _, want := range []string{" --maxmemory-policy noeviction ", " --appendonly yes ", " --stream-node-max-bytes 1024 "} {
+	for _, want := range []string{" --maxmemory-policy noeviction ", " --appendonly yes ", " --stream-node-max-bytes 1024 ",
+		" --zset-max-listpack-entries 32 "} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("compose.yaml: redis command %q lacks %q", cmd, strings.TrimSpace(want))
 		}

@@ -34,11 +34,12 @@
 // length Period, exactly. Each entry's member is a random 64-bit id drawn by
 // the caller plus an index, never the bare timestamp, so requests in the
 // same microsecond are all counted. Memory grows with the limit: up to Limit
-// entries per subject, about 30 bytes each while a log has at most 128 (Redis
-// keeps it as a listpack), about 120 bytes each beyond (a skiplist): a busy
-// subject under 1000 per minute holds about 120 KB. Refused requests are
-// not logged, so hammering costs no memory. The log expires one Period after
-// its newest entry.
+// entries per subject, about 30 bytes each while a log has at most
+// zset-max-listpack-entries (Redis keeps it as a listpack; 128 by default,
+// 32 as docs/operations.md advises), about 120 bytes each beyond (a
+// skiplist): a busy subject under 1000 per minute holds about 120 KB.
+// Refused requests are not logged, so hammering costs no memory. The log
+// expires one Period after its newest entry.
 //
 // SlidingWindow (a sliding window counter). Counts per fixed window
 // [k·Period, (k+1)·Period); at a fraction f into window k a request is

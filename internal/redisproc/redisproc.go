@@ -68,6 +68,7 @@ func (s *Server) start() error {
 		"--save", "",
 		"--maxmemory-policy", "noeviction",
 		"--stream-node-max-bytes", "1024", // as docs/operations.md advises
+		"--zset-max-listpack-entries", "32", // likewise
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
