@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -149,18 +150,36 @@ func submitAll(b *testing.B, store *job.Store, n int, sub func(i int) job.Submis
 	wg.Wait()
 }
 
-func benchThroughput(b *testing.B, run benchRun) {
-	b.StopTimer()
-	jobs, concurrency := run.jobs, run.concurrency
-	// An empty server for each run: what earlier runs left behind (their
-	// memory, an AOF rewrite of it) is not measured.
+// freshStore starts an empty redis-server for one run, so that what earlier
+// runs left behind (their memory, an AOF rewrite of it) is not measured, and
+// returns it with a client, a key prefix and a job store on it.
+func freshStore(b *testing.B) (*testenv.RedisServer, redis.UniversalClient, string, *job.Store) {
 	srv := testenv.StartRedis(b, "--appendfsync", "everysec")
-	rdb := srv.Client(b)
-	prefix := testenv.Prefix(b)
+	rdb, prefix := srv.Client(b), testenv.Prefix(b)
 	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return srv, rdb, prefix, store
+}
+
+// rewriteAOF rewrites the AOF and waits for the rewrite to end. Loading the
+// jobs grew it to where Redis would rewrite it (a fork, then copy-on-write
+// faults) during the run: the clock starts after.
+func rewriteAOF(b *testing.B, rdb redis.UniversalClient) {
+	if err := rdb.BgRewriteAOF(b.Context()).Err(); err != nil && !strings.Contains(err.Error(), "already in progress") {
+		b.Fatal(err)
+	}
+	testenv.Eventually(b, 5*time.Minute, func() bool {
+		info, err := rdb.Info(b.Context(), "persistence").Result()
+		return err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0")
+	}, "the AOF rewrite never ended")
+}
+
+func benchThroughput(b *testing.B, run benchRun) {
+	b.StopTimer()
+	jobs, concurrency := run.jobs, run.concurrency
+	srv, rdb, prefix, store := freshStore(b)
 	for k, n := range run.limits {
 		if err := store.SetLimit(b.Context(), k, int64(n)); err != nil {
 			b.Fatal(err)
@@ -174,16 +193,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 		run.submission = func(int) job.Submission { return job.Submission{Kind: "noop"} }
 	}
 	submitAll(b, store, jobs, run.submission)
-	// Loading the jobs grew the AOF to where Redis would rewrite it (a
-	// fork, then copy-on-write faults) during the run: rewrite it now, and
-	// start the clock once that has ended.
-	if err := rdb.BgRewriteAOF(b.Context()).Err(); err != nil && !strings.Contains(err.Error(), "already in progress") {
-		b.Fatal(err)
-	}
-	testenv.Eventually(b, 5*time.Minute, func() bool {
-		info, err := rdb.Info(b.Context(), "persistence").Result()
-		return err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0")
-	}, "the AOF rewrite never ended")
+	rewriteAOF(b, rdb)
 
 	trips := &tripCounter{}
 	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
@@ -286,6 +296,86 @@ func BenchmarkThroughputBaseline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkThroughputFloor is the other yardstick: the same jobs, submitted
+// the same way, go through only the writes their lives make here (the
+// claim's HSET, running event and lease; the finish's HSET, end event, lease
+// release and retirement), one script per batch of 70 for each, two batches
+// in flight: no peek, reads, checks, tokens, fairness, limits, stats or
+// worker. No design that records what this one records does less on Redis.
+func BenchmarkThroughputFloor(b *testing.B) {
+	const jobs, batch = 20_000, 70
+	for range b.N {
+		b.StopTimer()
+		_, rdb, prefix, store := freshStore(b)
+		submitAll(b, store, jobs, func(int) job.Submission { return job.Submission{Kind: "noop"} })
+		rewriteAOF(b, rdb)
+		ks, q := keys.New(prefix), job.DefaultQueue
+		lane := ks.QueueLane(q, `["tenant:bench"]`)
+		fixed := []string{ks.QueueLeases(q), ks.QueueRetired(q)}
+		redisCPU := testenv.RedisCPU(b, rdb)
+		start := time.Now()
+		b.StartTimer()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for {
+					ids, err := rdb.ZPopMin(context.Background(), lane, batch).Result()
+					if err != nil || len(ids) == 0 {
+						return
+					}
+					keys, args := fixed, []any{job.EventsMaxLen}
+					for _, z := range ids {
+						id := z.Member.(string)
+						keys = append(keys, ks.Job(q, id), ks.JobEvents(q, id))
+						args = append(args, id)
+					}
+					for _, script := range []*redis.Script{floorClaim, floorFinish} {
+						if err := script.Run(context.Background(), rdb, keys, args...).Err(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(jobs)/time.Since(start).Seconds(), "jobs/s")
+		b.ReportMetric(float64((testenv.RedisCPU(b, rdb)-redisCPU).Microseconds())/float64(jobs), "redis-cpu-µs/job")
+	}
+}
+
+// floorClaim and floorFinish write what the claim and finish scripts write
+// for each job of a batch. KEYS: leases, retired, then each job's hash and
+// events. ARGV: events MAXLEN, then the job ids.
+var (
+	floorClaim = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] .. string.sub(t[2], 1, 3)
+local leases = {}
+for i = 3, #KEYS, 2 do
+  redis.call('HSET', KEYS[i], 'state', 'running', 'attempt', '1', 'token', '1000000', 'exec_id',
+    '0193a4f2-7c1e-7d2a-9b1e-0123456789ab', 'exec_worker', 'bench-worker', 'exec_attempt', '1',
+    'exec_started_at', now, 'exec_heartbeat_at', now, 'exec_state', 'running', 'started_at', now)
+  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"running","attempt":1}')
+  leases[#leases + 1], leases[#leases + 2] = now, ARGV[(i + 1) / 2]
+end
+return redis.call('ZADD', KEYS[1], unpack(leases))`)
+	floorFinish = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] .. string.sub(t[2], 1, 3)
+local released, retired = {}, {}
+for i = 3, #KEYS, 2 do
+  redis.call('HSET', KEYS[i], 'exec_state', 'succeeded', 'exec_finished_at', now, 'exec_trace', '',
+    'result', 'null', 'error', '', 'state', 'succeeded', 'finished_at', now)
+  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"succeeded","attempt":1}')
+  released[#released + 1] = ARGV[(i + 1) / 2]
+  retired[#retired + 1], retired[#retired + 2] = now, ARGV[(i + 1) / 2]
+end
+redis.call('ZREM', KEYS[1], unpack(released))
+return redis.call('ZADD', KEYS[2], unpack(retired))`)
+)
 
 // BenchmarkIdlePickup measures how long an idle worker takes from a job's
 // submission (and its NATS wake-up) to the handler starting. Polling is set
