@@ -45,3 +45,20 @@ lint: ## go vet and a pinned staticcheck.
 bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
 	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/
+
+# Wall-clock figures on shared machines move by a third from run to run;
+# instruction counts do not. This runs BenchmarkThroughput at concurrency
+# 200 with its redis-server under callgrind (through a wrapper first in
+# PATH) and counts Redis's instructions from the clock's start to its stop,
+# per job (the benchmark's 20 000): compare two commits with it.
+REDIS_SERVER = $(shell command -v redis-server)
+
+.PHONY: bench/instructions
+bench/instructions: ## Count Redis instructions per job (valgrind), to compare commits.
+	@test -n "$(REDIS_SERVER)" || { echo "redis-server not found: apt-get install -y redis-server"; exit 1; }
+	mkdir -p .bench/bin && rm -f .bench/callgrind.*
+	printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=$(CURDIR)/.bench/callgrind.%%p $(REDIS_SERVER) "$$@"\n' > .bench/bin/redis-server
+	chmod +x .bench/bin/redis-server
+	PATH="$(CURDIR)/.bench/bin:$$PATH" LEASEHOLD_BENCH_CALLGRIND=1 \
+		$(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=200$$' -benchtime 1x ./execution/
+	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
