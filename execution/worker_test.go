@@ -3,6 +3,7 @@ package execution_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -187,6 +188,65 @@ func TestPriorityThenFIFO(t *testing.T) {
 			t.Fatalf("ran in order %v, want %v", order, want)
 		}
 	}
+}
+
+// A delayed job that comes due joins its lane in its priority's band: it
+// runs before a job of lower priority that has waited all along.
+func TestDueJobKeepsItsPriority(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const delay = 300 * time.Millisecond
+	low := f.submit(t, job.Submission{Kind: "order"})
+	high := f.submit(t, job.Submission{Kind: "order", Priority: 10, Delay: job.Duration(delay)})
+	time.Sleep(time.Until(high.CreatedAt.Add(delay))) // both wait, high in the schedule, until it is due
+	var mu sync.Mutex
+	var order []string
+	f.startWorker(t, execution.Config{Concurrency: 1}, map[string]execution.Handler{
+		"order": func(_ context.Context, e *execution.Execution) (any, error) {
+			mu.Lock()
+			order = append(order, e.JobID)
+			mu.Unlock()
+			return nil, nil
+		},
+	})
+	f.waitState(t, low.ID, 10*time.Second, job.StateSucceeded)
+	f.waitState(t, high.ID, 10*time.Second, job.StateSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{high.ID, low.ID}; !slices.Equal(order, want) {
+		t.Fatalf("ran in order %v, want %v (the due job has the higher priority)", order, want)
+	}
+}
+
+// A retry's execution shows no end until it has one: the claim clears what
+// the last execution left.
+func TestRetriedExecutionIsNotFinishedWhileItRuns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	release := make(chan struct{})
+	retryAtOnce := func(int) time.Duration { return 10 * time.Millisecond }
+	f.startWorker(t, execution.Config{Backoff: retryAtOnce}, map[string]execution.Handler{
+		"flaky": func(ctx context.Context, e *execution.Execution) (any, error) {
+			if e.Attempt() == 1 {
+				return nil, errors.New("first attempt fails")
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "flaky", MaxAttempts: 2})
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		j = f.get(t, j.ID)
+		return j.State == job.StateRunning && j.Execution != nil && j.Execution.Attempt == 2
+	}, "the second attempt never started")
+	if j.Execution.FinishedAt != nil {
+		t.Errorf("the running second attempt shows finished_at %v (the first attempt's end)", j.Execution.FinishedAt)
+	}
+	close(release)
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
 }
 
 func TestCancelQueuedJobNeverRuns(t *testing.T) {
