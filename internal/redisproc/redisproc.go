@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -73,14 +74,26 @@ func (s *Server) start() error {
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
 	cmd := exec.Command("redis-server", append(args, s.extra...)...)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	done := make(chan struct{})
+	// A process that dies without stopping its server (a test binary's
+	// timeout panic, a kill -9) takes the server with it: the kernel sends
+	// the death signal when the thread that started the child exits, so
+	// that thread belongs to the goroutine that waits for the child, for
+	// as long as the child lives.
+	dieWithParent(cmd)
+	started, done := make(chan error, 1), make(chan struct{})
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine, after the child
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait() // killed on purpose; the exit status says nothing
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
