@@ -254,8 +254,8 @@ if #names > 0 then
     -- Candidates arrive in lane order (a lane's first jobs, read in
     -- order): sort only when due work put some out of it.
     local sorted = true
-    for j = 2, #l.jobs do
-      sorted = sorted and l.jobs[j - 1].place < l.jobs[j].place
+    for k = 2, #l.jobs do
+      sorted = sorted and l.jobs[k - 1].place < l.jobs[k].place
     end
     if not sorted then
       table.sort(l.jobs, function(a, b) return a.place < b.place end)
