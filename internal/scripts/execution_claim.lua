@@ -201,16 +201,6 @@ for i = 1, n do
   end
 end
 
--- group returns the list kept under key in groups, new if need be.
-local function group(groups, key)
-  local g = groups[key]
-  if not g then
-    g = {}
-    groups[key] = g
-  end
-  return g
-end
-
 -- Which candidates still wait in their lanes: one ZMSCORE per lane.
 local by_lane = {}
 for _, c in ipairs(live) do

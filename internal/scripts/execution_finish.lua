@@ -30,14 +30,11 @@ local function int(x) return string.format('%.0f', x) end
 -- Formatted once: each number turned into a string costs a sprintf.
 local now_s, retire_at = int(now), int(now + tonumber(retention))
 
+-- released holds the ids whose leases each set gives up (batch.lua's
+-- group): removed once per batch.
 local out, released, counts, retiring = {}, {}, {}, {}
--- release gives up id's leases: collected per set, removed once per batch.
 local function release(set, id)
-  local ids = released[set]
-  if not ids then
-    ids = {}
-    released[set] = ids
-  end
+  local ids = group(released, set)
   ids[#ids + 1] = id
 end
 
