@@ -167,26 +167,32 @@ func TestPriorityThenFIFO(t *testing.T) {
 	for _, p := range []int{0, 0, 10, -5, 10} {
 		ids = append(ids, f.submit(t, job.Submission{Kind: "order", Priority: p}).ID)
 	}
+	order := runInOrder(t, f)
+	for _, id := range ids {
+		f.waitState(t, id, 10*time.Second, job.StateSucceeded)
+	}
+	if want := []string{ids[2], ids[4], ids[0], ids[1], ids[3]}; !slices.Equal(order(), want) {
+		t.Fatalf("ran in order %v, want %v", order(), want)
+	}
+}
+
+// runInOrder starts a worker that runs "order" jobs one at a time, and
+// returns what it has run so far, in order.
+func runInOrder(t *testing.T, f *fixture) (order func() []string) {
 	var mu sync.Mutex
-	var order []string
+	var ran []string
 	f.startWorker(t, execution.Config{Concurrency: 1}, map[string]execution.Handler{
 		"order": func(_ context.Context, e *execution.Execution) (any, error) {
 			mu.Lock()
-			order = append(order, e.JobID)
+			ran = append(ran, e.JobID)
 			mu.Unlock()
 			return nil, nil
 		},
 	})
-	for _, id := range ids {
-		f.waitState(t, id, 10*time.Second, job.StateSucceeded)
-	}
-	want := []string{ids[2], ids[4], ids[0], ids[1], ids[3]}
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range want {
-		if order[i] != want[i] {
-			t.Fatalf("ran in order %v, want %v", order, want)
-		}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(ran)
 	}
 }
 
@@ -199,22 +205,11 @@ func TestDueJobKeepsItsPriority(t *testing.T) {
 	low := f.submit(t, job.Submission{Kind: "order"})
 	high := f.submit(t, job.Submission{Kind: "order", Priority: 10, Delay: job.Duration(delay)})
 	time.Sleep(time.Until(high.CreatedAt.Add(delay))) // both wait, high in the schedule, until it is due
-	var mu sync.Mutex
-	var order []string
-	f.startWorker(t, execution.Config{Concurrency: 1}, map[string]execution.Handler{
-		"order": func(_ context.Context, e *execution.Execution) (any, error) {
-			mu.Lock()
-			order = append(order, e.JobID)
-			mu.Unlock()
-			return nil, nil
-		},
-	})
+	order := runInOrder(t, f)
 	f.waitState(t, low.ID, 10*time.Second, job.StateSucceeded)
 	f.waitState(t, high.ID, 10*time.Second, job.StateSucceeded)
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{high.ID, low.ID}; !slices.Equal(order, want) {
-		t.Fatalf("ran in order %v, want %v (the due job has the higher priority)", order, want)
+	if want := []string{high.ID, low.ID}; !slices.Equal(order(), want) {
+		t.Fatalf("ran in order %v, want %v (the due job has the higher priority)", order(), want)
 	}
 }
 
