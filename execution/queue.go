@@ -19,9 +19,9 @@ import (
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua", "fair.lua")
+	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
-	finishScript    = scripts.Load("execution_finish.lua", "fair.lua")
+	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "batch.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
 )
 
@@ -92,10 +92,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		return nil
 	})
-	if redis.HasErrorPrefix(peek.Err(), "NOSCRIPT") {
-		peek = peekScript.Run(ctx, q.rdb, peekKeys, look, dueBatch) // Redis lost its script cache
-	}
-	peeked, err := peek.Slice()
+	peeked, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -227,6 +224,17 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		})
 	}
 	return claimed, busy, nil
+}
+
+// reloaded returns cmd, script's EVALSHA sent in a pipeline (go-redis
+// falls back to EVAL only outside one), or, when Redis had lost its script
+// cache (a restart), script run again with Run, which loads it.
+func reloaded(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, cmd *redis.Cmd,
+	keys []string, args ...any) *redis.Cmd {
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return script.Run(ctx, rdb, keys, args...)
+	}
+	return cmd
 }
 
 // perLane is how many jobs of each of n lanes a claim of want reads: enough
@@ -410,12 +418,8 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 		return nil
 	})
 	for _, b := range batches {
+		b.cmd = reloaded(ctx, rdb, finishScript, b.cmd, b.keys, b.args...)
 		err := b.cmd.Err()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis lost its script cache (a restart): Run loads it again.
-			b.cmd = finishScript.Run(ctx, rdb, b.keys, b.args...)
-			err = b.cmd.Err()
-		}
 		var states []string
 		if err == nil {
 			states, err = b.cmd.StringSlice()
