@@ -34,9 +34,9 @@ func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], 
 func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("api", stderr)
 	addr := fs.String("addr", "LEASEHOLD_ADDR", "127.0.0.1:8080", "listen address")
-	redisURL := fs.String("redis-url", "LEASEHOLD_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (add ?pool_size=N for many concurrent ?wait= and event streams: each holds a connection)")
-	natsURL := fs.String("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
-	apiKeys := fs.String("api-keys", "LEASEHOLD_API_KEYS", "", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
+	redisFlags := fs.Redis("Redis URL")
+	natsURL := fs.URL("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	apiKeys := fs.Secret("api-keys", "LEASEHOLD_API_KEYS", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
@@ -66,7 +66,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 
-	rdb, err := cli.Redis(ctx, *redisURL)
+	rdb, err := cli.Redis(ctx, redisFlags.Config(), log)
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := cli.NewFlags("leasehold dev", stderr)
 	addr := fs.String("addr", "LEASEHOLD_ADDR", "127.0.0.1:8080", "API listen address")
 	dataDir := fs.String("data", "LEASEHOLD_DEV_DATA", ".dev", "directory for Redis's data (AOF)")
-	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
-	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
-	memory := fs.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) 
 		if err != nil {
 			return nil, nil, false, err
 		}
-		rdb, err := cli.Redis(ctx, "redis://"+srv.Addr()+"/0")
+		rdb, err := cli.Redis(ctx, cli.RedisConfig{URL: "redis://" + srv.Addr() + "/0"}, log)
 		if err != nil {
 			srv.Stop()
 			return nil, nil, false, err

@@ -25,16 +25,16 @@ func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args
 
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("worker", stderr)
-	redisURL := fs.String("redis-url", "LEASEHOLD_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
-	natsURL := fs.String("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	redisFlags := fs.Redis("Redis URL")
+	natsURL := fs.URL("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", "default", "comma-separated queues to serve")
 	concurrency := fs.Int("concurrency", "LEASEHOLD_CONCURRENCY", 32, "executions run at once")
 	heartbeat := fs.Duration("heartbeat", "LEASEHOLD_HEARTBEAT", 2*time.Second, "lease heartbeat interval")
 	leaseTTL := fs.Duration("lease-ttl", "LEASEHOLD_LEASE_TTL", 10*time.Second, "lease TTL")
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
-	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
-	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,7 +46,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 
-	rdb, err := cli.Redis(ctx, *redisURL)
+	rdb, err := cli.Redis(ctx, redisFlags.Config(), log)
 	if err != nil {
 		return err
 	}
