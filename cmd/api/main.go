@@ -39,6 +39,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	apiKeys := fs.Secret("api-keys", "LEASEHOLD_API_KEYS", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
+	bodyTimeout := fs.Duration("body-timeout", "LEASEHOLD_BODY_TIMEOUT", httpapi.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
@@ -107,6 +108,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Prefix:        *prefix,
 		Keys:          keys,
 		MaxBody:       int64(*maxBody),
+		BodyTimeout:   *bodyTimeout,
 		RedisTimeout:  *redisTimeout,
 		Logger:        log,
 		MeterProvider: meters,

@@ -113,6 +113,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
 	case errors.As(err, &tooLarge):
 		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit))
+	case errors.Is(err, errBodyTimeout):
+		writeProblem(w, http.StatusRequestTimeout, "the body did not arrive in time")
 	case errors.As(err, &bad):
 		writeProblem(w, http.StatusBadRequest, bad.detail, bad.fields...)
 	case errors.As(err, &invalid):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -32,6 +33,7 @@ const (
 	DefaultMaxBody      = 1 << 20
 	DefaultRedisTimeout = 2 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
+	DefaultBodyTimeout  = 30 * time.Second
 )
 
 // MaxWait is the longest ?wait= a GET of a job may ask for.
@@ -70,6 +72,10 @@ type Config struct {
 	// MaxBody is the largest request body, in bytes; default DefaultMaxBody
 	// (1 MiB). Larger bodies are answered 413.
 	MaxBody int64
+	// BodyTimeout is how long a request body may take to arrive, from when
+	// the handler starts reading it; default DefaultBodyTimeout (30s). Past
+	// it the request is answered 408.
+	BodyTimeout time.Duration
 	// RedisTimeout bounds the Redis work of one request, default
 	// DefaultRedisTimeout (2s); a blocking read gets its wait on top. Past
 	// it the request is answered 503.
@@ -115,6 +121,7 @@ type server struct {
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
 	maxBody      int64
+	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
 	log          *slog.Logger
@@ -129,8 +136,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0:
-		return nil, errors.New("httpapi: negative MaxBody, RedisTimeout or KeepAlive")
+	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0:
+		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout or KeepAlive")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -143,6 +150,7 @@ func New(cfg Config) (http.Handler, error) {
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
+		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
 		log:          cmp.Or(cfg.Logger, slog.Default()),
@@ -198,7 +206,45 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.HandleFunc("/", notFound)
-	return traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), nil
+	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
+}
+
+// bodyDeadline gives a request body timeout to arrive, from its first
+// read: a body trickled in byte by byte would otherwise hold its goroutine
+// and connection for as long as the client likes. The server's ReadTimeout
+// cannot do this, as it would also cut event streams and ?wait= requests,
+// whose connections are read until they end. It sits outside every
+// wrapper of the ResponseWriter, which could hide the connection.
+func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: timeout}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody sets the connection's read deadline at its first read and
+// lifts it when the whole body has been read. After a timeout it stays:
+// the server reads what is left of a body before it answers, and must
+// not wait for a trickle then either.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if !b.started {
+		b.started = true
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // methods serves one path: a handler per method, and 405 with Allow for
