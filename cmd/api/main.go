@@ -44,6 +44,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
 	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
+	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -100,7 +101,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("concurrency limits written", "limits", len(limits))
 	}
 
-	handler, err := httpapi.New(httpapi.Config{
+	cfg := httpapi.Config{
 		Store:         store,
 		Rate:          limiter,
 		Redis:         rdb,
@@ -113,7 +114,12 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Logger:        log,
 		MeterProvider: meters,
 		Metrics:       metrics,
-	})
+	}
+	handler, err := httpapi.New(cfg)
+	if err != nil {
+		return err
+	}
+	ops, err := httpapi.Ops(cfg)
 	if err != nil {
 		return err
 	}
@@ -121,10 +127,16 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("api listening", "addr", ln.Addr().String(), "tenants", keys.Len())
+	opsLn, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", opsLn.Addr().String(), "tenants", keys.Len())
 
 	var g run.Group
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
+	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

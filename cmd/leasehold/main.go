@@ -53,6 +53,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	dataDir := fs.String("data", "LEASEHOLD_DEV_DATA", ".dev", "directory for Redis's data (AOF)")
 	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,10 +102,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{
+	apiCfg := httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
 		Usage: counters,
-	})
+	}
+	api, err := httpapi.New(apiCfg)
+	if err != nil {
+		return err
+	}
+	ops, err := httpapi.Ops(apiCfg)
 	if err != nil {
 		return err
 	}
@@ -130,9 +136,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	opsLn, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	banner(stdout, "http://"+ln.Addr().String(), key, *dataDir, durable, *llmURL == "")
+	log.Info("metrics listening", "metrics_addr", opsLn.Addr().String())
 
 	g.Add(cli.Serve(ctx, ln, api, log))
+	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))

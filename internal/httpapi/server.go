@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -103,9 +102,10 @@ type Config struct {
 	// the default Store's job spans; default otel.GetTracerProvider(). A
 	// traceparent header on a request makes it a child of the caller's span.
 	TracerProvider trace.TracerProvider
-	// Metrics serves GET /metrics; default promhttp.Handler(), the default
-	// Prometheus registry, which an OpenTelemetry Prometheus exporter made
-	// without WithRegisterer feeds.
+	// Metrics serves GET /metrics on the handler Ops returns, never on the
+	// public one; default promhttp.Handler(), the default Prometheus
+	// registry, which an OpenTelemetry Prometheus exporter made without
+	// WithRegisterer feeds.
 	Metrics http.Handler
 }
 
@@ -181,11 +181,6 @@ func New(cfg Config) (http.Handler, error) {
 	if s.rateMetrics, err = newRateInstruments(mp); err != nil {
 		return nil, fmt.Errorf("httpapi: metrics: %w", err)
 	}
-	metricsHandler := cfg.Metrics
-	if metricsHandler == nil {
-		metricsHandler = promhttp.Handler()
-	}
-
 	mux := http.NewServeMux()
 	mux.Handle("/v1/jobs", methods{
 		http.MethodGet:  s.authed(s.listJobs),
@@ -203,7 +198,6 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
-	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.HandleFunc("/", notFound)
 	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
