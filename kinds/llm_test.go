@@ -36,6 +36,12 @@ type llmFixture struct {
 // given (a fake's hanging streams), then the worker, then the server.
 func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution.Config) *llmFixture {
 	t.Helper()
+	return startKinds(t, upstream, SleepConfig{}, llm, wcfg)
+}
+
+// startKinds is startLLM with sleep's configuration too.
+func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config) *llmFixture {
+	t.Helper()
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
@@ -64,7 +70,7 @@ func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution
 	if err != nil {
 		t.Fatal(err)
 	}
-	Register(w, nil, llm)
+	Register(w, sleep, llm)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -26,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -45,6 +46,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
 	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,6 +54,10 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	limits, err := job.ParseLimits(*limitsFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
+	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
 	}
 	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
 	if err != nil {
@@ -110,6 +116,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Keys:          keys,
 		MaxBody:       int64(*maxBody),
 		BodyTimeout:   *bodyTimeout,
+		NotifyAllow:   notifyAllow,
 		RedisTimeout:  *redisTimeout,
 		Logger:        log,
 		MeterProvider: meters,

@@ -53,11 +53,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	dataDir := fs.String("data", "LEASEHOLD_DEV_DATA", ".dev", "directory for Redis's data (AOF)")
 	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with, besides loopback, which the dev mode allows")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	notifyAllow.Loopback = true
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-dev", log)
 	if err != nil {
@@ -104,7 +110,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	apiCfg := httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
-		Usage: counters,
+		Usage: counters, NotifyAllow: notifyAllow,
 	}
 	api, err := httpapi.New(apiCfg)
 	if err != nil {
@@ -131,7 +137,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		llm.BaseURL = "http://" + fake.Addr().String() + "/v1"
 		g.Add(cli.Serve(ctx, fake, fakellm.New(fakellm.Config{Tokens: 40, Delay: 100 * time.Millisecond}), log))
 	}
-	kinds.Register(worker, nil, llm)
+	kinds.Register(worker, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, llm)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

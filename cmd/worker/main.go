@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -35,9 +36,14 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
 	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
 	}
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-worker", log)
@@ -82,7 +88,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
+	kinds.Register(w, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/kinds"
 )
 
 // TestSlowBodyGets408 trickles a submit body one byte at a time, for as
@@ -56,4 +57,38 @@ func TestSlowBodyGets408(t *testing.T) {
 			_, _ = conn.Write([]byte{body[i]})
 		}
 	}
+}
+
+// TestSleepInputCheckedAtSubmit: a sleep tick under 100ms, which would
+// loop on Redis writes, and a notify_url outside LEASEHOLD_NOTIFY_ALLOW,
+// which would make a worker call into the operator's network, are
+// refused at submit, naming the field, and nothing is written.
+func TestSleepInputCheckedAtSubmit(t *testing.T) {
+	t.Parallel()
+	allow, err := kinds.ParseNotifyAllow("https://hooks.example.com/leasehold/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *httpapi.Config) { c.NotifyAllow = allow })
+	for body, field := range map[string]string{
+		`{"kind":"sleep","input":{"tick":"1ns"}}`:                                                  "input.tick",
+		`{"kind":"sleep","input":{"tick":"99ms"}}`:                                                 "input.tick",
+		`{"kind":"sleep","input":{"tick":"0s"}}`:                                                   "input.tick",
+		`{"kind":"sleep","input":{"notify_url":"http://169.254.169.254/latest/meta-data/"}}`:       "input.notify_url",
+		`{"kind":"sleep","input":{"notify_url":"http://127.0.0.1:6379/"}}`:                         "input.notify_url",
+		`{"kind":"sleep","input":{"notify_url":"https://hooks.example.com/leasehold/../admin"}}`:   "input.notify_url",
+		`{"kind":"sleep","input":{"notify_url":"https://hooks.example.com.evil.net/leasehold/"}}`:  "input.notify_url",
+		`{"kind":"sleep","input":{"notify_url":"https://hooks.example.com@evil.net/leasehold/"}}`:  "input.notify_url",
+		`{"kind":"sleep","input":{"duration":"5s","tick":"1s","notify_url":"file:///etc/passwd"}}`: "input.notify_url",
+		`{"kind":"sleep","input":{"duration":"-1s"}}`:                                              "input.duration",
+		`{"kind":"sleep","input":{"fail_attempts":-1}}`:                                            "input.fail_attempts",
+		`{"kind":"sleep","input":{"tick":"1s","extra":1}}`:                                         "input",
+	} {
+		expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: body}), http.StatusBadRequest, field)
+	}
+	if keys := f.written(); len(keys) > 0 {
+		t.Fatalf("wrote %v", keys)
+	}
+	f.submit(acmeKey, `{"kind":"sleep","input":{"tick":"100ms","notify_url":"https://hooks.example.com/leasehold/tick"}}`)
+	f.submit(acmeKey, `{"kind":"other","input":{"tick":"1ns","notify_url":"http://169.254.169.254/"}}`) // not ours to judge
 }

@@ -34,6 +34,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 	if err == nil {
 		err = sub.Validate()
 	}
+	if err == nil {
+		err = s.checkInput(sub)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
@@ -75,6 +76,9 @@ type Config struct {
 	// the handler starts reading it; default DefaultBodyTimeout (30s). Past
 	// it the request is answered 408.
 	BodyTimeout time.Duration
+	// NotifyAllow says where a sleep job's notify_url may point; a job
+	// whose notify_url it does not allow is refused (400). Default nowhere.
+	NotifyAllow kinds.NotifyAllow
 	// RedisTimeout bounds the Redis work of one request, default
 	// DefaultRedisTimeout (2s); a blocking read gets its wait on top. Past
 	// it the request is answered 503.
@@ -121,6 +125,7 @@ type server struct {
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
 	maxBody      int64
+	notifyAllow  kinds.NotifyAllow
 	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -150,6 +155,7 @@ func New(cfg Config) (http.Handler, error) {
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
+		notifyAllow:  cfg.NotifyAllow,
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
