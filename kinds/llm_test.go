@@ -25,9 +25,10 @@ import (
 // Redis and NATS, with its own key prefix, calling an upstream on an
 // httptest server.
 type llmFixture struct {
-	store *job.Store
-	flags *cancel.Flags
-	srv   *httptest.Server
+	prefix string
+	store  *job.Store
+	flags  *cancel.Flags
+	srv    *httptest.Server
 }
 
 // startLLM serves upstream, starts a worker whose llm.chat calls it
@@ -46,7 +47,7 @@ func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMC
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
 	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
-	f := &llmFixture{srv: httptest.NewServer(upstream)}
+	f := &llmFixture{prefix: prefix, srv: httptest.NewServer(upstream)}
 	t.Cleanup(f.srv.Close)
 	var err error
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: prefix}); err != nil {

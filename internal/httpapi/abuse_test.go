@@ -92,3 +92,16 @@ func TestSleepInputCheckedAtSubmit(t *testing.T) {
 	f.submit(acmeKey, `{"kind":"sleep","input":{"tick":"100ms","notify_url":"https://hooks.example.com/leasehold/tick"}}`)
 	f.submit(acmeKey, `{"kind":"other","input":{"tick":"1ns","notify_url":"http://169.254.169.254/"}}`) // not ours to judge
 }
+
+// TestLookAlikeInputKeysGet400: an input whose keys differ only in case
+// could run one model while the API keyed another.
+func TestLookAlikeInputKeysGet400(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
+		body: `{"kind":"llm.chat","input":{"model":"gpt-4o","MODEL":" ","messages":[{"role":"user","content":"hi"}]}}`}),
+		http.StatusBadRequest, "input")
+	if keys := f.written(); len(keys) > 0 {
+		t.Fatalf("wrote %v", keys)
+	}
+}
