@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/kinds"
 )
 
@@ -104,4 +107,83 @@ func TestLookAlikeInputKeysGet400(t *testing.T) {
 	if keys := f.written(); len(keys) > 0 {
 		t.Fatalf("wrote %v", keys)
 	}
+}
+
+// TestStreamsOfOneTenantDoNotStarveTheOthers: tenant A holds hundreds of
+// event streams, each in XREAD BLOCK, while tenant B's submit and get
+// still succeed; A's streams and waits past its cap get 429 with
+// Retry-After, and a slot is free again when a stream ends.
+func TestStreamsOfOneTenantDoNotStarveTheOthers(t *testing.T) {
+	t.Parallel()
+	const maxStreams = 200
+	blocking := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr(), PoolSize: maxStreams + 10, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { blocking.Close() })
+	f := newFixture(t, func(c *httpapi.Config) {
+		// A stream notices its client left when its XREAD BLOCK ends: at
+		// the next keep-alive.
+		c.Blocking, c.MaxStreams, c.KeepAlive = blocking, maxStreams, 500*time.Millisecond
+	})
+	idle := f.submit(acmeKey, `{"kind":"nobody-serves-this"}`) // stays queued: its stream never ends
+
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	open := func(key, path string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.url+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var held []*http.Response
+	t.Cleanup(func() {
+		for _, resp := range held {
+			resp.Body.Close()
+		}
+	})
+	for i := range maxStreams + 50 {
+		resp := open(acmeKey, "/v1/jobs/"+idle.ID+"/events")
+		switch {
+		case i < maxStreams && resp.StatusCode == http.StatusOK:
+			held = append(held, resp)
+		case i >= maxStreams && resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "":
+			resp.Body.Close()
+		default:
+			resp.Body.Close()
+			t.Fatalf("stream %d: %s (Retry-After %q)", i, resp.Status, resp.Header.Get("Retry-After"))
+		}
+	}
+	// Past the cap a wait is refused too.
+	if resp := open(acmeKey, "/v1/jobs/"+idle.ID+"?wait=30s"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a wait past the cap: %s", resp.Status)
+	} else {
+		resp.Body.Close()
+	}
+
+	// Tenant B is served: submit, get, and a wait of its own.
+	for range 20 {
+		j := f.submit(globexKey, `{"kind":"echo"}`)
+		if resp := f.get(globexKey, "/v1/jobs/"+j.ID); resp.StatusCode != http.StatusOK {
+			t.Fatalf("tenant B's get: %s %s", resp.Status, resp.body)
+		}
+	}
+	other := f.submit(globexKey, `{"kind":"nobody-serves-this"}`)
+	if resp := f.get(globexKey, "/v1/jobs/"+other.ID+"?wait=50ms"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("tenant B's wait: %s %s", resp.Status, resp.body)
+	}
+
+	// A stream that ends frees its slot (within a keep-alive interval).
+	held[0].Body.Close()
+	held = held[1:]
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		resp := open(acmeKey, "/v1/jobs/"+idle.ID+"/events")
+		if resp.StatusCode == http.StatusOK {
+			held = append(held, resp)
+			return true
+		}
+		resp.Body.Close()
+		return false
+	}, "the slot of a closed stream was never freed")
 }

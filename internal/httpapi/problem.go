@@ -21,6 +21,10 @@ import (
 // timeout, long enough for a restart or a failover to show.
 const retryAfter = 2
 
+// streamRetryAfter is the Retry-After of a 429 for too many streams, in
+// seconds: streams and waits last long, so a client should not spin.
+const streamRetryAfter = 5
+
 // problem is an RFC 9457 problem detail, the body of every error. Type is
 // always about:blank, so Title is the status's own phrase; Errors lists
 // the fields at fault (empty when no field is).
@@ -131,6 +135,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
 			job.FieldError{Field: "concurrency_keys", Message: busy.Key + " is full"})
+	case errors.Is(err, errTooManyStreams):
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")
 	case errors.Is(err, errRateLimited):
 		// Retry-After and the RateLimit headers are set by limit.
 		writeProblem(w, http.StatusTooManyRequests, "this tenant is over its submission rate; retry after Retry-After seconds")

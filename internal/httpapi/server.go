@@ -34,6 +34,7 @@ const (
 	DefaultRedisTimeout = 2 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
 	DefaultBodyTimeout  = 30 * time.Second
+	DefaultMaxStreams   = 100
 )
 
 // MaxWait is the longest ?wait= a GET of a job may ask for.
@@ -54,6 +55,16 @@ type Config struct {
 	// that accepts connections but does not answer holds requests for the
 	// client's read timeout instead of RedisTimeout.
 	Redis redis.UniversalClient
+	// Blocking serves the reads that wait for events (event streams and
+	// ?wait=), each of which holds a connection for as long as it waits;
+	// default Redis. Give it a pool of its own, of MaxStreams connections
+	// per tenant, so that waiting clients never take the connections
+	// ordinary requests need.
+	Blocking redis.UniversalClient
+	// MaxStreams caps each tenant's event streams and ?wait= requests open
+	// at once on this process; default DefaultMaxStreams (100). Over it a
+	// request is answered 429 with Retry-After.
+	MaxStreams int
 	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
@@ -117,6 +128,8 @@ type Config struct {
 type server struct {
 	rdb          redis.UniversalClient
 	store        *job.Store
+	blocking     *job.Store // the Store's reads, on Config.Blocking
+	streams      *streamSlots
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
@@ -141,8 +154,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0:
-		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout or KeepAlive")
+	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0:
+		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout, KeepAlive or MaxStreams")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -156,6 +169,7 @@ func New(cfg Config) (http.Handler, error) {
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		notifyAllow:  cfg.NotifyAllow,
+		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
@@ -164,6 +178,12 @@ func New(cfg Config) (http.Handler, error) {
 	var err error
 	if s.store == nil {
 		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	s.blocking = s.store
+	if cfg.Blocking != nil {
+		if s.blocking, err = job.NewStore(cfg.Blocking, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
