@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,4 +187,33 @@ func TestStreamsOfOneTenantDoNotStarveTheOthers(t *testing.T) {
 		resp.Body.Close()
 		return false
 	}, "the slot of a closed stream was never freed")
+}
+
+// TestLimitsHideOtherTenantsKeys: GET /v1/limits shows a tenant every key
+// but another tenant's own; the admin sees them all.
+func TestLimitsHideOtherTenantsKeys(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for key, limit := range map[string]string{"tenant:acme": "5", "tenant:globex": "7", "tenant:%2A": "10", "model:x": "3"} {
+		if resp := f.putLimit(adminKey, key, `{"limit": `+limit+`}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put %s: %s %s", key, resp.Status, resp.body)
+		}
+	}
+	names := func(key string) []string {
+		var out []string
+		for _, l := range f.limits(key) {
+			out = append(out, l.Key)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for key, want := range map[string][]string{
+		acmeKey:   {"model:x", "tenant:*", "tenant:acme"},
+		globexKey: {"model:x", "tenant:*", "tenant:globex"},
+		adminKey:  {"model:x", "tenant:*", "tenant:acme", "tenant:globex"},
+	} {
+		if got := names(key); !slices.Equal(got, want) {
+			t.Errorf("%s lists %v, want %v", key, got, want)
+		}
+	}
 }
