@@ -217,3 +217,34 @@ func TestLimitsHideOtherTenantsKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyConfiguredQueuesAcceptJobs: a tenant cannot create queues: a
+// queue the API was not configured with is a 400 naming queue, and
+// nothing is written.
+func TestOnlyConfiguredQueuesAcceptJobs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *httpapi.Config) { c.Queues = []string{"default", "batch"} })
+	for _, body := range []string{`{"kind":"echo","queue":"mine"}`, `{"kind":"echo","queue":"Default"}`} {
+		expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: body}), http.StatusBadRequest, "queue")
+	}
+	if keys := f.written(); len(keys) > 0 {
+		t.Fatalf("wrote %v", keys)
+	}
+	f.submit(acmeKey, `{"kind":"echo","queue":"batch"}`)
+	f.submit(acmeKey, `{"kind":"echo"}`)
+
+	only := newFixture(t, func(c *httpapi.Config) { c.Queues = []string{"batch"} })
+	expectProblem(t, only.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: `{"kind":"echo"}`}), http.StatusBadRequest, "queue")
+	if _, err := httpapi.New(httpapi.Config{Redis: f.rdb, Keys: mustKeys(t), Queues: []string{"no spaces"}}); err == nil {
+		t.Error("New accepted a queue name that cannot be one")
+	}
+}
+
+func mustKeys(t *testing.T) httpapi.Keys {
+	t.Helper()
+	k, err := httpapi.ParseKeys(apiKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

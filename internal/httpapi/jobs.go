@@ -35,6 +35,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		err = sub.Validate()
 	}
 	if err == nil {
+		err = s.checkQueue(sub)
+	}
+	if err == nil {
 		err = s.checkInput(sub)
 	}
 	if err != nil {

@@ -87,6 +87,10 @@ type Config struct {
 	// the handler starts reading it; default DefaultBodyTimeout (30s). Past
 	// it the request is answered 408.
 	BodyTimeout time.Duration
+	// Queues are the queues the API accepts jobs for; a submission naming
+	// another (or naming none, when job.DefaultQueue is not among them) is
+	// refused (400). Default [job.DefaultQueue].
+	Queues []string
 	// NotifyAllow says where a sleep job's notify_url may point; a job
 	// whose notify_url it does not allow is refused (400). Default nowhere.
 	NotifyAllow kinds.NotifyAllow
@@ -139,6 +143,7 @@ type server struct {
 	usage        *usage.Counters
 	maxBody      int64
 	notifyAllow  kinds.NotifyAllow
+	queues       []string
 	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -169,11 +174,20 @@ func New(cfg Config) (http.Handler, error) {
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		notifyAllow:  cfg.NotifyAllow,
+		queues:       cfg.Queues,
 		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
 		log:          cmp.Or(cfg.Logger, slog.Default()),
+	}
+	if len(s.queues) == 0 {
+		s.queues = []string{job.DefaultQueue}
+	}
+	for _, q := range s.queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
 	}
 	var err error
 	if s.store == nil {
