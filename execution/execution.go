@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -49,6 +50,9 @@ type Execution struct {
 // (fencing.SetHeader) so a store can refuse this execution once a newer one
 // owns the job.
 func (e *Execution) Token() fencing.Token { return e.token }
+
+// ConcurrencyKeys are the keys whose leases this execution holds.
+func (e *Execution) ConcurrencyKeys() []string { return slices.Clone(e.keys) }
 
 // Attempt counts from 1; a hand-off at shutdown does not spend one.
 func (e *Execution) Attempt() int { return e.attempt }
