@@ -39,6 +39,7 @@ type queue struct {
 	ttl       time.Duration
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
+	maxEvents int // per execution
 	limits    *limits
 	usage     *usageCounter // nil: executions are not counted
 	metrics   *metrics
@@ -386,7 +387,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 			retry = "1"
 		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, f.o.state, f.o.result, errJSON, retry,
-			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent(), len(f.e.keys))
+			max(q.backoff(f.e.attempt), f.o.minBackoff).Milliseconds(), f.e.traceparent(), len(f.e.keys))
 		for _, k := range f.e.keys {
 			if _, ok := slot[k]; !ok {
 				b.keys = append(b.keys, q.keys.QueueKeyLeases(q.name, k))
