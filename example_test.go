@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -42,7 +43,7 @@ func ExampleClient() {
 		if err := e.Emit(ctx, execution.EventProgress, map[string]string{"step": "counting"}); err != nil {
 			return nil, err // a newer execution owns the job: stop
 		}
-		return map[string]int{"words": len(in.Text)}, nil
+		return map[string]int{"words": len(strings.Fields(in.Text))}, nil
 	})
 
 	j, err := c.Submit(ctx, "acme", job.Submission{Kind: "word.count", Input: json.RawMessage(`{"text":"to be or not"}`)})
