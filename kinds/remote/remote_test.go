@@ -27,7 +27,9 @@ import (
 	"github.com/leasehold/leasehold/kinds/remote"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, map[string]func() int{"worker": workerProcess}) }
+func TestMain(m *testing.M) {
+	testenv.Main(m, map[string]func() int{"worker": workerProcess, "holder": holderProcess})
+}
 
 // kind is the job kind the tests' workers serve remotely.
 const kind = "remote.test"
@@ -43,7 +45,7 @@ type fixture struct {
 	srv     *httptest.Server
 }
 
-func newFixture(t *testing.T, handler http.HandlerFunc) *fixture {
+func newFixture(t testing.TB, handler http.HandlerFunc) *fixture {
 	t.Helper()
 	rdb := testenv.Redis(t).Client(t)
 	f := &fixture{nc: testenv.NATS(t).Conn(t), prefix: testenv.Prefix(t)}
