@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -44,6 +45,7 @@ type Execution struct {
 	lane    string   // the keys as the job stores them: its lane (see internal/scripts/fair.lua)
 	q       *queue
 	trace   execTrace
+	emitted atomic.Int64 // events emitted so far, against Config.MaxEvents
 }
 
 // Token is the execution's fencing token: pass it to every downstream write
@@ -64,14 +66,24 @@ const (
 	EventLog      = "log"
 )
 
+// ErrTooManyEvents is wrapped by the error of an Emit past the worker's
+// Config.MaxEvents. That error is permanent (see Permanent): a handler that
+// returns it fails its job without a retry, which would only flood again.
+var ErrTooManyEvents = errors.New("execution: too many events")
+
 // Emit appends an event (EventProgress, EventOutput or EventLog) with data
 // marshalled as JSON to the job's event stream. It returns ErrNotOwner when
-// the execution has lost its job: a stale writer's events are refused.
+// the execution has lost its job: a stale writer's events are refused. Past
+// the worker's Config.MaxEvents events it writes nothing and returns an
+// error wrapping ErrTooManyEvents.
 func (e *Execution) Emit(ctx context.Context, typ string, data any) error {
 	switch typ {
 	case EventProgress, EventOutput, EventLog:
 	default:
 		return fmt.Errorf("execution: unknown event type %q", typ)
+	}
+	if n := e.emitted.Add(1); n > int64(e.q.maxEvents) {
+		return Permanent(fmt.Errorf("%w: an execution may emit %d events", ErrTooManyEvents, e.q.maxEvents))
 	}
 	b, err := json.Marshal(data)
 	if err != nil {
@@ -109,10 +121,28 @@ const (
 	StateHandedOff State = "handed_off"
 )
 
+// RetryAfterError marks a handler error, to be retried like any other, whose
+// cause asked for the next attempt to wait at least After: an upstream's
+// Retry-After. The wait is the longer of After and the worker's backoff.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err so the job's next attempt starts no sooner than d
+// from the end of this one.
+func RetryAfter(err error, d time.Duration) error { return &RetryAfterError{Err: err, After: d} }
+
 // outcome is how an execution ended, as the finish script records it.
 type outcome struct {
 	state     State // succeeded | failed | timed_out | cancelled | handed_off
 	result    []byte
 	err       *job.Error
 	retryable bool
+	// minBackoff is the least wait before a retry (RetryAfterError); the
+	// worker's backoff wins when longer.
+	minBackoff time.Duration
 }

@@ -41,6 +41,7 @@ type queue struct {
 	ttl       time.Duration
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
+	maxEvents int // per execution
 	limits    *limits
 	// leases holds the slots of concurrency keys: one lease set per key
 	// for the whole fleet, in the key's own hash slot.
@@ -639,7 +640,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 			retry = "1"
 		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
-			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent())
+			max(q.backoff(f.e.attempt), f.o.minBackoff).Milliseconds(), f.e.traceparent())
 	}
 	return b
 }

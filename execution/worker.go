@@ -50,7 +50,12 @@ type Config struct {
 	// job.DefaultRetention. Use the job store's value.
 	Retention time.Duration
 	// Backoff is the wait before retry number attempt; default DefaultBackoff.
+	// A handler's RetryAfterError makes it longer, never shorter.
 	Backoff func(attempt int) time.Duration
+	// MaxEvents caps the events one execution may emit; default
+	// DefaultMaxEvents. Past it Emit fails (ErrTooManyEvents), so a handler
+	// cannot loop on Redis writes for the whole of its timeout.
+	MaxEvents int
 	// ID names the worker in executions; default host-pid-random.
 	ID string
 	// NATS carries wake-ups and fast cancels; nil means polling alone.
@@ -71,6 +76,11 @@ type Config struct {
 	// default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 }
+
+// DefaultMaxEvents is the default Config.MaxEvents: far more than an LLM
+// stream batched into output events needs (llm.chat emits at most about 20 a
+// second), and a bound on the writes of a handler that loops.
+const DefaultMaxEvents = 100_000
 
 // DefaultBackoff waits 1s before the first retry and doubles each time up
 // to 5 minutes, with jitter (50–100% of that) so retries of jobs that
@@ -154,6 +164,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, 30*time.Second)
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.Retention = cmp.Or(cfg.Retention, job.DefaultRetention)
+	cfg.MaxEvents = cmp.Or(cfg.MaxEvents, DefaultMaxEvents)
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
 	}
@@ -174,6 +185,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("execution: lease TTL %v must cover at least two heartbeats of %v", cfg.LeaseTTL, cfg.Heartbeat)
 	case cfg.ShutdownGrace < 0 || cfg.Poll < 0 || cfg.Retention < 0:
 		return nil, errors.New("execution: negative duration in config")
+	case cfg.MaxEvents < 0:
+		return nil, fmt.Errorf("execution: max events %d: must not be negative", cfg.MaxEvents)
 	}
 	w := &Worker{
 		cfg:      cfg,
@@ -205,7 +218,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
-			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits, leases: leases,
+			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
 			back: 2 * cfg.Poll, metrics: w.metrics})
 		w.queues[len(w.queues)-1].usage = w.usage
 	}
@@ -523,7 +536,11 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 		return outcome{state: StateFailed, retryable: true, err: jerr}
 	}
 	_, permanent := errors.AsType[*PermanentError](err)
-	return outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
+	o := outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+		o.minBackoff = ra.After
+	}
+	return o
 }
 
 // finish records o, retrying a failed write until the trust window ends:

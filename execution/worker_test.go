@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -563,5 +564,72 @@ func TestRunAgainAfterItReturned(t *testing.T) {
 		if err := <-ran; err != nil {
 			t.Fatalf("Run: %v", err)
 		}
+	}
+}
+
+func TestRetryAfterIsTheLeastWaitBeforeTheRetry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const after = 1500 * time.Millisecond
+	var mu sync.Mutex
+	var starts []time.Time
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"busy": func(_ context.Context, e *execution.Execution) (any, error) {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			if e.Attempt() == 1 {
+				return nil, execution.RetryAfter(errors.New("upstream busy"), after)
+			}
+			return "ok", nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "busy", MaxAttempts: 2})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateSucceeded {
+		t.Fatalf("state %s error %+v", done.State, done.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The backoff is 10ms: only the Retry-After explains a longer wait.
+	if gap := starts[1].Sub(starts[0]); gap < after {
+		t.Fatalf("retried %v after the first attempt started, want at least %v", gap, after)
+	}
+}
+
+func TestEmitPastMaxEventsFailsTheJobWithoutRetry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	emitErr := make(chan error, 1)
+	f.startWorker(t, execution.Config{MaxEvents: 3}, map[string]execution.Handler{
+		"chatty": func(ctx context.Context, e *execution.Execution) (any, error) {
+			for i := 0; ; i++ {
+				if err := e.Emit(ctx, execution.EventProgress, map[string]int{"i": i}); err != nil {
+					emitErr <- err
+					return nil, err
+				}
+			}
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "chatty", MaxAttempts: 3})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if err := <-emitErr; !errors.Is(err, execution.ErrTooManyEvents) || !strings.Contains(err.Error(), "3 events") {
+		t.Fatalf("emit error %v, want ErrTooManyEvents naming the cap", err)
+	}
+	if done.Attempt != 1 {
+		t.Fatalf("attempt %d, want 1: a flood is not retried", done.Attempt)
+	}
+	events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progress := 0
+	for _, ev := range events {
+		if ev.Type == execution.EventProgress {
+			progress++
+		}
+	}
+	if progress != 3 {
+		t.Fatalf("%d progress events written, want the cap, 3", progress)
 	}
 }

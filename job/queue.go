@@ -10,3 +10,12 @@ func ValidateQueue(name string) error {
 	}
 	return nil
 }
+
+// ValidateKind reports whether kind can name a job kind: workers check the
+// kinds they serve by remote handlers by the same rule as submissions.
+func ValidateKind(kind string) error {
+	if !kindPattern.MatchString(kind) {
+		return fmt.Errorf("kind %q: must match %s", kind, kindPattern)
+	}
+	return nil
+}

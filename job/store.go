@@ -153,7 +153,8 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 	if err != nil {
 		return Job{}, false, err
 	}
-	id := uuid.Must(uuid.NewV7()).String()
+	fresh := uuid.Must(uuid.NewV7()).String()
+	id := fresh
 	if idemKey != "" {
 		if id, err = s.claimIdempotencyKey(ctx, tenant, idemKey, id, n); err != nil {
 			return Job{}, false, err
@@ -186,7 +187,8 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
 		millis(n.Delay), EventsMaxLen, telemetry.Encode(span.SpanContext()),
 	}
-	if n.OnBusy == OnBusyReject {
+	// A replay returns the job its first request created, room or not.
+	if n.OnBusy == OnBusyReject && id == fresh {
 		if err := s.room(ctx, n.ConcurrencyKeys); err != nil {
 			if idemKey == "" {
 				// Nobody else knows this id: drop its lookup, so a refusal

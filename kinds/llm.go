@@ -464,7 +464,7 @@ func (e *upstreamError) retryable() bool {
 
 func readUpstreamError(resp *http.Response) *upstreamError {
 	e := &upstreamError{status: resp.StatusCode}
-	e.retryAfter, e.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	e.retryAfter, e.hasRetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	e.message = errorMessage(b)
 	return e
@@ -502,9 +502,9 @@ func errorMessage(b []byte) string {
 	return s
 }
 
-// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP
+// ParseRetryAfter reads a Retry-After value, delay-seconds or an HTTP
 // date, as a wait from now. A date in the past is no wait.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false

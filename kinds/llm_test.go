@@ -646,9 +646,9 @@ func TestParseRetryAfter(t *testing.T) {
 		{"1.5", 0, false},
 		{"soon", 0, false},
 	} {
-		got, ok := parseRetryAfter(c.in, now)
+		got, ok := ParseRetryAfter(c.in, now)
 		if got != c.want || ok != c.ok {
-			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+			t.Errorf("ParseRetryAfter(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
 }

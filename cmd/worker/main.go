@@ -1,5 +1,7 @@
 // Command worker claims Leasehold jobs from Redis and runs them: the
-// built-in kinds (echo, sleep) and whatever a fork of this file registers.
+// built-in kinds (echo, sleep, llm.chat) and the remote handlers named in
+// LEASEHOLD_HANDLERS. A Go program with kinds of its own embeds the same
+// worker with package leasehold instead.
 // Run as many replicas as you need; each is stateless. It serves GET
 // /metrics, /healthz and /readyz on --metrics-addr.
 package main
@@ -15,11 +17,11 @@ import (
 
 	"github.com/oklog/run"
 
-	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
-	"github.com/leasehold/leasehold/ratelimit/usage"
+	"github.com/leasehold/leasehold/kinds/remote"
 )
 
 func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args[1:], os.Stderr))) }
@@ -37,6 +39,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
+	handlers := fs.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -44,6 +47,10 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	remotes, err := remote.ParseHandlers(*handlers)
+	if err != nil {
+		return err
 	}
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-worker", log)
@@ -63,37 +70,34 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer nc.Close()
 
-	counters, err := usage.New(rdb, usage.Config{Prefix: *prefix})
-	if err != nil {
-		return err
-	}
 	meters, metrics, err := cli.Metrics()
 	if err != nil {
 		return err
 	}
 	defer meters.Shutdown(context.WithoutCancel(ctx))
 
-	w, err := execution.NewWorker(rdb, execution.Config{
+	c, err := leasehold.NewClient(rdb, leasehold.Config{
 		Prefix:        *prefix,
+		NATS:          nc,
 		Queues:        cli.List(*queues),
 		Concurrency:   *concurrency,
 		Heartbeat:     *heartbeat,
 		LeaseTTL:      *leaseTTL,
 		ShutdownGrace: *grace,
-		NATS:          nc,
+		Handlers:      remotes,
+		Sleep:         kinds.SleepConfig{Allow: notifyAllow, Logger: log},
+		LLM:           kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
 		Logger:        log,
-		Usage:         counters,
 		MeterProvider: meters,
 	})
 	if err != nil {
 		return err
 	}
-	kinds.Register(w, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return err
 	}
-	log.Info("worker started", "worker", w.ID(), "queues", *queues, "concurrency", *concurrency, "metrics_addr", ln.Addr().String())
+	log.Info("worker started", "worker", c.WorkerID(), "remote_kinds", len(remotes), "queues", *queues, "concurrency", *concurrency, "metrics_addr", ln.Addr().String())
 
 	var g run.Group
 	h := &health{rdb: rdb}
@@ -102,7 +106,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	g.Add(func() error {
 		defer close(worked)
 		h.running.Store(true)
-		return w.Run(workCtx)
+		return c.Run(workCtx)
 	}, func(error) {
 		h.running.Store(false) // not ready from the first moment of the shutdown
 		stop()

@@ -107,3 +107,13 @@ func TestServesMetricsAndProbes(t *testing.T) {
 		t.Fatal("the worker did not stop")
 	}
 }
+
+// A bad LEASEHOLD_HANDLERS stops the worker at start with an error that
+// names the entry, and never echoes the URL, which may carry a secret.
+func TestBadHandlersStopTheStart(t *testing.T) {
+	t.Parallel()
+	err := runWorker(t.Context(), []string{"--handlers", "agent.run=http://127.0.0.1:8000/run,rag=ftp://user:s3cr3t@host/x"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "LEASEHOLD_HANDLERS entry 2") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("runWorker: %v, want an error naming entry 2 without its URL", err)
+	}
+}

@@ -319,7 +319,7 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	j, err := s.store.Cancel(ctx, c.tenant, id, c.admin)
+	j, err := execution.CancelJob(ctx, s.store, s.flags, c.tenant, id, c.admin)
 	if errors.Is(err, job.ErrConflict) {
 		writeConflict(w, j)
 		return
@@ -328,25 +328,7 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	// A running job stops when its owner learns of the request: set the
-	// flag it polls, and publish the fast-path message. This runs on every
-	// cancel of a running job, so a retry after a failed flag write
-	// completes the request.
-	if j.State == job.StateRunning && j.CancelRequested {
-		if err := s.flags.Request(ctx, j.ID, flagTTL(j)); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
 	writeJSON(w, http.StatusAccepted, j)
-}
-
-// flagTTL is how long a cancel flag must live: as long as the job can
-// still run, which is its timeout for the current attempt and every one
-// left, plus time for backoff; at least an hour.
-func flagTTL(j job.Job) time.Duration {
-	left := time.Duration(max(j.MaxAttempts-j.Attempt, 0) + 1)
-	return max(time.Hour, j.Timeout*left+10*time.Minute)
 }
 
 // queueList is the body of GET /v1/queues.

@@ -1,0 +1,170 @@
+// Package leasehold is the one entry point for a Go program that runs
+// Leasehold jobs itself: it registers its own job kinds as Go functions,
+// runs a worker with the same defaults, metrics and traces as the worker
+// command, and submits, reads and cancels jobs, the way the HTTP API does.
+//
+//	c, err := leasehold.NewClient(rdb, leasehold.Config{NATS: nc, Queues: []string{"default"}})
+//	c.Handle("summarize", summarize) // an execution.Handler
+//	go c.Run(ctx)                    // claims and runs jobs until ctx ends
+//	j, err := c.Submit(ctx, "acme", job.Submission{Kind: "summarize", Input: in})
+//
+// A Client serves the built-in kinds (echo, sleep, llm.chat) and the
+// remote handlers of Config.Handlers beside the ones given to Handle. Any
+// number of processes may run Clients and the worker command on the same
+// Redis: they share queues, concurrency limits and cancels.
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/kinds/remote"
+	"github.com/leasehold/leasehold/ratelimit/usage"
+)
+
+// Config configures a Client. Zero values mean the documented defaults,
+// which are the worker command's.
+type Config struct {
+	// Prefix starts every Redis key; default "leasehold:". Every process of
+	// one deployment must agree on it.
+	Prefix string
+	// NATS carries wake-ups and fast cancels; nil means polling alone
+	// (cancels then wait for a heartbeat, new jobs for a poll).
+	NATS *nats.Conn
+	// Queues the worker claims from; default ["default"].
+	Queues []string
+	// Concurrency is how many executions run at once; default 32.
+	Concurrency int
+	// Heartbeat is the lease heartbeat interval; default 2s.
+	Heartbeat time.Duration
+	// LeaseTTL is how long a lease lives without a heartbeat; default 10s.
+	LeaseTTL time.Duration
+	// ShutdownGrace is how long running executions may finish once Run's
+	// context is done, before they are handed back; default 30s.
+	ShutdownGrace time.Duration
+	// MaxEvents caps the events of one execution; default
+	// execution.DefaultMaxEvents.
+	MaxEvents int
+	// Handlers are remote kinds: kind → handler URL (see package
+	// kinds/remote, and remote.ParseHandlers for LEASEHOLD_HANDLERS).
+	// Default none.
+	Handlers map[string]string
+	// LLM configures the built-in llm.chat kind; its zero value makes every
+	// llm.chat job fail, saying no upstream is set.
+	LLM kinds.LLMConfig
+	// Sleep configures the built-in "sleep" kind: the URL prefixes its
+	// notify_url may start with (none by default).
+	Sleep kinds.SleepConfig
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider gets the worker's metrics; default the global one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes the spans of each job's trace; default the
+	// global one.
+	TracerProvider trace.TracerProvider
+}
+
+// Client submits, reads and cancels jobs, and runs a worker for the kinds
+// it was given. It is safe for concurrent use; call Handle before Run.
+type Client struct {
+	nc     *nats.Conn
+	prefix string
+	store  *job.Store
+	flags  *cancel.Flags
+	worker *execution.Worker
+}
+
+// NewClient returns a Client on rdb, a Redis or a Redis Cluster client
+// (with its maxmemory-policy set to noeviction).
+func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
+	if rdb == nil {
+		return nil, errors.New("leasehold: nil redis client")
+	}
+	counters, err := usage.New(rdb, usage.Config{Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: %w", err)
+	}
+	store, err := job.NewStore(rdb, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: %w", err)
+	}
+	flags, err := cancel.New(rdb, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: %w", err)
+	}
+	w, err := execution.NewWorker(rdb, execution.Config{
+		Prefix:         cfg.Prefix,
+		Queues:         cfg.Queues,
+		Concurrency:    cfg.Concurrency,
+		Heartbeat:      cfg.Heartbeat,
+		LeaseTTL:       cfg.LeaseTTL,
+		ShutdownGrace:  cfg.ShutdownGrace,
+		MaxEvents:      cfg.MaxEvents,
+		NATS:           cfg.NATS,
+		Logger:         cfg.Logger,
+		Usage:          counters,
+		MeterProvider:  cfg.MeterProvider,
+		TracerProvider: cfg.TracerProvider,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: %w", err)
+	}
+	if cfg.LLM.Usage == nil {
+		cfg.LLM.Usage = counters
+	}
+	if cfg.Sleep.Logger == nil {
+		cfg.Sleep.Logger = cfg.Logger
+	}
+	kinds.Register(w, cfg.Sleep, cfg.LLM)
+	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(cfg.Concurrency, remote.DefaultMaxConns), Logger: cfg.Logger})
+	return &Client{nc: cfg.NATS, prefix: cfg.Prefix, store: store, flags: flags, worker: w}, nil
+}
+
+// Handle makes the worker run h for jobs of kind, in place of any built-in
+// or remote handler of that kind. Call it before Run.
+func (c *Client) Handle(kind string, h execution.Handler) { c.worker.Handle(kind, h) }
+
+// WorkerID names the worker in the executions it runs.
+func (c *Client) WorkerID() string { return c.worker.ID() }
+
+// Run claims and runs jobs until ctx is done, then stops claiming, lets
+// running executions finish for ShutdownGrace, hands back the rest, and
+// returns when every execution has ended.
+func (c *Client) Run(ctx context.Context) error { return c.worker.Run(ctx) }
+
+// Submit submits a job for tenant, as POST /v1/jobs does, without an
+// Idempotency-Key, and wakes an idle worker of its queue.
+func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (job.Job, error) {
+	j, _, err := c.store.Submit(ctx, tenant, s, "")
+	if err != nil {
+		return j, err
+	}
+	if c.nc != nil {
+		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
+	}
+	return j, nil
+}
+
+// Get returns tenant's job id; job.ErrNotFound if there is none.
+func (c *Client) Get(ctx context.Context, tenant, id string) (job.Job, error) {
+	return c.store.Get(ctx, tenant, id, false)
+}
+
+// Cancel cancels tenant's job id, as POST /v1/jobs/{id}/cancel does (see
+// execution.CancelJob): job.ErrConflict, with the job, when it already
+// ended otherwise than cancelled.
+func (c *Client) Cancel(ctx context.Context, tenant, id string) (job.Job, error) {
+	return execution.CancelJob(ctx, c.store, c.flags, tenant, id, false)
+}

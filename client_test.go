@@ -1,0 +1,79 @@
+package leasehold_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+// A Client runs its own kinds and the built-in ones, and cancels a running
+// job the way the API does.
+func TestClientRunsItsKindsAndCancels(t *testing.T) {
+	t.Parallel()
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{
+		Prefix: testenv.Prefix(t), NATS: testenv.NATS(t).Conn(t),
+		Heartbeat: 50 * time.Millisecond, LeaseTTL: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	c.Handle("wait", func(ctx context.Context, _ *execution.Execution) (any, error) {
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	wait := func(id string, states ...job.State) job.Job {
+		var j job.Job
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			if j, err = c.Get(t.Context(), "acme", id); err != nil {
+				t.Fatal(err)
+			}
+			return slices.Contains(states, j.State)
+		}, "job %s never reached %v", id, states)
+		return j
+	}
+
+	echo, err := c.Submit(t.Context(), "acme", job.Submission{Kind: "echo", Input: []byte(`{"hi":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := wait(echo.ID, job.StateSucceeded, job.StateFailed); string(j.Result) != `{"hi":1}` {
+		t.Fatalf("echo: %s %s", j.State, j.Result)
+	}
+
+	long, err := c.Submit(t.Context(), "acme", job.Submission{Kind: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(long.ID, job.StateRunning)
+	if j, err := c.Cancel(t.Context(), "acme", long.ID); err != nil || !j.CancelRequested {
+		t.Fatalf("cancel: %+v %v", j, err)
+	}
+	if cause := <-stopped; !errors.Is(cause, cancel.ErrRequested) {
+		t.Fatalf("handler stopped by %v, want a cancel", cause)
+	}
+	wait(long.ID, job.StateCancelled)
+	if _, err := c.Cancel(t.Context(), "acme", echo.ID); !errors.Is(err, job.ErrConflict) {
+		t.Fatal("cancel of a succeeded job: no error, want job.ErrConflict")
+	}
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A Leasehold remote handler in Python, standard library only.
+
+Run:   python3 handler.py --port 8000
+Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/ worker
+
+Input: {"steps": 20, "delay": 0.1}. Each step streams a progress event and
+an output line, then writes the step to a store that checks the fencing
+token, the way a database row with a token column would. The result is
+{"steps": n}. When the worker closes the request (cancel, lost lease,
+timeout, shutdown) the handler stops at once, with no further side effect.
+"""
+import argparse
+import json
+import select
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FencedStore:
+    """Keeps each job's highest fencing token and refuses older writers."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.tokens = {}
+        self.rows = {}
+
+    def write(self, job_id, token, value):
+        with self.lock:
+            if token < self.tokens.get(job_id, 0):
+                return False  # a newer execution owns the job: refuse
+            self.tokens[job_id] = token
+            self.rows.setdefault(job_id, []).append(value)
+            return True
+
+
+STORE = FencedStore()
+
+
+def say(*words):
+    print(*words, flush=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    # HTTP/1.0: the stream ends when the connection closes, no chunking.
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):
+        pass
+
+    def gone(self, wait):
+        """Waits up to wait seconds; True if the worker closed the request."""
+        readable, _, _ = select.select([self.connection], [], [], wait)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def line(self, obj):
+        self.wfile.write(json.dumps(obj).encode() + b"\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        job_id = self.headers["Leasehold-Job-Id"]
+        token = int(self.headers["Fencing-Token"])
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        try:
+            spec = json.loads(body or b"{}")
+            steps, delay = int(spec.get("steps", 20)), float(spec.get("delay", 0.1))
+        except (ValueError, TypeError, AttributeError):
+            # 400: the job fails at once, no retry would fix its input.
+            self.send_response(400)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"input: want {\"steps\": int, \"delay\": seconds}")
+            return
+        say("started", job_id, token)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        try:
+            for step in range(1, steps + 1):
+                if self.gone(delay):
+                    say("disconnected", job_id, token)
+                    return
+                # The side effect, fenced: a stale execution writes nothing.
+                if not STORE.write(job_id, token, step):
+                    say("stale", job_id, token)
+                    self.line({"error": {"message": "a newer execution owns the job", "retryable": False}})
+                    return
+                self.line({"event": "progress", "data": {"step": step, "of": steps}})
+                self.line({"event": "output", "data": {"text": "line %d\n" % step}})
+            self.line({"result": {"steps": steps}})
+            say("finished", job_id, token)
+        except (BrokenPipeError, ConnectionResetError):
+            say("disconnected", job_id, token)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=8000)
+    args = p.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    srv.daemon_threads = True
+    say("listening", srv.server_address[1])
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

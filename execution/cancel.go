@@ -1,0 +1,40 @@
+package execution
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/job"
+)
+
+// CancelJob cancels job id of tenant (any tenant's when admin), the one way
+// the API and embedders do it. The job's record comes first, as the truth:
+// a queued or retrying job ends cancelled at once, a running one gets
+// cancel_requested. Then, for a running job, the TTL'd flag its owner reads
+// at every heartbeat, and the NATS message that reaches the owner at once.
+// It does both on every cancel of a running job, so calling it again after
+// a failed flag write completes the request.
+//
+// It returns the job as it stands, and job.ErrConflict (with the job) when
+// the job already ended otherwise than cancelled.
+func CancelJob(ctx context.Context, store *job.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
+	j, err := store.Cancel(ctx, tenant, id, admin)
+	if err != nil {
+		return j, err
+	}
+	if j.State == job.StateRunning && j.CancelRequested {
+		if err := flags.Request(ctx, j.ID, flagTTL(j)); err != nil {
+			return j, err
+		}
+	}
+	return j, nil
+}
+
+// flagTTL is how long a cancel flag must live: as long as the job can
+// still run, which is its timeout for the current attempt and every one
+// left, plus time for backoff; at least an hour.
+func flagTTL(j job.Job) time.Duration {
+	left := time.Duration(max(j.MaxAttempts-j.Attempt, 0) + 1)
+	return max(time.Hour, j.Timeout*left+10*time.Minute)
+}
