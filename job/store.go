@@ -178,6 +178,9 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
 		millis(n.Delay), EventsMaxLen, telemetry.Encode(span.SpanContext()),
+		// go-redis resends a script whose reply it lost; the nonce lets
+		// the script tell that resend (created) from a replay (existed).
+		uuid.NewString(),
 	}
 	var limited []string // the keys the script checks for room, in KEYS order
 	if n.OnBusy == OnBusyReject {

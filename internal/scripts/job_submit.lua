@@ -10,8 +10,10 @@
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
 -- ARGV[15] traceparent of the submit span ("" when tracing is off)
--- ARGV[16..] the limit of each key in KEYS[11..]
--- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed,
+-- ARGV[16] nonce of this call (the same when the client resends it)
+-- ARGV[17..] the limit of each key in KEYS[11..]
+-- Returns {1, HGETALL of the job} when created (also to a resent call that
+-- had created it: its nonce is the job's), {0, HGETALL} when it existed,
 -- {2, i, ms} when it was not created because key i of KEYS[11..] had no
 -- room (on_busy "reject"; the caller passes those keys only then), where ms
 -- is how long until that key's earliest lease expires.
@@ -20,9 +22,14 @@ local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], 
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
 
 -- A retried idempotent request and a crashed winner's successor both land
--- here with the same id: only the first creates.
+-- here with the same id: only the first creates. A client that lost the
+-- reply and resent this very call finds its own nonce: it created the job.
 if redis.call('EXISTS', job) == 1 then
-  return {0, redis.call('HGETALL', job)}
+  local created = 0
+  if redis.call('HGET', job, 'nonce') == ARGV[16] then
+    created = 1
+  end
+  return {created, redis.call('HGETALL', job)}
 end
 
 local t = redis.call('TIME')
@@ -31,7 +38,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Room is counted in live leases, as the claim counts it: expired leases
 -- of dead workers do not hold a slot.
 for i = 11, #KEYS do
-  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[5 + i]) then
+  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[6 + i]) then
     local first = redis.call('ZRANGE', KEYS[i], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local wait = 1000 -- a limit of 0 has no lease to wait for
     if first[2] then
@@ -51,7 +58,8 @@ redis.call('HSET', job,
   'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
   'exec_finished_at', '', 'result', '', 'error', '', 'finished_at', '',
   'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12])
+  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12],
+  'nonce', ARGV[16])
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
