@@ -254,11 +254,12 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 	if err != nil {
 		return Job{}, err
 	}
-	h, err := s.rdb.HGetAll(ctx, s.keys.Job(queue, id)).Result()
+	vals, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), shownFields...).Result()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
 	}
-	if len(h) == 0 || (!admin && h["tenant"] != tenant) {
+	h := shown(vals)
+	if h == nil || (!admin && h["tenant"] != tenant) {
 		return Job{}, ErrNotFound
 	}
 	return ParseRecord(h)
