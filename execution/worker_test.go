@@ -565,3 +565,29 @@ func TestRunAgainAfterItReturned(t *testing.T) {
 		}
 	}
 }
+
+// A handler that succeeds after its job's cancel was acknowledged (202)
+// does not make the job succeed: the cancel wins, as API.md says.
+func TestSuccessAfterAnAcknowledgedCancelEndsCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	requested, release := make(chan string), make(chan struct{})
+	_, stop := f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"stubborn": func(ctx context.Context, e *execution.Execution) (any, error) {
+			requested <- e.JobID
+			<-release // it ignores its context: the work was done anyway
+			return map[string]bool{"done": true}, nil
+		},
+	})
+	defer stop()
+	j := f.submit(t, job.Submission{Kind: "stubborn"})
+	<-requested
+	if got := f.cancelJob(t, j.ID); !got.CancelRequested {
+		t.Fatalf("cancel: %+v", got)
+	}
+	close(release)
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateCancelled, job.StateFailed)
+	if done.State != job.StateCancelled || done.Result != nil || done.Error == nil || done.Error.Code != "cancelled" {
+		t.Errorf("job ended %s, result %s, error %+v; want cancelled", done.State, done.Result, done.Error)
+	}
+}
