@@ -59,6 +59,29 @@ func (q *queue) fixedKeys() []string {
 	}
 }
 
+// tenantsOf reads the tenant of each retired job, whose listing entry
+// (the tenant's index) the claim removes with the record; "" for a record
+// already gone.
+func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) {
+	if len(retired) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(retired))
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, id := range retired {
+			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id.(string)), "tenant")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("claim %s: tenants of retired jobs: %w", q.name, err)
+	}
+	tenants := make([]string, len(retired))
+	for k, c := range cmds {
+		tenants[k] = c.Val()
+	}
+	return tenants, nil
+}
+
 // claim does the queue's due work (reaping expired leases, promoting due
 // retries, expiring jobs past max_wait) and claims up to want jobs for
 // worker. want 0 only does the due work: that is the reaper. It costs two or
@@ -155,8 +178,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for range want {
 		args = append(args, uuid.Must(uuid.NewV7()).String())
 	}
-	for _, id := range retired {
-		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)))
+	tenants, err := q.tenantsOf(ctx, retired)
+	if err != nil {
+		return nil, busy, err
+	}
+	for k, id := range retired {
+		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)),
+			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
 	}
 	// For each candidate: how many keys, then each key's position in KEYS
 	// and its limit (-1: none). Each key's lease set comes in once.

@@ -267,7 +267,7 @@ func TestCancelQueuedJobNeverRuns(t *testing.T) {
 
 // TestTerminalJobsAreDeletedAfterRetention: jobs that succeeded, failed
 // or were cancelled while waiting stay readable for their retention, then
-// the worker's reaper deletes their record and events.
+// the worker's reaper deletes their record, events and index entries.
 //
 // Fails when terminal jobs are not retired, when the reaper does not
 // delete them, or when it deletes them before their retention ends.
@@ -309,6 +309,12 @@ func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
 	}
 	if n := f.rdb.ZCard(t.Context(), ks.QueueRetired(job.DefaultQueue)).Val(); n != 0 {
 		t.Errorf("%d jobs still retired after their deletion", n)
+	}
+	// The listing indexes lose them too, with no listing to meet them.
+	for _, index := range []string{ks.QueueTenantJobs(job.DefaultQueue, "acme"), ks.QueueAllJobs(job.DefaultQueue)} {
+		if left := f.rdb.ZRange(t.Context(), index, 0, -1).Val(); len(left) != 0 {
+			t.Errorf("index %s still lists deleted jobs %v", index, left)
+		}
 	}
 }
 

@@ -233,10 +233,10 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 	return merged[:min(n, len(merged))], len(merged) > n, nil
 }
 
-// load reads the jobs of entries, in order; a job whose hash was deleted at
-// the end of its retention is left zero and its entry removed from its
-// index: indexes are cleaned lazily, by the listings that meet dead
-// entries.
+// load reads the jobs of entries, in order; a job whose hash is gone (a
+// DELETE, or a retention reaped between the index read and this one) is
+// left zero and its entry removed from its index. The reaper takes a
+// retired job out of the indexes itself.
 func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, error) {
 	cmds := make([]*redis.SliceCmd, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

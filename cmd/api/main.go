@@ -43,6 +43,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
 	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
+	retention := fs.Retention()
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,7 +89,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix})
+	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix, Retention: *retention})
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
 	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
 	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
+	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -74,6 +75,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		Heartbeat:     *heartbeat,
 		LeaseTTL:      *leaseTTL,
 		ShutdownGrace: *grace,
+		Retention:     *retention,
 		NATS:          nc,
 		Logger:        log,
 		Usage:         counters,
