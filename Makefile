@@ -46,6 +46,19 @@ lint: ## go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/opena
 	$(GO) run $(STATICCHECK) ./...
 	npx --yes $(REDOCLY) lint --format=stylish docs/openapi.yaml
 
+# Native Go fuzz targets, each run for FUZZTIME. Their seed corpora under
+# testdata/fuzz/ run with every `make test`.
+FUZZTIME ?= 30s
+FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey \
+            ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	@set -e; for t in $(FUZZ); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
+
 .PHONY: bench
 bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
