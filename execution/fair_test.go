@@ -38,6 +38,25 @@ func (l *claimLog) token(id string) (fencing.Token, bool) {
 	return t, ok
 }
 
+// claimsUntilAllRan waits until every job of ids ran and returns how many
+// claims were made from before (the queue's fence counter then) until the
+// last of them.
+func (l *claimLog) claimsUntilAllRan(t *testing.T, before int64, ids []string) int64 {
+	t.Helper()
+	var last fencing.Token
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		for _, id := range ids {
+			tok, ok := l.token(id)
+			if !ok {
+				return false
+			}
+			last = max(last, tok)
+		}
+		return true
+	}, "the small tenant's jobs never all ran")
+	return int64(last) - before
+}
+
 // submitMany submits n jobs of sub for tenant, several at a time.
 func (f *fixture) submitMany(t *testing.T, tenant string, n int, sub job.Submission) []string {
 	t.Helper()
@@ -82,23 +101,50 @@ func TestSmallTenantIsNotStarvedByAFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := f.submitMany(t, "small", small, job.Submission{Kind: "noop"})
-	var last fencing.Token
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		for _, id := range ids {
-			tok, ok := log.token(id)
-			if !ok {
-				return false
-			}
-			last = max(last, tok)
-		}
-		return true
-	}, "the small tenant's jobs never all ran")
-
-	claims := int64(last) - before
+	claims := log.claimsUntilAllRan(t, before, ids)
 	bound := int64(small*2 + concurrency)
 	t.Logf("the small tenant's %d jobs all started within %d claims of their submission (bound %d)", small, claims, bound)
 	if claims > bound {
 		t.Fatalf("the small tenant waited %d claims for its %d jobs; the bound is %d", claims, small, bound)
+	}
+	if n, err := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueReady(job.DefaultQueue)).Result(); err != nil || n == 0 {
+		t.Fatalf("the flood ran out (%d left, %v) before the small tenant's jobs ran: the test proved nothing", n, err)
+	}
+}
+
+// Priority orders a tenant's own jobs, never one tenant ahead of another:
+// a flood of priority-100 jobs on a full key does not pass a small
+// tenant's priority-0 jobs on the same key, which still start within the
+// bound of TestSmallTenantIsNotStarvedByAFlood.
+func TestPriorityDoesNotPassOtherTenants(t *testing.T) {
+	f := newFixture(t)
+	const flood, small, concurrency = 2_000, 10, 8
+	f.setLimit(t, "model:x", 2)
+	f.submitMany(t, "flood", flood, job.Submission{Kind: "slow", Priority: 100, ConcurrencyKeys: []string{"model:x"}})
+
+	log := &claimLog{tokens: map[string]fencing.Token{}}
+	f.startWorker(t, execution.Config{Concurrency: concurrency},
+		map[string]execution.Handler{"slow": func(ctx context.Context, e *execution.Execution) (any, error) {
+			_, _ = log.handler(ctx, e)
+			time.Sleep(2 * time.Millisecond) // long enough that the key is full at every claim
+			return nil, nil
+		}})
+	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		n, _ := f.rdb.Get(t.Context(), fence).Int64()
+		return n >= 50
+	}, "the flood never got going")
+
+	before, err := f.rdb.Get(t.Context(), fence).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := f.submitMany(t, "small", small, job.Submission{Kind: "slow", ConcurrencyKeys: []string{"model:x"}})
+	claims := log.claimsUntilAllRan(t, before, ids)
+	bound := int64(small*2 + concurrency)
+	t.Logf("the small tenant's %d priority-0 jobs all started within %d claims of their submission (bound %d)", small, claims, bound)
+	if claims > bound {
+		t.Fatalf("the small tenant waited %d claims behind a priority-100 flood; the bound is %d", claims, bound)
 	}
 	if n, err := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueReady(job.DefaultQueue)).Result(); err != nil || n == 0 {
 		t.Fatalf("the flood ran out (%d left, %v) before the small tenant's jobs ran: the test proved nothing", n, err)

@@ -2,6 +2,7 @@ package execution_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -26,24 +27,22 @@ func (f *fixture) setLimit(t *testing.T, key string, limit int) {
 	}
 }
 
-// liveHolders lists, for each key, the jobs holding a live lease on it, on
-// the Redis clock, in one atomic read.
+// liveHolders lists, for each key, the executions holding a live lease on
+// it, on the Redis clock: one atomic read per key (each key's lease set is
+// in a slot of its own).
 func (f *fixture) liveHolders(t *testing.T, ckeys ...string) [][]string {
 	t.Helper()
-	sets := make([]string, len(ckeys))
+	res := make([]any, len(ckeys))
 	for i, k := range ckeys {
-		sets[i] = keys.New(f.prefix).QueueKeyLeases(job.DefaultQueue, k)
-	}
-	res, err := f.rdb.Eval(t.Context(), `
+		live, err := f.rdb.Eval(t.Context(), `
 		local t = redis.call('TIME')
 		local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-		local out = {}
-		for i, set in ipairs(KEYS) do
-			out[i] = redis.call('ZRANGE', set, '(' .. now, '+inf', 'BYSCORE')
-		end
-		return out`, sets).Slice()
-	if err != nil {
-		t.Fatal(err)
+		return redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')`,
+			[]string{keys.New(f.prefix).LeaseSet(k)}).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[i] = live
 	}
 	out := make([][]string, len(res))
 	for i, r := range res {
@@ -172,36 +171,33 @@ func TestLimitHoldsAcrossWorkersCrashesAndPauses(t *testing.T) {
 	t.Logf("%d samples; peak %d local handlers at once", samples, local.peak.Load())
 }
 
-// With several keys the tightest governs, and a job never holds some of its
-// keys without the others.
+// With several keys the tightest governs, and no handler runs without a
+// live lease on every one of its keys.
 func TestSeveralKeysAllOrNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.setLimit(t, "model:a", 2)
 	f.setLimit(t, "tenant:acme", 1)
 	var local inFlight
-	f.startWorker(t, execution.Config{Concurrency: 8}, map[string]execution.Handler{faultKind: local.handler(20 * time.Millisecond)})
-	for range 12 {
-		f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
-	}
-	for {
-		held := f.liveHolders(t, "model:a", "tenant:acme")
-		model, tenant := held[0], held[1]
-		if len(tenant) > 1 || len(model) > 2 {
-			t.Fatalf("leases: model:a %v, tenant:acme %v", model, tenant)
-		}
-		for _, m := range model {
-			if !slices.Contains(tenant, m) {
-				t.Fatalf("job %s holds model:a without tenant:acme (%v): a partial acquisition", m, tenant)
+	run := local.handler(20 * time.Millisecond)
+	var partial atomic.Value
+	f.startWorker(t, execution.Config{Concurrency: 8}, map[string]execution.Handler{
+		faultKind: func(ctx context.Context, e *execution.Execution) (any, error) {
+			held := f.liveHolders(t, "model:a", "tenant:acme")
+			if !slices.Contains(held[0], e.ID) || !slices.Contains(held[1], e.ID) {
+				partial.Store(fmt.Sprintf("execution %s runs holding model:a %v, tenant:acme %v", e.ID, held[0], held[1]))
 			}
-		}
-		st, err := f.store.Stats(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(st) == 1 && st[0].Queued == 0 && st[0].Running == 0 && st[0].Retrying == 0 {
-			break
-		}
+			return run(ctx, e)
+		}})
+	var ids []string
+	for range 12 {
+		ids = append(ids, f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}}).ID)
+	}
+	for _, id := range ids {
+		f.waitState(t, id, 30*time.Second, job.StateSucceeded)
+	}
+	if p := partial.Load(); p != nil {
+		t.Fatal(p)
 	}
 	if p := local.peak.Load(); p > 1 {
 		t.Fatalf("%d ran at once; the tighter key allows 1", p)

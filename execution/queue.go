@@ -15,13 +15,14 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
 	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
-	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "batch.lua")
+	finishScript    = scripts.Load("execution_finish.lua", "fair.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
 )
 
@@ -40,8 +41,14 @@ type queue struct {
 	retention time.Duration
 	backoff   func(attempt int) time.Duration
 	limits    *limits
-	usage     *usageCounter // nil: executions are not counted
-	metrics   *metrics
+	// leases holds the slots of concurrency keys: one lease set per key
+	// for the whole fleet, in the key's own hash slot.
+	leases *lease.Client
+	// back is how soon this worker comes back to a lane whose keys were
+	// full: how long a refusal marks the jobs as waiting (lease.AcquireAll).
+	back    time.Duration
+	usage   *usageCounter // nil: executions are not counted
+	metrics *metrics
 	// blocked holds the lanes the last claim left waiting for a full key:
 	// the next one looks at more lanes, and reads one job of each of those
 	// (its jobs share its keys: one tells whether there is room for any).
@@ -148,6 +155,10 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil
 	}
+	tenants, err := q.tenantsOf(ctx, retired)
+	if err != nil {
+		return nil, busy, err
+	}
 	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked, ahead)
 	if err != nil {
 		return nil, false, err
@@ -168,6 +179,14 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 	}
 
+	execIDs := make([]string, len(ids))
+	for i := range execIDs {
+		execIDs[i] = uuid.Must(uuid.NewV7()).String()
+	}
+	r, err := q.reserve(ctx, want, lanes, ckeys, execIDs)
+	if err != nil {
+		return nil, false, err
+	}
 	keys := fixed
 	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
 		q.backoff(1).Milliseconds(), due, len(ids)}
@@ -175,37 +194,28 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, lanes[i]))
 		args = append(args, id)
 	}
-	for range want {
-		args = append(args, uuid.Must(uuid.NewV7()).String())
+	for _, id := range execIDs {
+		args = append(args, id)
 	}
-	tenants, err := q.tenantsOf(ctx, retired)
-	if err != nil {
-		return nil, busy, err
+	for _, held := range r.held {
+		args = append(args, held)
 	}
 	for k, id := range retired {
 		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)),
 			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
-	}
-	// For each candidate: how many keys, then each key's position in KEYS
-	// and its limit (-1: none). Each key's lease set comes in once.
-	slot := map[string]int{}
-	for i := range ckeys {
-		args = append(args, len(ckeys[i]))
-		for _, k := range ckeys[i] {
-			if _, ok := slot[k]; !ok {
-				keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
-				slot[k] = len(keys)
-			}
-			args = append(args, slot[k], q.limits.of(k))
-		}
 	}
 	args = append(append(args, len(retired)), retired...)
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
 	if err != nil {
+		// The slots stay taken until their TTL, held by nobody: the limit
+		// is never exceeded, only under-used for a while.
 		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
 	}
+	// Slots taken for candidates the claim did not take are given back. A
+	// release that fails leaves them taken until their TTL, held by nobody.
+	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
 	if want > 0 {
@@ -252,6 +262,132 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		})
 	}
 	return claimed, busy, nil
+}
+
+// reservation is what a claim took of its candidates' concurrency keys
+// before the claim script ran.
+type reservation struct {
+	// held says, for each candidate, whether it holds a slot of every one
+	// of its keys ("1"), was refused one ("0", its lane waits for a full
+	// key) or was not asked for (""): the claim script's ARGV.
+	held []string
+	// got lists, for each key, the execution ids it gave a slot.
+	got map[string][]string
+}
+
+// reserve takes, for up to want candidates, a slot of every one of their
+// concurrency keys, member the execution id each would run under, all or
+// none: one script per key, all in one round trip. On a Redis Cluster a
+// key's lease set is in a slot of its own, not the queue's, so no script
+// can take the job and its slots at once; the slots come first, and the
+// claim script takes only candidates holding all of theirs. Every key
+// gets a lease, limited or not: a limit set later counts the executions
+// already running.
+//
+// The candidates asked for are chosen as the claim script serves lanes,
+// one job of each in turn, so that a slot taken is seldom left unused.
+func (q *queue) reserve(ctx context.Context, want int, lanes []string, ckeys [][]string, execIDs []string) (reservation, error) {
+	r := reservation{held: make([]string, len(lanes)), got: map[string][]string{}}
+	if want == 0 {
+		return r, nil
+	}
+	byLane := map[string][]int{}
+	var order []string
+	for i, lane := range lanes {
+		if lane == "" {
+			continue // the job is gone
+		}
+		if _, ok := byLane[lane]; !ok {
+			order = append(order, lane)
+		}
+		byLane[lane] = append(byLane[lane], i)
+	}
+	var asked []int
+	for round := 0; len(asked) < want; round++ {
+		more := false
+		for _, lane := range order {
+			if c := byLane[lane]; round < len(c) && len(asked) < want {
+				asked = append(asked, c[round])
+				more = true
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	if len(asked) == 0 {
+		return r, nil
+	}
+	var asks []lease.Ask
+	at := map[string]int{}
+	for _, i := range asked {
+		for _, k := range ckeys[i] {
+			j, ok := at[k]
+			if !ok {
+				j = len(asks)
+				at[k] = j
+				asks = append(asks, lease.Ask{Key: k, Limit: int(q.limits.of(k))})
+			}
+			asks[j].Holders = append(asks[j].Holders, execIDs[i])
+		}
+	}
+	grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks)
+	if err != nil {
+		return r, fmt.Errorf("claim %s: %w", q.name, err)
+	}
+	granted := map[string]int{} // execution id -> keys it got
+	for j, a := range asks {
+		for h, tok := range grants[j].Tokens {
+			if tok != 0 {
+				granted[a.Holders[h]]++
+				r.got[a.Key] = append(r.got[a.Key], a.Holders[h])
+			}
+		}
+	}
+	for _, i := range asked {
+		r.held[i] = "0"
+		if granted[execIDs[i]] == len(ckeys[i]) {
+			r.held[i] = "1"
+		}
+	}
+	return r, nil
+}
+
+// unused returns, by key, the slots r took for executions that are not
+// among claimed: candidates refused a slot of another key, or not taken
+// by the claim script.
+func (r reservation) unused(claimed []*Execution) map[string][]string {
+	if len(r.got) == 0 {
+		return nil
+	}
+	taken := make(map[string]bool, len(claimed))
+	for _, e := range claimed {
+		taken[e.ID] = true
+	}
+	out := map[string][]string{}
+	for key, ids := range r.got {
+		for _, id := range ids {
+			if !taken[id] {
+				out[key] = append(out[key], id)
+			}
+		}
+	}
+	return out
+}
+
+// release gives back slots of concurrency keys (key -> execution ids) in
+// one round trip.
+func (q *queue) release(ctx context.Context, held map[string][]string) error {
+	if len(held) == 0 {
+		return nil
+	}
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for key, ids := range held {
+			q.leases.ReleaseIn(ctx, p, key, ids...)
+		}
+		return nil
+	})
+	return err
 }
 
 // reloaded returns cmd, script's EVALSHA sent in a pipeline (go-redis
@@ -353,24 +489,44 @@ const (
 )
 
 // heartbeat renews every execution of execs (all of this queue) and reads
-// their cancel state, in one round trip.
+// their cancel state (one script), then renews the slots they hold of
+// their concurrency keys (one script per key, in the keys' own slots): two
+// round trips. An execution that lost a slot of a key has lost its lease:
+// the slot may be someone else's now.
 func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatStatus, error) {
 	keys := []string{q.keys.QueueLeases(q.name)}
 	args := []any{q.ttl.Milliseconds()}
+	held := map[string][]string{}
 	for _, e := range execs {
 		keys = append(keys, q.keys.Job(q.name, e.JobID))
+		args = append(args, e.JobID, e.token.String())
 		for _, k := range e.keys {
-			keys = append(keys, q.keys.QueueKeyLeases(q.name, k))
+			held[k] = append(held[k], e.ID)
 		}
-		args = append(args, e.JobID, e.token.String(), len(e.keys))
 	}
 	res, err := heartbeatScript.Run(ctx, q.rdb, keys, args...).Int64Slice()
+	if err == nil && len(res) != len(execs) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), len(execs))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
+	}
+	gone, err := q.leases.RenewAll(ctx, q.ttl, held)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
+	}
+	lost := map[string]bool{}
+	for _, ids := range gone {
+		for _, id := range ids {
+			lost[id] = true
+		}
 	}
 	out := make([]heartbeatStatus, len(res))
 	for i, r := range res {
 		out[i] = heartbeatStatus(r)
+		if lost[execs[i].ID] {
+			out[i] = heartbeatLost
+		}
 	}
 	return out, nil
 }
@@ -403,7 +559,6 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		id := f.e.JobID
 		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
 	}
-	slot := map[string]int{} // each key's lease set comes in once
 	for _, f := range fs {
 		var errJSON []byte
 		if f.o.err != nil {
@@ -414,14 +569,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 			retry = "1"
 		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, f.o.state, f.o.result, errJSON, retry,
-			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent(), len(f.e.keys))
-		for _, k := range f.e.keys {
-			if _, ok := slot[k]; !ok {
-				b.keys = append(b.keys, q.keys.QueueKeyLeases(q.name, k))
-				slot[k] = len(b.keys)
-			}
-			b.args = append(b.args, slot[k])
-		}
+			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent())
 	}
 	return b
 }
@@ -430,6 +578,11 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 // if it still owns its job: one script per queue, all of them in one round
 // trip (a pipeline, split per node on a cluster). Each gets the job's new
 // state, or ErrNotOwner, or the error that kept it from being written.
+// The slots of their concurrency keys are released in the same round trip,
+// whatever the finish finds: the handlers have stopped, and a release
+// removes only the execution's own member. (A key's lease set is in a slot
+// of its own, so this cannot be one atomic step with the finish; a worker
+// that dies between the two leaves the slots to expire with their TTL.)
 func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) {
 	byQueue := map[*queue][]*finishing{}
 	for _, f := range fs {
@@ -442,6 +595,17 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, b := range batches {
 			b.cmd = finishScript.EvalSha(ctx, p, b.keys, b.args...)
+		}
+		for q, fs := range byQueue {
+			held := map[string][]string{}
+			for _, f := range fs {
+				for _, k := range f.e.keys {
+					held[k] = append(held[k], f.e.ID)
+				}
+			}
+			for k, ids := range held {
+				q.leases.ReleaseIn(ctx, p, k, ids...)
+			}
 		}
 		return nil
 	})

@@ -196,12 +196,17 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	w.metrics = metrics
 	ks := keys.New(cfg.Prefix)
+	leases, err := lease.New(rdb, lease.Config{Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Queues {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
-			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits, metrics: w.metrics})
+			retention: cfg.Retention, backoff: cfg.Backoff, limits: w.limits, leases: leases,
+			back: 2 * cfg.Poll, metrics: w.metrics})
 		w.queues[len(w.queues)-1].usage = w.usage
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}

@@ -22,9 +22,10 @@ type Limit struct {
 	Key string `json:"key"`
 	// Limit is how many executions may hold Key at once; 0 means none runs.
 	Limit int64 `json:"limit"`
-	// InUse is how many live leases hold Key now, summed over every queue.
-	// For a wildcard it is 0: its limit applies to each key of the prefix
-	// on its own, and those keys' leases are not summed.
+	// InUse is how many live leases hold Key now: executions of jobs in
+	// every queue and holders of the lease package's semaphore share one
+	// lease set per key. For a wildcard it is 0: its limit applies to each
+	// key of the prefix on its own, and those keys' leases are not summed.
 	InUse int64 `json:"in_use"`
 	// Waiting is how many jobs naming Key are ready to run but not started,
 	// summed over every queue (delayed jobs and retries in backoff are not
@@ -182,26 +183,23 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 		return limits, nil
 	}
 	queues, err := s.queues(ctx)
-	if err != nil || len(queues) == 0 {
-		return limits, err
+	if err != nil {
+		return nil, err
 	}
 	now, err := s.rdb.Time(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("job: limits: redis time: %w", err)
 	}
 	live := "(" + strconv.FormatInt(now.UnixMilli(), 10)
-	counts := make([][]*redis.IntCmd, len(limits))
+	counts := make([]*redis.IntCmd, len(limits))
 	lanes := make([]*redis.MapStringStringCmd, len(queues))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
 			lanes[i] = p.HGetAll(ctx, s.keys.QueueFair(q))
 		}
 		for i, l := range limits {
-			if strings.HasSuffix(l.Key, ":*") {
-				continue
-			}
-			for _, q := range queues {
-				counts[i] = append(counts[i], p.ZCount(ctx, s.keys.QueueKeyLeases(q, l.Key), live, "+inf"))
+			if !strings.HasSuffix(l.Key, ":*") {
+				counts[i] = p.ZCount(ctx, s.keys.LeaseSet(l.Key), live, "+inf")
 			}
 		}
 		return nil
@@ -211,10 +209,8 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	}
 	waiting := waitingByKey(lanes)
 	for i := range limits {
-		for _, c := range counts[i] {
-			limits[i].InUse += c.Val()
-		}
-		if !strings.HasSuffix(limits[i].Key, ":*") {
+		if counts[i] != nil {
+			limits[i].InUse = counts[i].Val()
 			limits[i].Waiting = waiting[limits[i].Key]
 		}
 	}

@@ -120,15 +120,16 @@ func TestLimitsInUseCountsLiveLeases(t *testing.T) {
 		if err := fx.rdb.SAdd(ctx, fx.keys.Queues(), "default", "batch", "idle").Err(); err != nil {
 			t.Fatal(err)
 		}
-		add := func(queue, key string, members ...redis.Z) {
-			if err := fx.rdb.ZAdd(ctx, fx.keys.QueueKeyLeases(queue, key), members...).Err(); err != nil {
+		// Executions of every queue hold leases in the one set of each key.
+		add := func(key string, members ...redis.Z) {
+			if err := fx.rdb.ZAdd(ctx, fx.keys.LeaseSet(key), members...).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		add("default", "model:gpt-4o", redis.Z{Score: future, Member: "j1"}, redis.Z{Score: future, Member: "j2"}, redis.Z{Score: past, Member: "j3"})
-		add("batch", "model:gpt-4o", redis.Z{Score: future, Member: "j4"}, redis.Z{Score: past, Member: "j5"})
-		add("batch", "tenant:acme", redis.Z{Score: future, Member: "j4"})
-		add("default", "model:unlimited", redis.Z{Score: future, Member: "j1"}) // no limit: not listed
+		add("model:gpt-4o", redis.Z{Score: future, Member: "j1"}, redis.Z{Score: future, Member: "j2"}, redis.Z{Score: past, Member: "j3"})
+		add("model:gpt-4o", redis.Z{Score: future, Member: "j4"}, redis.Z{Score: past, Member: "j5"})
+		add("tenant:acme", redis.Z{Score: future, Member: "j4"})
+		add("model:unlimited", redis.Z{Score: future, Member: "j1"}) // no limit: not listed
 		for k, n := range map[string]int64{"model:gpt-4o": 5, "tenant:*": 1, "model:idle": 3} {
 			if err := fx.store.SetLimit(ctx, k, n); err != nil {
 				t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // Errors callers branch on.
@@ -78,6 +79,7 @@ type Store struct {
 	keys      keys.Space
 	retention time.Duration
 	idemTTL   time.Duration
+	leases    *lease.Client
 	submit    *redis.Script
 	cancel    *redis.Script
 	tracer    trace.Tracer
@@ -88,8 +90,13 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("job: nil redis client")
 	}
+	leases, err := lease.New(rdb, lease.Config{Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		rdb:       rdb,
+		leases:    leases,
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
@@ -182,37 +189,49 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
 	}
-	var limited []string // the keys the script checks for room, in KEYS order
 	if n.OnBusy == OnBusyReject {
-		limits, err := s.limitsOf(ctx, n.ConcurrencyKeys)
-		if err != nil {
-			return Job{}, false, err
-		}
-		for _, k := range n.ConcurrencyKeys {
-			if l := LimitOf(limits, k); l >= 0 {
-				limited = append(limited, k)
-				keys = append(keys, s.keys.QueueKeyLeases(q, k))
-				args = append(args, l)
+		if err := s.room(ctx, n.ConcurrencyKeys); err != nil {
+			if idemKey == "" {
+				// Nobody else knows this id: drop its lookup, so a refusal
+				// leaves nothing behind. (An idempotency record keeps its id,
+				// which a retry that finds room creates.)
+				if derr := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); derr != nil {
+					return Job{}, false, fmt.Errorf("job: submit %s: drop lookup: %w", id, derr)
+				}
 			}
+			return Job{}, false, err
 		}
 	}
 	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: submit %s: %w", id, err)
 	}
-	if res[0] == int64(2) {
-		if idemKey == "" {
-			// Nobody else knows this id: drop its lookup, so a refusal
-			// leaves nothing behind. (An idempotency record keeps its id,
-			// which a retry that finds room creates.)
-			if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
-				return Job{}, false, fmt.Errorf("job: submit %s: drop lookup: %w", id, err)
-			}
-		}
-		return Job{}, false, &BusyError{Key: limited[res[1].(int64)-1], RetryAfter: time.Duration(res[2].(int64)) * time.Millisecond}
-	}
 	j, err = parseReply(res[1])
 	return j, res[0] == int64(1), err
+}
+
+// room returns a *BusyError when one of keys has a limit and no free slot
+// now (on_busy "reject"). It only looks: each key's lease set is in a slot
+// of its own, and a slot free now may be gone before a worker claims.
+func (s *Store) room(ctx context.Context, keys []string) error {
+	limits, err := s.limitsOf(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		l := LimitOf(limits, k)
+		if l < 0 {
+			continue
+		}
+		ok, wait, err := s.leases.Room(ctx, k, int(l))
+		if err != nil {
+			return fmt.Errorf("job: room in %s: %w", k, err)
+		}
+		if !ok {
+			return &BusyError{Key: k, RetryAfter: wait}
+		}
+	}
+	return nil
 }
 
 // claimIdempotencyKey returns the id of the job key stands for: id when

@@ -92,6 +92,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 // live, reaping expired ones first. Acquiring again with the same holder
 // (a retry after a lost reply) keeps its one slot and moves its expiry; it
 // is issued a new token. When key is full, Acquire returns a *FullError.
+//
+// Acquire shares the key's slots with every other path: the leases queued
+// jobs take (package execution) and Semaphore.Wait's line. While tickets
+// wait in that line, Acquire gets every other free slot at most.
 func (c *Client) Acquire(ctx context.Context, key, holder string, limit int, ttl time.Duration) (Lease, error) {
 	if err := validate(key, holder, ttl); err != nil {
 		return Lease{}, err
@@ -100,22 +104,96 @@ func (c *Client) Acquire(ctx context.Context, key, holder string, limit int, ttl
 		return Lease{}, fmt.Errorf("lease: limit %d: must be at least 1", limit)
 	}
 	sent := c.clock()
-	res, err := acquireScript.Run(ctx, c.rdb,
-		[]string{c.keys.LeaseSet(key), c.keys.LeaseFence(key)},
-		holder, ttl.Milliseconds(), limit).Int64Slice()
+	g, err := c.AcquireAll(ctx, ttl, acquireMark, []Ask{{Key: key, Limit: limit, Holders: []string{holder}}})
 	if err != nil {
-		return Lease{}, fmt.Errorf("lease: acquire %q: %w", key, err)
+		return Lease{}, err
 	}
-	if res[0] == 0 {
-		return Lease{}, &FullError{Key: key, Limit: limit, RetryAfter: time.Duration(res[1]) * time.Millisecond}
+	if g[0].Tokens[0] == 0 {
+		return Lease{}, &FullError{Key: key, Limit: limit, RetryAfter: g[0].RetryAfter}
 	}
 	return Lease{
 		Key:          key,
 		Holder:       holder,
-		Token:        fencing.Token(res[1]),
+		Token:        g[0].Tokens[0],
 		TTL:          ttl,
 		TrustedUntil: sent.Add(ttl),
 	}, nil
+}
+
+// acquireMark is how long a refused Acquire counts as waiting, for the
+// alternation with Wait's line: a caller that wants the slot comes back
+// sooner than that.
+const acquireMark = time.Second
+
+// Ask asks for slots of one key for several holders, in order.
+type Ask struct {
+	Key     string
+	Limit   int // -1: the key has no limit, every holder gets a slot
+	Holders []string
+}
+
+// Grant is what one Ask got.
+type Grant struct {
+	// Tokens holds each holder's fencing token, 0 for a holder refused
+	// for want of room.
+	Tokens []fencing.Token
+	// RetryAfter is the time until the key's earliest lease expires, when
+	// a holder was refused.
+	RetryAfter time.Duration
+	// Waiters says tickets wait in the key's line (Semaphore.Wait): a
+	// release should wake them.
+	Waiters bool
+}
+
+// AcquireAll runs every ask in one round trip (a pipeline, split per node
+// on a Redis Cluster: each ask is one script on its key's slot). Each ask
+// is atomic on its own; a holder that needs slots of several keys, all or
+// none, releases what it got when one is refused. mark is how long a
+// refusal counts this caller as waiting (see Acquire): longer than the
+// caller takes to come back.
+func (c *Client) AcquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, error) {
+	cmds := make([]*redis.Cmd, len(asks))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, a := range asks {
+			cmds[i] = acquireScript.EvalSha(ctx, p, c.acquireKeys(a.Key), acquireArgs(ttl, mark, a)...)
+		}
+		return nil
+	})
+	grants := make([]Grant, len(asks))
+	for i, a := range asks {
+		cmd := cmds[i]
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
+			cmd = acquireScript.Run(ctx, c.rdb, c.acquireKeys(a.Key), acquireArgs(ttl, mark, a)...)
+		}
+		res, err := cmd.Int64Slice()
+		if err == nil && len(res) != 3+len(a.Holders) {
+			err = fmt.Errorf("%d values in the reply, want %d", len(res), 3+len(a.Holders))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lease: acquire %q: %w", a.Key, err)
+		}
+		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1,
+			Tokens: make([]fencing.Token, len(a.Holders))}
+		for j := range a.Holders {
+			g.Tokens[j] = fencing.Token(res[3+j])
+		}
+		grants[i] = g
+	}
+	return grants, nil
+}
+
+func (c *Client) acquireKeys(key string) []string {
+	return []string{c.keys.LeaseSet(key), c.keys.LeaseFence(key), c.keys.SemTickets(key),
+		c.keys.LeaseTurn(key), c.keys.LeaseWaiting(key)}
+}
+
+func acquireArgs(ttl, mark time.Duration, a Ask) []any {
+	args := make([]any, 0, 3+len(a.Holders))
+	args = append(args, ttl.Milliseconds(), a.Limit, mark.Milliseconds())
+	for _, h := range a.Holders {
+		args = append(args, h)
+	}
+	return args
 }
 
 // Renew moves l's expiry to a TTL from now and returns l with its trust
@@ -126,37 +204,114 @@ func (c *Client) Renew(ctx context.Context, l Lease) (Lease, error) {
 		return l, err
 	}
 	sent := c.clock()
-	expires, err := renewScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(l.Key)}, l.Holder, l.TTL.Milliseconds()).Int64()
+	gone, err := c.RenewAll(ctx, l.TTL, map[string][]string{l.Key: {l.Holder}})
 	if err != nil {
-		return l, fmt.Errorf("lease: renew %q: %w", l.Key, err)
+		return l, err
 	}
-	if expires == 0 {
+	if len(gone) > 0 {
 		return l, ErrLost
 	}
 	l.TrustedUntil = sent.Add(l.TTL)
 	return l, nil
 }
 
+// RenewAll renews the leases held (key → holders) by ttl from now, in one
+// round trip, and returns the holders whose leases were gone: those must
+// stop. It never adds a lease back.
+func (c *Client) RenewAll(ctx context.Context, ttl time.Duration, held map[string][]string) (gone map[string][]string, err error) {
+	type renewal struct {
+		key     string
+		holders []string
+		cmd     *redis.Cmd
+	}
+	rs := make([]renewal, 0, len(held))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for key, holders := range held {
+			args := append([]any{ttl.Milliseconds()}, anys(holders)...)
+			rs = append(rs, renewal{key, holders, renewScript.EvalSha(ctx, p, []string{c.keys.LeaseSet(key)}, args...)})
+		}
+		return nil
+	})
+	for _, r := range rs {
+		if redis.HasErrorPrefix(r.cmd.Err(), "NOSCRIPT") {
+			args := append([]any{ttl.Milliseconds()}, anys(r.holders)...)
+			r.cmd = renewScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(r.key)}, args...)
+		}
+		res, err := r.cmd.Int64Slice()
+		if err == nil && len(res) != len(r.holders) {
+			err = fmt.Errorf("%d values in the reply, want %d", len(res), len(r.holders))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lease: renew %q: %w", r.key, err)
+		}
+		for i, expires := range res {
+			if expires == 0 {
+				if gone == nil {
+					gone = map[string][]string{}
+				}
+				gone[r.key] = append(gone[r.key], r.holders[i])
+			}
+		}
+	}
+	return gone, nil
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
 // Release frees l's slot. It is idempotent, and a release that comes after
 // the lease was reaped removes nothing but l's own member: it can never free
 // a slot that someone else holds now.
 func (c *Client) Release(ctx context.Context, l Lease) error {
-	if err := c.rdb.ZRem(ctx, c.keys.LeaseSet(l.Key), l.Holder).Err(); err != nil {
+	if err := c.ReleaseIn(ctx, c.rdb, l.Key, l.Holder).Err(); err != nil {
 		return fmt.Errorf("lease: release %q: %w", l.Key, err)
 	}
 	return nil
 }
 
+// ReleaseIn sends on rdb, which may be a pipeline of the caller's, the
+// release of holders' slots of key (see Release).
+func (c *Client) ReleaseIn(ctx context.Context, rdb redis.Cmdable, key string, holders ...string) *redis.IntCmd {
+	return rdb.ZRem(ctx, c.keys.LeaseSet(key), anys(holders)...)
+}
+
 // InUse returns the number of live leases on key.
 func (c *Client) InUse(ctx context.Context, key string) (int, error) {
+	n, _, err := c.count(ctx, key)
+	return n, err
+}
+
+// Room reports whether key has a free slot under limit now, and when it
+// has none, the time until its earliest lease expires. It takes nothing:
+// a slot free now may be taken before the caller asks for it.
+func (c *Client) Room(ctx context.Context, key string, limit int) (ok bool, retryAfter time.Duration, err error) {
+	n, wait, err := c.count(ctx, key)
+	if err != nil || n < limit {
+		return err == nil, 0, err
+	}
+	if wait == 0 {
+		wait = time.Second // a limit of 0 has no lease to wait for
+	}
+	return false, wait, nil
+}
+
+func (c *Client) count(ctx context.Context, key string) (int, time.Duration, error) {
 	if err := validateKey(key); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n, err := countScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(key)}).Int()
+	res, err := countScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(key)}).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("%d values in the reply, want 2", len(res))
+	}
 	if err != nil {
-		return 0, fmt.Errorf("lease: count %q: %w", key, err)
+		return 0, 0, fmt.Errorf("lease: count %q: %w", key, err)
 	}
-	return n, nil
+	return int(res[0]), time.Duration(res[1]) * time.Millisecond, nil
 }
 
 func validate(key, holder string, ttl time.Duration) error {

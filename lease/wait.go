@@ -237,7 +237,8 @@ type pollResult struct {
 func (w *waiter) poll(ctx context.Context, join bool) (pollResult, error) {
 	ks, key := w.s.c.keys, w.s.key
 	res, err := pollScript.Run(ctx, w.s.c.rdb,
-		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key)},
+		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key),
+			ks.LeaseTurn(key), ks.LeaseWaiting(key)},
 		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit).Int64Slice()
 	if err != nil {
 		return pollResult{}, fmt.Errorf("lease: poll ticket on %q: %w", key, err)

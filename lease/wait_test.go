@@ -521,8 +521,8 @@ func (h *lateJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (h *lateJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		// EVALSHA sha 6 KEYS... ticket ticket_ttl join ...
-		if cmd.Name() != "evalsha" || len(args) < 12 || args[11] != true {
+		// EVALSHA sha 8 KEYS... ticket ticket_ttl join ...
+		if cmd.Name() != "evalsha" || len(args) < 14 || args[13] != true {
 			return next(ctx, cmd)
 		}
 		go func() {
@@ -561,4 +561,70 @@ func TestJoinArrivingAfterLeaveQueuesNothing(t *testing.T) {
 		t.Fatalf("the late join answered %v, want [3] (CANCELLED)", got)
 	}
 	// newWaitLine's cleanup checks that nothing is held or queued.
+}
+
+// While acquire callers (queued jobs, Acquire) and Wait's line both wait
+// for a full key, free slots alternate between them: neither side gets two
+// in a row. Without the turn, the caller that polls fastest (here Acquire,
+// every few ms, against the line's 50 ms) would take nearly every slot.
+func TestJobsAndWaitersAlternateOnAFullKey(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	w := newWaitLine(t, rdb)
+	const grants = 24
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+
+	var mu sync.Mutex
+	var order []byte // 'J' for an Acquire, 'L' for the line, in grant order
+	hold := func(side byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, side)
+		return len(order) < grants
+	}
+	sem := w.c.Semaphore(w.key, 1, 10*time.Second)
+	var wg sync.WaitGroup
+	for g := range 3 { // the line: three waiters, each back in line after its turn
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				p, err := sem.Wait(ctx, fmt.Sprintf("waiter-%d-%d", g, i), lease.WaitConfig{Poll: lease.MinPoll})
+				if err != nil {
+					return
+				}
+				more := hold('L')
+				time.Sleep(10 * time.Millisecond) // holds the slot while the other side asks
+				_ = p.Release()
+				if !more {
+					stop()
+				}
+			}
+		})
+	}
+	wg.Go(func() { // the jobs' side: tries every 2 ms
+		for i := 0; ctx.Err() == nil; i++ {
+			l, err := w.c.Acquire(ctx, w.key, fmt.Sprintf("job-%d", i), 1, 10*time.Second)
+			if err != nil {
+				time.Sleep(2 * time.Millisecond)
+				continue
+			}
+			more := hold('J')
+			time.Sleep(10 * time.Millisecond)
+			_ = w.c.Release(context.WithoutCancel(ctx), l)
+			if !more {
+				stop()
+			}
+		}
+	})
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("grants in order: %s", order)
+	// The first grants may go to either side, before both wait.
+	for i := 3; i < len(order); i++ {
+		if order[i] == order[i-1] {
+			t.Fatalf("grant %d went to the same side as the one before (%s): free slots must alternate", i+1, order)
+		}
+	}
 }

@@ -68,8 +68,8 @@ func TestLimitsSetListDelete(t *testing.T) {
 	}
 	space := keys.New(f.prefix)
 	f.rdb.SAdd(ctx, space.Queues(), "default", "batch")
-	f.rdb.ZAdd(ctx, space.QueueKeyLeases("default", "model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "j1"})
-	f.rdb.ZAdd(ctx, space.QueueKeyLeases("batch", "model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() - 60_000), Member: "j2"})
+	f.rdb.ZAdd(ctx, space.LeaseSet("model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "j1"})
+	f.rdb.ZAdd(ctx, space.LeaseSet("model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() - 60_000), Member: "j2"})
 
 	want := []job.Limit{{Key: "model:gpt-4o", Limit: 200, InUse: 1}, {Key: "tenant:*", Limit: 10}}
 	if got := f.limits(acmeKey); !slices.Equal(got, want) {

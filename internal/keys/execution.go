@@ -18,12 +18,6 @@ func (s Space) WakeSubject(queue string) string {
 	return strings.ReplaceAll(strings.TrimSuffix(s.prefix, ":"), ":", ".") + ".wake." + queue
 }
 
-// QueueKeyLeases is the sorted set of leases a queue's running executions
-// hold on one concurrency key (member job id, score expiry). It shares the
-// queue's slot, so a claim takes every key's lease with the job atomically;
-// a key's limit is therefore exact within a queue.
-func (s Space) QueueKeyLeases(queue, key string) string { return s.key("q:"+queue, "ckey:"+key) }
-
 // Limits is the hash of concurrency limits: field key (or "prefix:*"),
 // value the limit. Workers read it every few seconds.
 func (s Space) Limits() string { return s.key("limits", "limits") }

@@ -38,6 +38,15 @@ func (s Space) LeaseSet(key string) string { return s.key("lease:"+key, "leases"
 // set's slot, so a token is issued in the same script as the acquisition.
 func (s Space) LeaseFence(key string) string { return s.key("lease:"+key, "fence") }
 
+// LeaseTurn says whose turn the next free slot of a lease key is while
+// both sides wait for it: "line" (Wait's tickets) or "jobs" (callers of
+// acquire: queued jobs, Acquire). See internal/scripts/lease_acquire.lua.
+func (s Space) LeaseTurn(key string) string { return s.key("lease:"+key, "turn") }
+
+// LeaseWaiting is a short-lived mark that acquire callers were refused a
+// slot of a lease key: they wait, and the line leaves them every other slot.
+func (s Space) LeaseWaiting(key string) string { return s.key("lease:"+key, "waiting") }
+
 // Fenced is the hash of a fenced resource: the highest token seen and the
 // value written with it.
 func (s Space) Fenced(resource string) string { return s.key("fenced:"+resource, "fenced") }

@@ -9,15 +9,16 @@
 -- (fair.lua) of candidate i (1..n)
 -- KEYS[5 + 3n + 4j] job hash, KEYS[6 + 3n + 4j] events, KEYS[7 + 3n + 4j]
 -- tenant index and KEYS[8 + 3n + 4j] all index of retired job j
--- then the lease sets of the candidates' concurrency keys, each once
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
 -- ARGV[7] d, the number of candidates with due work (the first d)
 -- ARGV[8] n, the number of candidates   ARGV[9 .. 8+n] candidate job ids
--- ARGV[9+n .. 8+n+want] execution ids for the jobs claimed, in order
--- then for each candidate i: m, its number of concurrency keys, and m pairs
--- (position in KEYS of the key's lease set, limit; -1 for none)
+-- ARGV[9+n .. 8+2n] the execution id of each candidate, should it be claimed
+-- ARGV[9+2n .. 8+3n] whether each candidate holds the slots of its
+-- concurrency keys: "1" it does, "0" one of its keys was full, "" it was
+-- not asked for (the caller takes them in the keys' own slots first, with
+-- the candidate's execution id: see execution/queue.go)
 -- then r, the number of retired jobs the peek found past their retention,
 -- and their r ids
 -- Returns {blocked, lost, expired, then 10 values for each job claimed: id,
@@ -29,9 +30,9 @@
 -- is the traceparent of the job's submit span and exec_trace that of its
 -- last finished execution ("" or nil when there is none).
 --
--- A job is claimed only if every one of its keys has room, and then takes
--- a lease in every key's set, with the same expiry as its execution lease:
--- all or nothing. A lease left by a dead worker expires with it.
+-- A job is claimed only if it holds a slot of every one of its keys (the
+-- caller took them); the slots of a candidate not claimed are the
+-- caller's to release.
 --
 -- A retry with the same arguments (the client resends a script whose reply
 -- was lost) returns the jobs the first run claimed, found by their execution
@@ -85,22 +86,11 @@ end
 
 -- This call's execution ids, to recognise what a lost first run claimed.
 local ours = {}
-for i = 1, want do
+for i = 1, n do
   ours[ARGV[8 + n + i]] = true
 end
 local reclaimed = {}
-
--- Each candidate's concurrency keys: {set = KEYS position, limit = n}.
-local spec, at = {}, 8 + n + want
-for i = 1, n do
-  local m = tonumber(ARGV[at + 1] or '0')
-  at = at + 1
-  spec[i] = {}
-  for j = 1, m do
-    spec[i][j] = {set = KEYS[tonumber(ARGV[at + 1])], limit = tonumber(ARGV[at + 2])}
-    at = at + 2
-  end
-end
+local at = 8 + 3 * n
 
 -- Retired jobs past their retention (checked again: the peek only read)
 -- lose their record, events and listing entries.
@@ -269,31 +259,8 @@ end
 -- never ends before the owner's trust window (claim sent + ttl) does.
 local expires = int(now + 1 + ttl)
 for _, r in ipairs(reclaimed) do
-  ours[r.f[8]] = false
   redis.call('ZADD', leases, 'XX', expires, r.id)
-  for _, k in ipairs(spec[r.i]) do
-    redis.call('ZADD', k.set, 'XX', expires, r.id)
-  end
   hand_out(r.id, r.f[8], tonumber(redis.call('HGET', r.job, 'token')), tonumber(r.f[2]), r.f)
-end
-
--- room says whether every limited key of candidate c has a free slot,
--- counting the leases this claim takes. Expired leases of dead workers
--- are reaped first, once per key.
-local used = {}
-local function room(c)
-  for _, k in ipairs(spec[c.i]) do
-    if k.limit >= 0 then
-      if not used[k.set] then
-        redis.call('ZREMRANGEBYSCORE', k.set, '-inf', now)
-        used[k.set] = redis.call('ZCARD', k.set)
-      end
-      if used[k.set] >= k.limit then
-        return false
-      end
-    end
-  end
-  return true
 end
 
 -- The lane whose turn comes first (lowest ready score, ties by name), of
@@ -323,36 +290,29 @@ while #takes < want - #reclaimed do
     break
   end
   local c = l.jobs[l.next]
-  if room(c) then
-    for _, k in ipairs(spec[c.i]) do
-      if used[k.set] then
-        used[k.set] = used[k.set] + 1
-      end
-    end
+  local slots = ARGV[8 + 2 * n + c.i]
+  if slots == '1' then
     takes[#takes + 1] = c
     l.taken[#l.taken + 1] = c.id
     l.next = l.next + 1
     clock = math.max(clock, fair_start(l.turn))
     l.start = clock + 1
-    local head = l.jobs[l.next]
-    l.turn = head and fair_band(head.place) * FAIR_BAND + l.start
+    l.turn = l.jobs[l.next] and l.start
   else
-    l.full = true
-    blocked[#blocked + 1] = l.name
+    l.full = true -- this claim serves the lane no further
+    if slots == '0' then
+      blocked[#blocked + 1] = l.name
+    end
   end
 end
 
 -- The claimed jobs' executions, one HSET and one event each; their
 -- leases, tokens and lanes in a few commands for the whole batch.
 if #takes > 0 then
-  local next_exec = 8 + n
   local token = redis.call('INCRBY', fence, #takes) - #takes
-  local lease_args, key_args, waited = {}, {}, {}
+  local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
-    repeat
-      next_exec = next_exec + 1
-    until ours[ARGV[next_exec]]
-    local exec_id = ARGV[next_exec]
+    local exec_id = ARGV[8 + n + c.i]
     token = token + 1
     local n_attempt = tonumber(c.f[2]) + 1
     local attempt = tostring(n_attempt)
@@ -361,11 +321,6 @@ if #takes > 0 then
     end
     lease_args[#lease_args + 1] = expires
     lease_args[#lease_args + 1] = c.id
-    for _, k in ipairs(spec[c.i]) do
-      local a = group(key_args, k.set)
-      a[#a + 1] = expires
-      a[#a + 1] = c.id
-    end
     local fields = {'attempt', attempt, 'token', int(token), 'exec_id', exec_id, 'exec_worker', worker,
       'exec_attempt', attempt, 'exec_started_at', now_s, 'exec_heartbeat_at', now_s, 'exec_state', 'running'}
     -- Fields still as the submit wrote them are left alone: the job's
@@ -381,9 +336,6 @@ if #takes > 0 then
     hand_out(c.id, exec_id, token, n_attempt, c.f)
   end
   redis.call('ZADD', leases, unpack(lease_args))
-  for set, a in pairs(key_args) do
-    redis.call('ZADD', set, unpack(a))
-  end
   if #waited > 0 then
     redis.call('ZREM', deadlines, unpack(waited))
   end

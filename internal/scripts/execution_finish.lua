@@ -1,11 +1,11 @@
 -- Ends a batch of executions of one queue, each only for its owner: writes
--- its outcome, moves its job to the next state and releases its leases,
--- all in one step.
+-- its outcome, moves its job to the next state and releases its execution
+-- lease, all in one step. (The caller releases the slots of its
+-- concurrency keys, which live in the keys' own slots.)
 -- KEYS[1] leases   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] fair (fair.lua)
 -- KEYS[5] stats    KEYS[6] retired
 -- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
 -- (fair.lua) of execution i (1..n)
--- then the lease sets of the executions' concurrency keys, each once
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
 -- ARGV[3] n, the executions
 -- then for each execution: job id, token, attempt (the job's, set by the
@@ -14,8 +14,7 @@
 --   result (JSON, "" for none), error (JSON, "" for none),
 --   "1" when a failure may be retried ("0" when it is permanent),
 --   backoff_ms before a retry, the traceparent of the execution's span ("" when
---   untraced; kept as exec_trace so the next attempt's span can link to it),
---   m, its number of concurrency keys, and m positions in KEYS of their lease sets
+--   untraced; kept as exec_trace so the next attempt's span can link to it)
 -- Returns, for each execution, its job's new state, or "" when the token is
 -- not the job's current one or the job is not running: the caller is not
 -- the owner, and nothing of that execution changed. A retry of a finish
@@ -30,25 +29,16 @@ local function int(x) return string.format('%.0f', x) end
 -- Formatted once: each number turned into a string costs a sprintf.
 local now_s, retire_at = int(now), int(now + tonumber(retention))
 
--- released holds the ids whose leases each set gives up (batch.lua's
--- group): removed once per batch.
+-- released holds the ids whose leases end: removed once per batch.
 local out, released, counts, retiring = {}, {}, {}, {}
-local function release(set, id)
-  local ids = group(released, set)
-  ids[#ids + 1] = id
-end
 
 local at = 3
 for i = 1, n do
   local job, events, lane = KEYS[4 + 3 * i], KEYS[5 + 3 * i], KEYS[6 + 3 * i]
   local id, token, attempt_s, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
-  local trace, m = ARGV[at + 9], tonumber(ARGV[at + 10])
-  local sets = {}
-  for j = 1, m do
-    sets[j] = KEYS[tonumber(ARGV[at + 10 + j])]
-  end
-  at = at + 10 + m
+  local trace = ARGV[at + 9]
+  at = at + 9
 
   -- Only the owner's check (and the cancel a success yields to) is read
   -- here; a failure reads what its next state depends on below.
@@ -58,10 +48,7 @@ for i = 1, n do
   elseif f[1] ~= token or f[2] ~= 'running' then
     out[i] = ''
   else
-    release(leases, id)
-    for _, set in ipairs(sets) do
-      release(set, id)
-    end
+    released[#released + 1] = id
 
     -- Every field changes in one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', now_s, 'exec_trace', trace}
@@ -113,8 +100,8 @@ for i = 1, n do
   end
 end
 
-for set, ids in pairs(released) do
-  redis.call('ZREM', set, unpack(ids))
+if #released > 0 then
+  redis.call('ZREM', leases, unpack(released))
 end
 for state, delta in pairs(counts) do
   redis.call('HINCRBY', stats, state, delta)

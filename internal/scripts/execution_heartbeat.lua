@@ -1,7 +1,8 @@
 -- Renews the leases of one worker's executions in a queue, in one trip.
--- KEYS[1] leases, then for each execution: its job hash, then the lease
--- sets of its m concurrency keys
--- ARGV[1] lease ttl_ms, then for each execution: job id, token, m
+-- KEYS[1] leases, then for each execution: its job hash
+-- ARGV[1] lease ttl_ms, then for each execution: job id, token
+-- (The slots of its concurrency keys are renewed apart, in their own
+-- slots: lease_renew.lua.)
 -- Returns, for each execution: 0 when it is no longer the owner (lease gone
 -- or expired, or its token is not the job's current one: stop now),
 -- 1 when renewed, 2 when renewed and a cancel has been requested.
@@ -17,7 +18,7 @@ local expires = string.format('%.0f', now + 1 + ttl)
 local out = {}
 local k, a = 2, 2 -- next KEYS and ARGV positions
 while a <= #ARGV do
-  local job, id, token, m = KEYS[k], ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local job, id, token = KEYS[k], ARGV[a], ARGV[a + 1]
   local f = redis.call('HMGET', job, 'token', 'state', 'cancel_requested')
   local lease = redis.call('ZSCORE', leases, id)
   -- An expired lease is left for the reaper, which finalises the job: the
@@ -26,12 +27,9 @@ while a <= #ARGV do
     out[#out + 1] = 0
   else
     redis.call('ZADD', leases, 'XX', expires, id)
-    for j = 1, m do
-      redis.call('ZADD', KEYS[k + j], 'XX', expires, id)
-    end
     redis.call('HSET', job, 'exec_heartbeat_at', string.format('%.0f', now))
     out[#out + 1] = f[3] == '1' and 2 or 1
   end
-  k, a = k + 1 + m, a + 3
+  k, a = k + 1, a + 2
 end
 return out

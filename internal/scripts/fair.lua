@@ -5,12 +5,13 @@
 --
 -- Each lane keeps its waiting jobs in a sorted set of its own (score
 -- (100 - priority) * 2^43 + arrival: priority, then FIFO), and the ready set
--- holds the lanes (member: the lane), each scored by its head: (100 -
--- the head's priority) * 2^43 + the lane's virtual start. A lane takes the
--- next turn of the queue's virtual clock (clock + 1) when it starts afresh
--- and after each claim of its head, and each claim moves the clock to the
--- turn it took. So, within a priority, waiting lanes take turns, one job
--- each, however deep one lane's backlog; and a lane whose keys are full
+-- holds the lanes (member: the lane), each scored by its virtual start. A
+-- lane takes the next turn of the queue's virtual clock (clock + 1) when it
+-- starts afresh and after each claim of its head, and each claim moves the
+-- clock to the turn it took. So waiting lanes take turns, one job each,
+-- however deep one lane's backlog and whatever its priorities: priority
+-- orders a lane's own jobs, never one tenant's ahead of another's turn.
+-- A lane whose keys are full
 -- holds one place in the ready set, not one per job, so it never hides
 -- the lanes behind it from a claim's bounded look.
 --
@@ -23,28 +24,26 @@ local FAIR_BAND = 8796093022208
 
 local function fair_int(x) return string.format('%.0f', x) end
 
--- fair_start is the virtual start inside a ready score. FAIR_BAND is a
--- power of two, so the division in Lua's % is exact.
+-- fair_start is the virtual start a ready score holds. Scores written
+-- before priority left the ready set carry a priority band above it:
+-- FAIR_BAND is a power of two, so the division in Lua's % is exact.
 local function fair_start(score) return score % FAIR_BAND end
-
-local function fair_band(score) return math.floor(score / FAIR_BAND) end
 
 local function fair_clock(fair) return tonumber(redis.call('HGET', fair, 'clock') or '0') end
 
--- fair_place puts lane in the ready set at its turn start, in its head's
--- priority band; an empty lane leaves the ready set.
+-- fair_place puts lane in the ready set at its turn start; an empty lane
+-- leaves the ready set.
 local function fair_place(ready, set, lane, start)
-  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
-  if head[1] then
-    redis.call('ZADD', ready, fair_int(fair_band(tonumber(head[2])) * FAIR_BAND + start), lane)
+  if redis.call('ZCARD', set) > 0 then
+    redis.call('ZADD', ready, fair_int(start), lane)
   else
     redis.call('ZREM', ready, lane)
   end
 end
 
 -- fair_push makes job id (of priority) wait in lane, whose sorted set is
--- set. A lane already waiting keeps its turn (its band follows its head);
--- a new one takes the clock's next turn.
+-- set. A lane already waiting keeps its turn; a new one takes the clock's
+-- next turn.
 local function fair_push(fair, ready, set, lane, id, priority)
   local arrival = redis.call('HINCRBY', fair, 'arrival', 1)
   redis.call('ZADD', set, fair_int((100 - tonumber(priority)) * FAIR_BAND + arrival), id)

@@ -2,7 +2,6 @@
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
--- KEYS[11..] lease sets of the keys to find room in
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
 -- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
@@ -11,12 +10,8 @@
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
 -- ARGV[15] traceparent of the submit span ("" when tracing is off)
 -- ARGV[16] nonce of this call (the same when the client resends it)
--- ARGV[17..] the limit of each key in KEYS[11..]
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
--- had created it: its nonce is the job's), {0, HGETALL} when it existed,
--- {2, i, ms} when it was not created because key i of KEYS[11..] had no
--- room (on_busy "reject"; the caller passes those keys only then), where ms
--- is how long until that key's earliest lease expires.
+-- had created it: its nonce is the job's), {0, HGETALL} when it existed.
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
@@ -34,19 +29,6 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
--- Room is counted in live leases, as the claim counts it: expired leases
--- of dead workers do not hold a slot.
-for i = 11, #KEYS do
-  if redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf') >= tonumber(ARGV[6 + i]) then
-    local first = redis.call('ZRANGE', KEYS[i], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-    local wait = 1000 -- a limit of 0 has no lease to wait for
-    if first[2] then
-      wait = tonumber(first[2]) - now
-    end
-    return {2, i - 10, wait}
-  end
-end
 
 -- A small hash is a listpack that Redis searches from the front: the
 -- fields claims and finishes read or write come first, in about the order

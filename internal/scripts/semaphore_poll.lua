@@ -3,6 +3,8 @@
 -- KEYS[3] arrival sequence counter
 -- KEYS[4] this ticket's state: PENDING, GRANTED, CANCELLED or TIMED_OUT
 -- KEYS[5] lease set   KEYS[6] fencing-token counter of the lease key
+-- KEYS[7] whose turn it is   KEYS[8] mark: the other side waits
+-- (lease_acquire.lua, which shares both)
 -- ARGV[1] ticket   ARGV[2] ticket_ttl_ms   ARGV[3] join (1: enqueue a new ticket)
 -- ARGV[4] holder   ARGV[5] lease ttl_ms    ARGV[6] limit
 -- Returns
@@ -13,9 +15,13 @@
 --   {3} / {4}                    already CANCELLED / TIMED_OUT
 -- One call joins (with join = 1), heartbeats the ticket, reaps dead tickets
 -- and grants the ticket a slot if it heads the line.
+-- While callers of lease_acquire.lua wait too (KEYS[8]), free slots
+-- alternate between them and the line: the line takes one, then theirs is
+-- the next (KEYS[7]).
 -- Complexity: O(log N) in the line's length N, plus O(R log N) to reap at
 -- most R = 16 expired tickets; the line is never scanned.
 local queue, tickets, seq, state, leases, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local turn, others = KEYS[7], KEYS[8]
 local ticket, ticket_ttl, join = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local holder, ttl, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 
@@ -88,11 +94,17 @@ if ahead > 0 then
 end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local held = redis.call('ZCARD', leases)
+local others_wait = redis.call('EXISTS', others) == 1
 if not redis.call('ZSCORE', leases, holder) then
-  if held >= limit then
+  if held >= limit or (others_wait and redis.call('GET', turn) == 'jobs') then
     return {0, 0}
   end
   held = held + 1
+end
+if others_wait then
+  redis.call('SET', turn, 'jobs', 'PX', ttl)
+else
+  redis.call('DEL', turn)
 end
 
 -- PENDING → GRANTED.
