@@ -36,10 +36,28 @@ test/e2e: $(JAEGER) ## Run the end-to-end tests of the built binaries, traces re
 test/race: ## Run the tests three times over with the race detector, to shake out flakes.
 	$(GO) test -race -count=3 -timeout 30m ./...
 
+# An OpenAPI linter independent of the Go library the contract tests use:
+# clients are generated from the document by other tools.
+REDOCLY := @redocly/cli@2.77.0
+
 .PHONY: lint
-lint: ## go vet and a pinned staticcheck.
+lint: ## go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/openapi.yaml.
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	npx --yes $(REDOCLY) lint --format=stylish docs/openapi.yaml
+
+# Native Go fuzz targets, each run for FUZZTIME. Their seed corpora under
+# testdata/fuzz/ run with every `make test`.
+FUZZTIME ?= 30s
+FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey \
+            ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	@set -e; for t in $(FUZZ); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 .PHONY: bench
 bench: ## Run the benchmarks (figures go to docs/benchmarks.md).

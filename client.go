@@ -54,6 +54,9 @@ type Config struct {
 	// ShutdownGrace is how long running executions may finish once Run's
 	// context is done, before they are handed back; default 30s.
 	ShutdownGrace time.Duration
+	// Retention is how long a job is kept after it ends; default
+	// job.DefaultRetention (LEASEHOLD_RETENTION).
+	Retention time.Duration
 	// MaxEvents caps the events of one execution; default
 	// execution.DefaultMaxEvents.
 	MaxEvents int
@@ -111,6 +114,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		Heartbeat:      cfg.Heartbeat,
 		LeaseTTL:       cfg.LeaseTTL,
 		ShutdownGrace:  cfg.ShutdownGrace,
+		Retention:      cfg.Retention,
 		MaxEvents:      cfg.MaxEvents,
 		NATS:           cfg.NATS,
 		Logger:         cfg.Logger,

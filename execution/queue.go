@@ -68,6 +68,29 @@ func (q *queue) fixedKeys() []string {
 	}
 }
 
+// tenantsOf reads the tenant of each retired job, whose listing entry
+// (the tenant's index) the claim removes with the record; "" for a record
+// already gone.
+func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) {
+	if len(retired) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(retired))
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, id := range retired {
+			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id.(string)), "tenant")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("claim %s: tenants of retired jobs: %w", q.name, err)
+	}
+	tenants := make([]string, len(retired))
+	for k, c := range cmds {
+		tenants[k] = c.Val()
+	}
+	return tenants, nil
+}
+
 // claim does the queue's due work (reaping expired leases, promoting due
 // retries, expiring jobs past max_wait) and claims up to want jobs for
 // worker. want 0 only does the due work: that is the reaper. It costs two or
@@ -134,6 +157,10 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil
 	}
+	tenants, err := q.tenantsOf(ctx, retired)
+	if err != nil {
+		return nil, busy, err
+	}
 	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked, ahead)
 	if err != nil {
 		return nil, false, err
@@ -175,8 +202,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for _, held := range r.held {
 		args = append(args, held)
 	}
-	for _, id := range retired {
-		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)))
+	for k, id := range retired {
+		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)),
+			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
 	}
 	args = append(append(args, len(retired)), retired...)
 	// go-redis resends the script when a connection drops before the reply;

@@ -268,7 +268,7 @@ func TestCancelQueuedJobNeverRuns(t *testing.T) {
 
 // TestTerminalJobsAreDeletedAfterRetention: jobs that succeeded, failed
 // or were cancelled while waiting stay readable for their retention, then
-// the worker's reaper deletes their record and events.
+// the worker's reaper deletes their record, events and index entries.
 //
 // Fails when terminal jobs are not retired, when the reaper does not
 // delete them, or when it deletes them before their retention ends.
@@ -310,6 +310,12 @@ func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
 	}
 	if n := f.rdb.ZCard(t.Context(), ks.QueueRetired(job.DefaultQueue)).Val(); n != 0 {
 		t.Errorf("%d jobs still retired after their deletion", n)
+	}
+	// The listing indexes lose them too, with no listing to meet them.
+	for _, index := range []string{ks.QueueTenantJobs(job.DefaultQueue, "acme"), ks.QueueAllJobs(job.DefaultQueue)} {
+		if left := f.rdb.ZRange(t.Context(), index, 0, -1).Val(); len(left) != 0 {
+			t.Errorf("index %s still lists deleted jobs %v", index, left)
+		}
 	}
 }
 
@@ -631,5 +637,31 @@ func TestEmitPastMaxEventsFailsTheJobWithoutRetry(t *testing.T) {
 	}
 	if progress != 3 {
 		t.Fatalf("%d progress events written, want the cap, 3", progress)
+	}
+}
+
+// A handler that succeeds after its job's cancel was acknowledged (202)
+// does not make the job succeed: the cancel wins, as API.md says.
+func TestSuccessAfterAnAcknowledgedCancelEndsCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	requested, release := make(chan string), make(chan struct{})
+	_, stop := f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"stubborn": func(ctx context.Context, e *execution.Execution) (any, error) {
+			requested <- e.JobID
+			<-release // it ignores its context: the work was done anyway
+			return map[string]bool{"done": true}, nil
+		},
+	})
+	defer stop()
+	j := f.submit(t, job.Submission{Kind: "stubborn"})
+	<-requested
+	if got := f.cancelJob(t, j.ID); !got.CancelRequested {
+		t.Fatalf("cancel: %+v", got)
+	}
+	close(release)
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateCancelled, job.StateFailed)
+	if done.State != job.StateCancelled || done.Result != nil || done.Error == nil || done.Error.Code != "cancelled" {
+		t.Errorf("job ended %s, result %s, error %+v; want cancelled", done.State, done.Result, done.Error)
 	}
 }

@@ -109,8 +109,8 @@ type Job struct {
 	Error           *Error          `json:"error"`
 	Metadata        json.RawMessage `json:"metadata"`
 
-	// Input is the job's input. Store.List leaves it empty: a page of
-	// listings should not carry up to 1 MiB per job that it does not show.
+	// Input is the job's input. Store.Get and Store.List leave it empty:
+	// a read should not carry up to 1 MiB per job that it does not show.
 	Input   json.RawMessage `json:"-"`
 	Timeout time.Duration   `json:"-"` // per execution
 	MaxWait time.Duration   `json:"-"` // 0 = unlimited

@@ -22,14 +22,14 @@ const (
 	listScanBound = 1000
 )
 
-// listFields are the hash fields a listing reads: all but input, which the
-// API's job object does not show and which may be 1 MiB per job.
-var listFields = []string{
+// shownFields are the hash fields Get and a listing read: all but input,
+// which the API's job object does not show and which may be 1 MiB per job.
+var shownFields = []string{
 	"id", "tenant", "queue", "kind", "state", "attempt", "max_attempts", "priority",
 	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
-	"exec_finished_at", "exec_state",
+	"exec_finished_at", "exec_state", "trace",
 }
 
 // ListQuery selects a page of jobs.
@@ -233,15 +233,15 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 	return merged[:min(n, len(merged))], len(merged) > n, nil
 }
 
-// load reads the jobs of entries, in order; a job whose hash was deleted at
-// the end of its retention is left zero and its entry removed from its
-// index: indexes are cleaned lazily, by the listings that meet dead
-// entries.
+// load reads the jobs of entries, in order; a job whose hash is gone (a
+// DELETE, or a retention reaped between the index read and this one) is
+// left zero and its entry removed from its index. The reaper takes a
+// retired job out of the indexes itself.
 func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, error) {
 	cmds := make([]*redis.SliceCmd, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range entries {
-			cmds[i] = p.HMGet(ctx, s.keys.Job(queues[e.index], e.id), listFields...)
+			cmds[i] = p.HMGet(ctx, s.keys.Job(queues[e.index], e.id), shownFields...)
 		}
 		return nil
 	}); err != nil {
@@ -250,16 +250,10 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 	jobs := make([]Job, len(entries))
 	var gone []entry
 	for i, e := range entries {
-		vals := cmds[i].Val()
-		if vals[0] == nil {
+		h := shown(cmds[i].Val())
+		if h == nil {
 			gone = append(gone, e)
 			continue
-		}
-		h := make(map[string]string, len(listFields))
-		for k, v := range vals {
-			if v != nil {
-				h[listFields[k]] = v.(string)
-			}
 		}
 		var err error
 		if jobs[i], err = ParseRecord(h); err != nil {
@@ -277,4 +271,19 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 		}
 	}
 	return jobs, nil
+}
+
+// shown maps the values of HMGET shownFields to their fields; nil when the
+// job hash does not exist.
+func shown(vals []any) map[string]string {
+	if vals[0] == nil {
+		return nil
+	}
+	h := make(map[string]string, len(shownFields))
+	for k, v := range vals {
+		if v != nil {
+			h[shownFields[k]] = v.(string)
+		}
+	}
+	return h
 }

@@ -186,6 +186,9 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
 		millis(n.Delay), EventsMaxLen, telemetry.Encode(span.SpanContext()),
+		// go-redis resends a script whose reply it lost; the nonce lets
+		// the script tell that resend (created) from a replay (existed).
+		uuid.NewString(),
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {
@@ -272,11 +275,12 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 	if err != nil {
 		return Job{}, err
 	}
-	h, err := s.rdb.HGetAll(ctx, s.keys.Job(queue, id)).Result()
+	vals, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), shownFields...).Result()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
 	}
-	if len(h) == 0 || (!admin && h["tenant"] != tenant) {
+	h := shown(vals)
+	if h == nil || (!admin && h["tenant"] != tenant) {
 		return Job{}, ErrNotFound
 	}
 	return ParseRecord(h)

@@ -1,13 +1,17 @@
 package job_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,12 +76,13 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 			ConcurrencyKeys: []string{"model:gpt-4o", "tenant:acme"},
 			CreatedAt:       got.CreatedAt,
 			Metadata:        json.RawMessage(`{"conversation":"c-1","z":1}`),
-			Input:           json.RawMessage(`{"messages":[{"content":"<hi>","role":"user"}],"model":"gpt-4o"}`),
-			Timeout:         90 * time.Second, MaxWait: 5 * time.Minute, OnBusy: job.OnBusyReject,
+			// Get leaves the input out: the job object does not show it.
+			Timeout: 90 * time.Second, MaxWait: 5 * time.Minute, OnBusy: job.OnBusyReject,
 		}
 		if diff := jobDiff(got, want); diff != "" {
 			t.Errorf("Get: %s", diff)
 		}
+		want.Input = json.RawMessage(`{"messages":[{"content":"<hi>","role":"user"}],"model":"gpt-4o"}`)
 		if diff := jobDiff(j, want); diff != "" {
 			t.Errorf("Submit: %s", diff)
 		}
@@ -94,8 +99,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", field, h[field], v)
 			}
 		}
-		if len(h) != 30 {
-			t.Errorf("record has %d fields, want 30: %v", len(h), h)
+		if len(h) != 31 {
+			t.Errorf("record has %d fields, want 31: %v", len(h), h)
 		}
 		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
 			t.Errorf("lookup = %q", q)
@@ -655,4 +660,78 @@ func TestEvents(t *testing.T) {
 func sameJSON(a json.RawMessage, b string) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal([]byte(b), &y) == nil && fmt.Sprint(x) == fmt.Sprint(y)
+}
+
+// loseReply is a connection that, once, lets Redis run a command whose
+// bytes contain marker, then drops the connection before its reply is
+// read, as a network failure would: go-redis then resends the command.
+type loseReply struct {
+	net.Conn
+	marker []byte
+	lost   *atomic.Int32
+	armed  bool
+}
+
+func (c *loseReply) Write(p []byte) (int, error) {
+	if bytes.Contains(p, c.marker) && c.lost.CompareAndSwap(0, 1) {
+		c.armed = true
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *loseReply) Read(p []byte) (int, error) {
+	if !c.armed {
+		return c.Conn.Read(p)
+	}
+	// The first byte of the reply proves Redis ran the command.
+	if _, err := c.Conn.Read(p[:1]); err != nil {
+		return 0, err
+	}
+	c.Conn.Close()
+	return 0, io.EOF
+}
+
+// A submit whose reply was lost is resent by go-redis; the resent script
+// finds the job it created itself and still reports it created (201,
+// Location, the count, the wake-up), not as an idempotent replay.
+func TestSubmitResentAfterALostReplyIsCreated(t *testing.T) {
+	t.Parallel()
+	for _, idemKey := range []string{"", "k-1"} {
+		t.Run(fmt.Sprintf("idempotency key %q", idemKey), func(t *testing.T) {
+			t.Parallel()
+			var lost atomic.Int32
+			dialer := net.Dialer{}
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr(),
+				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+					conn, err := dialer.DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return &loseReply{Conn: conn, marker: []byte("resent.kind"), lost: &lost}, nil
+				}})
+			t.Cleanup(func() { rdb.Close() })
+			fx := newFixture(t, rdb, job.Config{})
+			// Redis knows the script before the reply is lost, so the
+			// lost reply is the script's, not a NOSCRIPT.
+			fx.submit(t, "acme", job.Submission{Kind: "warm.up"})
+			sub := job.Submission{Kind: "resent.kind"}
+			j, created, err := fx.store.Submit(t.Context(), "acme", sub, idemKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lost.Load() != 1 {
+				t.Fatal("no reply was lost: the test proved nothing")
+			}
+			if !created {
+				t.Errorf("a resent submit reported its own job as existing: %+v", j)
+			}
+			if idemKey == "" {
+				return
+			}
+			again, created, err := fx.store.Submit(t.Context(), "acme", sub, idemKey)
+			if err != nil || created || again.ID != j.ID {
+				t.Errorf("a replay of the key: created %v, id %s (want %s), %v", created, again.ID, j.ID, err)
+			}
+		})
+	}
 }

@@ -129,8 +129,20 @@ func (e *ValidationError) err() error {
 }
 
 // Validate checks every field and returns a *ValidationError listing each
-// invalid one, or nil.
+// invalid one, or nil. A zero value means the field's default.
 func (s Submission) Validate() error {
+	return s.validate(nil)
+}
+
+// ValidateGiven is Validate for a request whose body named the fields in
+// given (by JSON name): there a zero value was written by the client, so
+// it is checked as the value it is ({"max_attempts": 0} is refused), and
+// only a field the body left out takes its default.
+func (s Submission) ValidateGiven(given map[string]bool) error {
+	return s.validate(given)
+}
+
+func (s Submission) validate(given map[string]bool) error {
 	var v ValidationError
 	switch {
 	case s.Kind == "":
@@ -138,19 +150,19 @@ func (s Submission) Validate() error {
 	case !kindPattern.MatchString(s.Kind):
 		v.add("kind", "must match %s", kindPattern)
 	}
-	if s.Queue != "" && !queuePattern.MatchString(s.Queue) {
+	if (s.Queue != "" || given["queue"]) && !queuePattern.MatchString(s.Queue) {
 		v.add("queue", "must match %s", queuePattern)
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
 		v.add("priority", "must be between %d and %d", MinPriority, MaxPriority)
 	}
-	if s.MaxAttempts < 0 || s.MaxAttempts > maxAttempts {
+	if s.MaxAttempts < 0 || s.MaxAttempts > maxAttempts || (s.MaxAttempts == 0 && given["max_attempts"]) {
 		v.add("max_attempts", "must be between 1 and %d", maxAttempts)
 	}
-	checkDuration(&v, "timeout", s.Timeout, maxTimeout)
-	checkDuration(&v, "max_wait", s.MaxWait, 0)
-	checkDuration(&v, "delay", s.Delay, maxDelay)
-	if s.OnBusy != "" && s.OnBusy != OnBusyQueue && s.OnBusy != OnBusyReject {
+	checkDuration(&v, "timeout", s.Timeout, maxTimeout, given["timeout"])
+	checkDuration(&v, "max_wait", s.MaxWait, 0, given["max_wait"])
+	checkDuration(&v, "delay", s.Delay, maxDelay, false) // "0s" is no delay: in range
+	if (s.OnBusy != "" || given["on_busy"]) && s.OnBusy != OnBusyQueue && s.OnBusy != OnBusyReject {
 		v.add("on_busy", "must be %q or %q", OnBusyQueue, OnBusyReject)
 	}
 	if len(s.ConcurrencyKeys) > maxConcurrencyKeys {
@@ -181,11 +193,14 @@ func (s Submission) Validate() error {
 	return v.err()
 }
 
-// checkDuration refuses a negative d, and one above max when max > 0.
-func checkDuration(v *ValidationError, field string, d Duration, max time.Duration) {
+// checkDuration refuses a negative d, one above max when max > 0, and a
+// zero the client wrote (given) for a field whose zero is not a value.
+func checkDuration(v *ValidationError, field string, d Duration, max time.Duration, given bool) {
 	switch {
 	case d < 0:
 		v.add(field, "must not be negative")
+	case d == 0 && given:
+		v.add(field, "must be positive")
 	case max > 0 && time.Duration(d) > max:
 		v.add(field, "must be at most %s", max)
 	}

@@ -211,3 +211,27 @@ func TestModelKeyCannotBeDodgedWithLookAlikeKeys(t *testing.T) {
 		}
 	}
 }
+
+// A zero the client wrote is checked as a value; a zero left out is the
+// default.
+func TestValidateGivenChecksExplicitZeros(t *testing.T) {
+	t.Parallel()
+	zero := job.Submission{Kind: "echo"}
+	if err := zero.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	given := map[string]bool{"queue": true, "max_attempts": true, "timeout": true, "max_wait": true,
+		"on_busy": true, "priority": true, "delay": true, "concurrency_keys": true}
+	err := zero.ValidateGiven(given)
+	var v *job.ValidationError
+	if !errors.As(err, &v) {
+		t.Fatalf("ValidateGiven = %v", err)
+	}
+	var fields []string
+	for _, f := range v.Errors {
+		fields = append(fields, f.Field)
+	}
+	if want := []string{"queue", "max_attempts", "timeout", "max_wait", "on_busy"}; !slices.Equal(fields, want) {
+		t.Errorf("fields %v, want %v", fields, want)
+	}
+}

@@ -136,8 +136,10 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		}
 		c := &chatCall{client: client, endpoint: endpoint, apiKey: cfg.APIKey, body: body, e: e}
 		res, err := c.run(ctx)
-		if err == nil && cfg.Usage != nil && res.Usage != nil {
-			countTokens(ctx, cfg.Usage, e, *res.Usage)
+		// Whatever ended the call (success, timeout, cancel, a broken
+		// stream), the upstream spent what it streamed.
+		if u, ok := c.spent(); ok && cfg.Usage != nil {
+			countTokens(ctx, cfg.Usage, e, u)
 		}
 		return res, err
 	}
@@ -208,6 +210,21 @@ type chatCall struct {
 	apiKey   string
 	body     []byte
 	e        *execution.Execution
+
+	usage  *Usage // as the upstream reported it; nil until it does
+	deltas int    // content deltas streamed so far
+}
+
+// spent is the usage to count for the call: what the upstream reported,
+// or, for a stream cut short before its report (a timeout, a cancel), one
+// completion token per delta it streamed (OpenAI-compatible upstreams send
+// one token per chunk); the prompt's tokens are unknown then. ok is false
+// when nothing was spent that is known.
+func (c *chatCall) spent() (u Usage, ok bool) {
+	if c.usage != nil {
+		return *c.usage, true
+	}
+	return Usage{CompletionTokens: c.deltas}, c.deltas > 0
 }
 
 // run posts the request, retrying inside the attempt while the upstream
@@ -313,7 +330,6 @@ func (c *chatCall) stream(ctx context.Context, body io.Reader) (*ChatResult, err
 	events := newSSEReader(body)
 	out := &outputBatch{e: c.e}
 	var text strings.Builder
-	var usage *Usage
 	finished := false
 	for {
 		data, err := events.next()
@@ -343,13 +359,14 @@ func (c *chatCall) stream(ctx context.Context, body io.Reader) (*ChatResult, err
 			if choice.Delta.Content != "" {
 				text.WriteString(choice.Delta.Content)
 				out.add(choice.Delta.Content)
+				c.deltas++
 			}
 			if choice.FinishReason != nil {
 				finished = true
 			}
 		}
 		if ch.Usage != nil {
-			usage = ch.Usage
+			c.usage = ch.Usage
 		}
 		// Flush when the next read would wait on the network, so no delta
 		// waits for the one after it, and deltas that came together leave
@@ -365,7 +382,7 @@ func (c *chatCall) stream(ctx context.Context, body io.Reader) (*ChatResult, err
 	}
 	// Read what is left (little), so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 4<<10))
-	return &ChatResult{Text: text.String(), Usage: usage}, nil
+	return &ChatResult{Text: text.String(), Usage: c.usage}, nil
 }
 
 // completion reads one non-streamed chat.completion and emits its text as
@@ -383,6 +400,7 @@ func (c *chatCall) completion(ctx context.Context, body io.Reader) (*ChatResult,
 	if err := json.NewDecoder(io.LimitReader(body, 16<<20)).Decode(&comp); err != nil {
 		return nil, fmt.Errorf("llm.chat: upstream completion: %w", err)
 	}
+	c.usage = comp.Usage
 	var text string
 	for _, choice := range comp.Choices {
 		if choice.Index == 0 {
@@ -396,7 +414,7 @@ func (c *chatCall) completion(ctx context.Context, body io.Reader) (*ChatResult,
 	if err := out.flush(ctx); err != nil {
 		return nil, err
 	}
-	return &ChatResult{Text: text, Usage: comp.Usage}, nil
+	return &ChatResult{Text: text, Usage: c.usage}, nil
 }
 
 // outputBatch gathers deltas into one output event.

@@ -45,3 +45,37 @@ func TestLLMChatCountsTokens(t *testing.T) {
 		t.Errorf("usage %v, want %v", got, want)
 	}
 }
+
+// A completion cut short (here by its timeout) counts what it streamed:
+// one completion token per delta, since the upstream never got to report
+// its usage.
+func TestLLMChatCountsTokensOfACutStream(t *testing.T) {
+	t.Parallel()
+	counters, err := usage.New(testenv.Redis(t).Client(t), usage.Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := fakellm.New(fakellm.Config{Tokens: 1000, Delay: 20 * time.Millisecond})
+	f := startLLM(t, fake, LLMConfig{Usage: counters}, execution.Config{})
+	j := f.submit(t, hello, job.Submission{MaxAttempts: 1, Timeout: job.Duration(time.Second)})
+	if done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed); done.State != job.StateFailed || done.Error.Code != "timeout" {
+		t.Fatalf("state %s error %+v", done.State, done.Error)
+	}
+	streamed := len(f.outputs(t, j.ID))
+	now := time.Now()
+	var got int64
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		days, err := counters.Get(t.Context(), "acme", now.Add(-time.Hour), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = 0
+		for _, d := range days {
+			got += d.Counts[usage.LLMCompletionTokens]
+		}
+		return got > 0
+	}, "no completion tokens counted for a stream cut short")
+	if streamed == 0 || got < int64(streamed) || got >= 1000 {
+		t.Errorf("counted %d completion tokens for %d output events of a cut stream", got, streamed)
+	}
+}

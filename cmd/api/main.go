@@ -49,6 +49,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
+	retention := fs.Retention()
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -109,7 +110,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix})
+	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix, Retention: *retention})
 	if err != nil {
 		return err
 	}

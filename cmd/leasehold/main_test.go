@@ -16,11 +16,15 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestDevModeSmoke builds the dev binary, starts it as `make run` does,
-// runs an echo job through the API and stops it with SIGINT — with a
-// redis-server child and with the in-process stand-in.
+// runs an echo job through the API and stops it as Ctrl-C does, with
+// SIGINT to its whole process group — with a redis-server child and with
+// the in-process stand-in. The stop is quiet and clean: exit 0, no WARN or
+// ERROR line after the signal, and the redis-server child, which Ctrl-C
+// must not reach, stopped last with a clean shutdown.
 func TestDevModeSmoke(t *testing.T) {
 	if !redisproc.Installed() {
 		t.Fatal(redisproc.InstallHint)
@@ -41,8 +45,11 @@ func TestDevModeSmoke(t *testing.T) {
 			if mode == "memory" {
 				args = append(args, "--memory")
 			}
+			data := args[4]
 			cmd := exec.Command(bin, args...)
-			cmd.Stderr = os.Stderr
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
+			var stderr testenv.Buffer
+			cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -89,16 +96,53 @@ func TestDevModeSmoke(t *testing.T) {
 				t.Fatalf("job ended %s with %s", done.State, done.Result)
 			}
 
-			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			// A job runs when Ctrl-C comes: the worker finishes it during
+			// its shutdown, which needs Redis until the end.
+			req, _ = http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"sleep","input":{"duration":"2s","tick":"1s"}}`))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+				t.Fatalf("submit: %v %v", resp, err)
+			}
+			json.NewDecoder(resp.Body).Decode(&j)
+			resp.Body.Close()
+			for deadline := time.Now().Add(30 * time.Second); j.State != "running"; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("sleep job %s still %s after 30s", j.ID, j.State)
+				}
+				if resp, err = get("/v1/jobs/" + j.ID); err != nil {
+					t.Fatal(err)
+				}
+				json.NewDecoder(resp.Body).Decode(&j)
+				resp.Body.Close()
+			}
+			before := len(stderr.Lines())
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil { // Ctrl-C
 				t.Fatal(err)
 			}
 			select {
 			case err := <-exited:
 				if err != nil {
-					t.Fatalf("dev mode exited with %v after SIGINT", err)
+					t.Errorf("dev mode exited with %v after SIGINT", err)
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("dev mode still running 30s after SIGINT")
+			}
+			for _, l := range stderr.Lines()[before:] {
+				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+					t.Errorf("stop not quiet: %s", l)
+				}
+			}
+			if mode != "redis-server" {
+				return
+			}
+			log, err := os.ReadFile(filepath.Join(data, "redis", "redis.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(log), "Received SIGTERM") || strings.Contains(string(log), "Received SIGINT") ||
+				!strings.Contains(string(log), "ready to exit, bye bye") {
+				t.Errorf("redis-server was not stopped last, cleanly, by its parent's SIGTERM:\n%s", log)
 			}
 		})
 	}

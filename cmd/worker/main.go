@@ -40,6 +40,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
 	handlers := fs.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
+	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -87,6 +88,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		Handlers:      remotes,
 		Sleep:         kinds.SleepConfig{Allow: notifyAllow, Logger: log},
 		LLM:           kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
+		Retention:     *retention,
 		Logger:        log,
 		MeterProvider: meters,
 	})

@@ -117,3 +117,35 @@ func TestBadHandlersStopTheStart(t *testing.T) {
 		t.Fatalf("runWorker: %v, want an error naming entry 2 without its URL", err)
 	}
 }
+
+// LEASEHOLD_RETENTION (--retention) sets how long the worker keeps a job
+// after it ends: its reaper deletes the record then.
+func TestRetentionIsConfigurable(t *testing.T) {
+	t.Parallel()
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.Prefix(t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{
+			"--redis-url", "redis://" + testenv.Redis(t).Addr() + "/0", "--nats-url", testenv.NATS(t).URL(),
+			"--prefix", prefix, "--metrics-addr", "127.0.0.1:" + strconv.Itoa(port), "--retention", "200ms",
+		}, io.Discard)
+	}()
+	defer func() { stop(); <-done }()
+	store, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "echo"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		_, err := store.Get(t.Context(), "acme", j.ID, false)
+		return errors.Is(err, job.ErrNotFound)
+	}, "the job was kept past a 200ms retention")
+}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
+
+	"github.com/leasehold/leasehold/job"
 )
 
 // Flags is a flag set whose flags default to environment variables: a flag
@@ -98,6 +100,13 @@ func (f *Flags) Duration(name, env string, def time.Duration, usage string) *tim
 		v = d
 	}
 	return f.FlagSet.Duration(name, v, usage+" ($"+env+")")
+}
+
+// Retention defines the flag the API and the worker share: how long a job,
+// its events and its listing entries are kept after it ends.
+func (f *Flags) Retention() *time.Duration {
+	return f.Duration("retention", "LEASEHOLD_RETENTION", job.DefaultRetention,
+		"how long a job is kept after it ends; the API's must be at least the 24h an Idempotency-Key lives")
 }
 
 // Parse parses args and reports bad environment values too.

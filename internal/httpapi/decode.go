@@ -68,14 +68,15 @@ func isJSON(contentType string) bool {
 // decodeSubmission parses a submit body. Unlike json.Decoder with
 // DisallowUnknownFields, which stops at the first problem and names no
 // field for a bad duration, it reports every unknown field and every field
-// of the wrong type, by name.
-func decodeSubmission(body []byte) (job.Submission, error) {
-	var sub job.Submission
+// of the wrong type, by name. given holds the fields the body named, for
+// job.Submission.ValidateGiven: only a field left out takes its default.
+func decodeSubmission(body []byte) (sub job.Submission, given map[string]bool, err error) {
 	raw, err := decodeObject(body)
 	if err != nil {
-		return sub, err
+		return sub, nil, err
 	}
 	targets := jsonFields(&sub)
+	given = make(map[string]bool, len(raw))
 	var fields []job.FieldError
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
 		target, ok := targets[name]
@@ -83,14 +84,15 @@ func decodeSubmission(body []byte) (job.Submission, error) {
 			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
 			continue
 		}
+		given[name] = true
 		if msg := decodeField(raw[name], target); msg != "" {
 			fields = append(fields, job.FieldError{Field: name, Message: msg})
 		}
 	}
 	if len(fields) > 0 {
-		return sub, &badRequest{detail: "the request has unknown fields or fields of the wrong type: see errors", fields: fields}
+		return sub, nil, &badRequest{detail: "the request has unknown fields or fields of the wrong type: see errors", fields: fields}
 	}
-	return sub, nil
+	return sub, given, nil
 }
 
 // decodeObject splits a body that must be exactly one JSON object into its
@@ -136,10 +138,14 @@ func jsonFields(v any) map[string]any {
 }
 
 // decodeField decodes one member into target and says what is wrong with
-// it, or "".
+// it, or "". null is a value only for raw JSON members (input, metadata);
+// elsewhere it is refused, as the field's type has no null.
 func decodeField(raw json.RawMessage, target any) string {
 	if d, ok := target.(*job.Duration); ok {
 		return decodeDuration(raw, d)
+	}
+	if _, rawJSON := target.(*json.RawMessage); !rawJSON && string(raw) == "null" {
+		return "must be " + describe(reflect.TypeOf(target).Elem()) + ", not null"
 	}
 	err := json.Unmarshal(raw, target)
 	if err == nil {
@@ -156,16 +162,16 @@ func decodeField(raw json.RawMessage, target any) string {
 // a duration looks like.
 func decodeDuration(raw json.RawMessage, d *job.Duration) string {
 	const want = `must be a duration string such as "30s" or "10m"`
-	var s *string
+	var s string
+	if string(raw) == "null" {
+		return want + ", not null"
+	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return want
 	}
-	if s == nil { // null: the default
-		return ""
-	}
-	v, err := time.ParseDuration(*s)
+	v, err := time.ParseDuration(s)
 	if err != nil {
-		return want + ", not " + strconv.Quote(*s)
+		return want + ", not " + strconv.Quote(s)
 	}
 	*d = job.Duration(v)
 	return ""

@@ -30,9 +30,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	sub, err := decodeSubmission(body)
+	sub, given, err := decodeSubmission(body)
 	if err == nil {
-		err = sub.Validate()
+		err = sub.ValidateGiven(given)
 	}
 	if err == nil {
 		err = s.checkQueue(sub)

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -85,5 +86,38 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 	if doc.Paths.Find("/v1/limits") == nil || doc.Paths.Find("/v1/limits/{key}") == nil {
 		t.Error("the document does not describe /v1/limits")
+	}
+}
+
+// The document's Submission schema accepts exactly the bodies the server
+// accepts, for the patterns a client checks before it sends.
+func TestOpenAPISubmissionAgreesWithTheServer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	doc, err := openapi3.NewLoader().LoadFromData([]byte(docs.OpenAPI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := doc.Components.Schemas["Submission"].Value
+	for _, body := range []string{
+		`{"kind": "echo", "concurrency_keys": ["model:org/gpt-4o"]}`,
+		`{"kind": "echo", "concurrency_keys": ["a.b_c-d:e"]}`,
+		`{"kind": "echo", "concurrency_keys": ["model:a b"]}`,
+		`{"kind": "echo", "concurrency_keys": ["model:*"]}`,
+		`{"kind": "echo", "concurrency_keys": ["model:ü"]}`,
+		`{"kind": "echo", "concurrency_keys": ["` + strings.Repeat("k", 129) + `"]}`,
+		`{"kind": "echo.v2"}`,
+		`{"kind": "Echo"}`,
+		`{"kind": "echo", "queue": "a/b"}`,
+	} {
+		var value any
+		if err := json.Unmarshal([]byte(body), &value); err != nil {
+			t.Fatal(err)
+		}
+		documented := schema.VisitJSON(value) == nil
+		resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: body})
+		if served := resp.StatusCode == http.StatusCreated; served != documented {
+			t.Errorf("%s: the server answers %s, the document accepts it: %v", body, resp.Status, documented)
+		}
 	}
 }

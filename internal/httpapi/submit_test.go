@@ -88,6 +88,11 @@ func TestSubmitOptions(t *testing.T) {
 	if j.Queue != "gpu" || j.Priority != -5 || j.MaxAttempts != 7 || j.Tenant != "globex" || !isNull(j.Metadata) {
 		t.Errorf("job %+v", j)
 	}
+	// A zero that is in range is a value; a field left out takes its default.
+	j = f.submit(globexKey, `{"kind": "echo", "priority": 0, "delay": "0s", "concurrency_keys": []}`)
+	if j.Priority != 0 || j.MaxAttempts != 3 || j.Queue != "default" {
+		t.Errorf("job %+v", j)
+	}
 }
 
 // Every bad request is a problem naming what is wrong, and writes nothing.
@@ -135,6 +140,23 @@ func TestSubmitRefusesBadInputAndWritesNothing(t *testing.T) {
 		{name: "negative max_attempts", body: `{"kind": "echo", "max_attempts": -1}`, status: 400, field: "max_attempts"},
 		{name: "too many attempts", body: `{"kind": "echo", "max_attempts": 101}`, status: 400, field: "max_attempts"},
 		{name: "priority too low", body: `{"kind": "echo", "priority": -101}`, status: 400, field: "priority"},
+		// An explicit value is checked as written: only a field left out
+		// takes its default.
+		{name: "zero max_attempts", body: `{"kind": "echo", "max_attempts": 0}`, status: 400, field: "max_attempts"},
+		{name: "zero timeout", body: `{"kind": "echo", "timeout": "0s"}`, status: 400, field: "timeout"},
+		{name: "zero max_wait", body: `{"kind": "echo", "max_wait": "0s"}`, status: 400, field: "max_wait"},
+		{name: "empty queue", body: `{"kind": "echo", "queue": ""}`, status: 400, field: "queue"},
+		{name: "empty on_busy", body: `{"kind": "echo", "on_busy": ""}`, status: 400, field: "on_busy"},
+		{name: "empty kind", body: `{"kind": ""}`, status: 400, field: "kind"},
+		{name: "null kind", body: `{"kind": null}`, status: 400, field: "kind"},
+		{name: "null queue", body: `{"kind": "echo", "queue": null}`, status: 400, field: "queue"},
+		{name: "null max_attempts", body: `{"kind": "echo", "max_attempts": null}`, status: 400, field: "max_attempts"},
+		{name: "null priority", body: `{"kind": "echo", "priority": null}`, status: 400, field: "priority"},
+		{name: "null timeout", body: `{"kind": "echo", "timeout": null}`, status: 400, field: "timeout"},
+		{name: "null max_wait", body: `{"kind": "echo", "max_wait": null}`, status: 400, field: "max_wait"},
+		{name: "null delay", body: `{"kind": "echo", "delay": null}`, status: 400, field: "delay"},
+		{name: "null on_busy", body: `{"kind": "echo", "on_busy": null}`, status: 400, field: "on_busy"},
+		{name: "null concurrency_keys", body: `{"kind": "echo", "concurrency_keys": null}`, status: 400, field: "concurrency_keys"},
 		{name: "on_busy unknown", body: `{"kind": "echo", "on_busy": "drop"}`, status: 400, field: "on_busy"},
 		{name: "metadata not an object", body: `{"kind": "echo", "metadata": [1]}`, status: 400, field: "metadata"},
 		{name: "another tenant's key", body: `{"kind": "echo", "concurrency_keys": ["tenant:globex"]}`, status: 400, field: "concurrency_keys[0]"},
@@ -183,8 +205,8 @@ func TestSubmitNamesEveryBadField(t *testing.T) {
 	resp = f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
 		body: `{"kind": "Bad", "max_attempts": 0, "timeout": "-1s", "delay": "-1s"}`})
 	p = expectProblem(t, resp, 400, "kind")
-	if len(p.Errors) != 3 {
-		t.Errorf("want kind, timeout and delay named: %s", resp.body)
+	if len(p.Errors) != 4 {
+		t.Errorf("want kind, max_attempts, timeout and delay named: %s", resp.body)
 	}
 }
 

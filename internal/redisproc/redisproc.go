@@ -74,12 +74,13 @@ func (s *Server) start() error {
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
 	cmd := exec.Command("redis-server", append(args, s.extra...)...)
-	// A process that dies without stopping its server (a test binary's
+	// Ctrl-C does not reach the server: its parent stops it, last. A
+	// process that dies without stopping its server (a test binary's
 	// timeout panic, a kill -9) takes the server with it: the kernel sends
 	// the death signal when the thread that started the child exits, so
 	// that thread belongs to the goroutine that waits for the child, for
 	// as long as the child lives.
-	dieWithParent(cmd)
+	detach(cmd)
 	started, done := make(chan error, 1), make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine, after the child

@@ -7,7 +7,8 @@
 -- KEYS[8] retired
 -- KEYS[6 + 3i] job hash, KEYS[7 + 3i] events and KEYS[8 + 3i] lane
 -- (fair.lua) of candidate i (1..n)
--- KEYS[7 + 3n + 2j] job hash and KEYS[8 + 3n + 2j] events of retired job j
+-- KEYS[5 + 3n + 4j] job hash, KEYS[6 + 3n + 4j] events, KEYS[7 + 3n + 4j]
+-- tenant index and KEYS[8 + 3n + 4j] all index of retired job j
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
@@ -92,7 +93,7 @@ local reclaimed = {}
 local at = 8 + 3 * n
 
 -- Retired jobs past their retention (checked again: the peek only read)
--- lose their record; their index entries go lazily (job/list.go).
+-- lose their record, events and listing entries.
 local r = tonumber(ARGV[at + 1] or '0')
 if r > 0 then
   local ids, dead, gone = {}, {}, {}
@@ -102,9 +103,11 @@ if r > 0 then
   local due_at = redis.call('ZMSCORE', retired, unpack(ids))
   for j = 1, r do
     if due_at[j] and tonumber(due_at[j]) <= now then
-      dead[#dead + 1] = KEYS[7 + 3 * n + 2 * j]
-      dead[#dead + 1] = KEYS[8 + 3 * n + 2 * j]
+      dead[#dead + 1] = KEYS[5 + 3 * n + 4 * j]
+      dead[#dead + 1] = KEYS[6 + 3 * n + 4 * j]
       gone[#gone + 1] = ids[j]
+      redis.call('ZREM', KEYS[7 + 3 * n + 4 * j], ids[j])
+      redis.call('ZREM', KEYS[8 + 3 * n + 4 * j], ids[j])
     end
   end
   if #gone > 0 then

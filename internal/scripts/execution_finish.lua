@@ -40,9 +40,9 @@ for i = 1, n do
   local trace = ARGV[at + 9]
   at = at + 9
 
-  -- Only the owner's check is read here; a failure reads what its next
-  -- state depends on below (a success, the common end, needs none of it).
-  local f = redis.call('HMGET', job, 'token', 'state', 'exec_state')
+  -- Only the owner's check (and the cancel a success yields to) is read
+  -- here; a failure reads what its next state depends on below.
+  local f = redis.call('HMGET', job, 'token', 'state', 'exec_state', 'cancel_requested')
   if f[1] == token and f[2] ~= 'running' and f[3] == outcome then
     out[i] = f[2] -- a retry whose first run was written (its reply was lost)
   elseif f[1] ~= token or f[2] ~= 'running' then
@@ -53,7 +53,7 @@ for i = 1, n do
     -- Every field changes in one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', now_s, 'exec_trace', trace}
     local next
-    if outcome == 'succeeded' then
+    if outcome == 'succeeded' and f[4] ~= '1' then
       next = 'succeeded'
       fields[#fields + 1], fields[#fields + 2] = 'result', result
       fields[#fields + 1], fields[#fields + 2] = 'error', ''
@@ -61,7 +61,8 @@ for i = 1, n do
       local g = redis.call('HMGET', job, 'cancel_requested', 'max_attempts', 'priority', 'concurrency_keys')
       local attempt = tonumber(attempt_s)
       if g[1] == '1' or outcome == 'cancelled' then
-        -- An acknowledged cancel wins over a failure or a hand-off: never retried.
+        -- An acknowledged cancel wins over a success, a failure or a
+        -- hand-off: never retried.
         next = 'cancelled'
         fields[#fields + 1], fields[#fields + 2] = 'error', '{"code":"cancelled","message":"cancelled while running"}'
       elseif outcome == 'handed_off' then

@@ -9,15 +9,22 @@
 -- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
 -- ARGV[15] traceparent of the submit span ("" when tracing is off)
--- Returns {1, HGETALL of the job} when created, {0, HGETALL} when it existed.
+-- ARGV[16] nonce of this call (the same when the client resends it)
+-- Returns {1, HGETALL of the job} when created (also to a resent call that
+-- had created it: its nonce is the job's), {0, HGETALL} when it existed.
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
 
 -- A retried idempotent request and a crashed winner's successor both land
--- here with the same id: only the first creates.
+-- here with the same id: only the first creates. A client that lost the
+-- reply and resent this very call finds its own nonce: it created the job.
 if redis.call('EXISTS', job) == 1 then
-  return {0, redis.call('HGETALL', job)}
+  local created = 0
+  if redis.call('HGET', job, 'nonce') == ARGV[16] then
+    created = 1
+  end
+  return {created, redis.call('HGETALL', job)}
 end
 
 local t = redis.call('TIME')
@@ -33,7 +40,8 @@ redis.call('HSET', job,
   'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
   'exec_finished_at', '', 'result', '', 'error', '', 'finished_at', '',
   'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12])
+  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12],
+  'nonce', ARGV[16])
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)

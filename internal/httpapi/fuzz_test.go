@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// A submit body either decodes and validates, or is refused with a 400
+// that names what is wrong; never a panic or another error. A body that
+// is accepted still is after a round trip through its own JSON.
+func FuzzSubmission(f *testing.F) {
+	for _, s := range []string{
+		`{"kind": "echo"}`,
+		`{"kind": "llm.chat", "input": {"model": "gpt-4o", "messages": []}, "concurrency_keys": ["model:gpt-4o"], "priority": 5, "max_attempts": 3, "timeout": "10m", "max_wait": "5m", "delay": "0s", "on_busy": "reject", "metadata": {"a": 1}}`,
+		`{"kind": "echo", "max_attempts": 0}`,
+		`{"kind": "echo", "timeout": null}`,
+		`{"kind": "echo", "input": null, "metadata": null}`,
+		`{"kind": 1, "bogus": true}`,
+		`[]`, `null`, `{"kind": "echo"} {}`, `{"kind": "echo", "timeout": "-1s"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		sub, given, err := decodeSubmission(body)
+		if err == nil {
+			err = sub.ValidateGiven(given)
+		}
+		if err != nil {
+			if !isBadRequest(err) {
+				t.Fatalf("%q: %v is not a 400", body, err)
+			}
+			return
+		}
+		again, err := json.Marshal(sub)
+		if err != nil {
+			t.Fatalf("%q: marshal: %v", body, err)
+		}
+		sub2, given2, err := decodeSubmission(again)
+		if err == nil {
+			err = sub2.Validate()
+		}
+		if err != nil {
+			t.Fatalf("%q accepted, but its round trip %s is not: %v (%v)", body, again, err, given2)
+		}
+	})
+}
+
+// The Idempotency-Key header is accepted once, as 1–255 printable ASCII
+// characters; anything else is a 400 naming it.
+func FuzzIdempotencyKey(f *testing.F) {
+	for _, s := range []string{"k-1", "", " ", "ключ", "a\x00b", string(make([]byte, 256))} {
+		f.Add(s, false)
+	}
+	f.Add("k", true)
+	f.Fuzz(func(t *testing.T, key string, twice bool) {
+		h := http.Header{"Idempotency-Key": {key}}
+		if twice {
+			h["Idempotency-Key"] = append(h["Idempotency-Key"], key)
+		}
+		got, err := idempotencyKey(h)
+		want := !twice && len(key) >= 1 && len(key) <= 255
+		for i := range len(key) {
+			want = want && key[i] >= 0x20 && key[i] <= 0x7e
+		}
+		switch {
+		case want && (err != nil || got != key):
+			t.Fatalf("%q refused: %v", key, err)
+		case !want && err == nil:
+			t.Fatalf("%q (twice: %v) accepted", key, twice)
+		case !want && !isBadRequest(err):
+			t.Fatalf("%q: %v is not a 400", key, err)
+		}
+	})
+}
+
+// isBadRequest reports whether fail answers err with 400 naming what is
+// wrong.
+func isBadRequest(err error) bool {
+	var bad *badRequest
+	var invalid *job.ValidationError
+	return errors.As(err, &bad) || errors.As(err, &invalid)
+}
