@@ -3,13 +3,16 @@ package execution_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +43,9 @@ const (
 	envGrace       = "LH_GRACE"       // default 30s
 	envConcurrency = "LH_CONCURRENCY" // default 32
 	envRedis       = "LH_REDIS"       // address of a Redis of the test's own; default the parent's shared one
+	envCluster     = "LH_CLUSTER"     // comma-separated masters of a Redis Cluster to use instead
+	envQueues      = "LH_QUEUES"      // comma-separated queues; default the default queue
+	envUpstream    = "LH_UPSTREAM"    // URL of the fake upstream the "upstream" handler calls
 )
 
 // faultKind is the job kind the helper worker serves.
@@ -82,7 +88,9 @@ func workerProcess() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	var rdb redis.UniversalClient
-	if addr := os.Getenv(envRedis); addr != "" {
+	if addrs := os.Getenv(envCluster); addrs != "" {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+	} else if addr := os.Getenv(envRedis); addr != "" {
 		rdb = redis.NewClient(&redis.Options{Addr: addr})
 	} else {
 		rdb = testenv.HelperRedis()
@@ -103,8 +111,13 @@ func workerProcess() int {
 			return a
 		},
 	}))
+	var queues []string
+	if q := os.Getenv(envQueues); q != "" {
+		queues = strings.Split(q, ",")
+	}
 	w, err := execution.NewWorker(rdb, execution.Config{
 		Prefix:        prefix,
+		Queues:        queues,
 		CancelSubject: subject,
 		ID:            os.Getenv(envID),
 		Concurrency:   concurrency,
@@ -139,6 +152,9 @@ func workerProcess() int {
 //	       once and returns.
 //	quick  works for up to 10ms, emits one progress event and returns; it
 //	       prints no "emit ok" line, to keep the output of 10,000 jobs small.
+//	upstream  holds its slot for one call to the fake upstream at
+//	       $LH_UPSTREAM (see stress_test.go), which lasts the input's "ms",
+//	       made under its context; then returns.
 //
 // Every event's data carries the execution's attempt and id.
 func workerHandler(mode string, out *printer) (execution.Handler, error) {
@@ -195,6 +211,24 @@ func workerHandler(mode string, out *printer) (execution.Handler, error) {
 			}
 			<-ctx.Done()
 			stopped(ctx, e)
+			return progress{Attempt: e.Attempt(), Exec: e.ID}, nil
+		}, nil
+	case "upstream":
+		return func(ctx context.Context, e *execution.Execution) (any, error) {
+			started(e)
+			var in struct {
+				MS int `json:"ms"`
+			}
+			if err := json.Unmarshal(e.Input, &in); err != nil {
+				return nil, execution.Permanent(err)
+			}
+			if err := callUpstream(ctx, http.DefaultClient, os.Getenv(envUpstream), os.Getenv(envID), e.ID, in.MS); err != nil {
+				if ctx.Err() == nil {
+					return nil, err
+				}
+				stopped(ctx, e)
+				return nil, context.Cause(ctx)
+			}
 			return progress{Attempt: e.Attempt(), Exec: e.ID}, nil
 		}, nil
 	case "quick":

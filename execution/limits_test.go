@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -32,25 +33,25 @@ func (f *fixture) setLimit(t *testing.T, key string, limit int) {
 // in a slot of its own).
 func (f *fixture) liveHolders(t *testing.T, ckeys ...string) [][]string {
 	t.Helper()
-	res := make([]any, len(ckeys))
+	out := make([][]string, len(ckeys))
 	for i, k := range ckeys {
-		live, err := f.rdb.Eval(t.Context(), `
-		local t = redis.call('TIME')
-		local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-		return redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')`,
-			[]string{keys.New(f.prefix).LeaseSet(k)}).Slice()
+		held, err := liveMembers(t.Context(), f.rdb, keys.New(f.prefix).LeaseSet(k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res[i] = live
-	}
-	out := make([][]string, len(res))
-	for i, r := range res {
-		for _, m := range r.([]any) {
-			out[i] = append(out[i], m.(string))
-		}
+		out[i] = held
 	}
 	return out
+}
+
+// liveMembers lists the members of the lease set whose lease is live on
+// the Redis clock, in one atomic read. It fails the caller's way, so that
+// a sampling goroutine can use it.
+func liveMembers(ctx context.Context, rdb redis.UniversalClient, set string) ([]string, error) {
+	return rdb.Eval(ctx, `
+		local t = redis.call('TIME')
+		local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+		return redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')`, []string{set}).StringSlice()
 }
 
 // liveExecutions counts the queue's executions whose lease is live.

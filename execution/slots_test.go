@@ -1,0 +1,108 @@
+package execution_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// A claim takes its candidates' slots before the claim script, one key at
+// a time. A candidate granted a slot of one key and refused one of another
+// is not claimed, and the claim gives back the slot it got: a job that
+// waits for a full key never holds a slot of a free one. Here job X needs
+// model:a (free, limit 1) and model:b (held by someone else): every claim
+// takes model:a's slot for X, then must give it back. Each grant counts in
+// model:a's fencing counter, so the test waits for ten of them, and checks
+// all along that no slot of model:a goes unrenewed for a second (a slot
+// taken by a claim lives the lease TTL, 3 s, unless given back).
+//
+// Fails when the claim keeps the slots of candidates it did not claim
+// (reservation.unused): model:a's slot then stays taken for the TTL, and
+// X's next claims, refused model:a, wait for it to expire.
+func TestClaimsGiveBackSlotsTheyDoNotUse(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl   = 3 * time.Second
+		stale = time.Second
+	)
+	f := newFixture(t)
+	f.setLimit(t, "model:a", 1)
+	f.setLimit(t, "model:b", 1)
+	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hog, err := leases.Acquire(t.Context(), "model:b", "hog", 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leases.Release(context.Background(), hog) })
+	x := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a", "model:b"}})
+	f.startWorker(t, execution.Config{LeaseTTL: ttl, Heartbeat: 200 * time.Millisecond}, map[string]execution.Handler{faultKind: block})
+
+	ks := keys.New(f.prefix)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		// Live slots of model:a that were taken or renewed more than stale ago.
+		old, err := f.rdb.Eval(t.Context(), `
+			local t = redis.call('TIME')
+			local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+			return redis.call('ZRANGE', KEYS[1], '(' .. now, now + ARGV[1], 'BYSCORE')`,
+			[]string{ks.LeaseSet("model:a")}, (ttl - stale).Milliseconds()).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(old) > 0 {
+			t.Fatalf("slots %v of model:a held for more than %v by a job that waits for model:b", old, stale)
+		}
+		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int()
+		return grants >= 10
+	}, "the worker did not try to claim X ten times")
+	if got := f.get(t, x.ID); got.State != job.StateQueued || got.Attempt != 0 {
+		t.Fatalf("X is %s at attempt %d, want queued at 0: a refused claim spends nothing", got.State, got.Attempt)
+	}
+}
+
+// An execution whose slot of a concurrency key is gone (removed from under
+// it: a failover that lost the write, an operator) has lost its lease like
+// one whose execution lease is gone, even though its execution lease is
+// live: the slot may be someone else's now. Its handler is stopped with
+// lease.ErrLost at the next heartbeat.
+//
+// Fails when the heartbeat ignores the slots lease_renew.lua reports gone.
+func TestExecutionThatLosesItsKeySlotStops(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.setLimit(t, "model:a", 1)
+	stopped := make(chan error, 1)
+	f.startWorker(t, execution.Config{LeaseTTL: 10 * time.Second, Heartbeat: 100 * time.Millisecond}, map[string]execution.Handler{
+		faultKind: func(ctx context.Context, e *execution.Execution) (any, error) {
+			if e.Attempt() > 1 {
+				return "again", nil
+			}
+			<-ctx.Done()
+			stopped <- context.Cause(ctx)
+			return nil, context.Cause(ctx)
+		}})
+	j := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}, MaxAttempts: 2})
+	running := f.waitState(t, j.ID, 10*time.Second, job.StateRunning)
+	set := keys.New(f.prefix).LeaseSet("model:a")
+	if n, err := f.rdb.ZRem(t.Context(), set, running.Execution.ID).Result(); err != nil || n != 1 {
+		t.Fatalf("remove the execution's slot: %d, %v", n, err)
+	}
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, lease.ErrLost) {
+			t.Fatalf("handler stopped with %v, want lease.ErrLost", cause)
+		}
+	case <-time.After(10 * time.Second): // within the 10s execution lease: only the slot can stop it
+		t.Fatal("the handler runs on without its slot of model:a")
+	}
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+}
