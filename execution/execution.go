@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
@@ -50,6 +51,9 @@ type Execution struct {
 // owns the job.
 func (e *Execution) Token() fencing.Token { return e.token }
 
+// ConcurrencyKeys are the keys whose leases this execution holds.
+func (e *Execution) ConcurrencyKeys() []string { return slices.Clone(e.keys) }
+
 // Attempt counts from 1; a hand-off at shutdown does not spend one.
 func (e *Execution) Attempt() int { return e.attempt }
 
@@ -86,9 +90,28 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Permanent wraps err so the job is not retried.
 func Permanent(err error) error { return &PermanentError{Err: err} }
 
+// State is where an execution is in its life: running, then one of the
+// others, once. A job's state (job.State) is another thing: a job whose
+// execution failed may be retrying.
+type State string
+
+// The states of an execution.
+const (
+	StateRunning   State = "running"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateTimedOut  State = "timed_out"
+	StateCancelled State = "cancelled"
+	// StateLost: its lease expired; the reaper retried or finalised the job.
+	StateLost State = "lost"
+	// StateHandedOff: its worker shut down gracefully; the job is ready
+	// again without spending the attempt.
+	StateHandedOff State = "handed_off"
+)
+
 // outcome is how an execution ended, as the finish script records it.
 type outcome struct {
-	state     string // succeeded | failed | timed_out | cancelled | handed_off
+	state     State // succeeded | failed | timed_out | cancelled | handed_off
 	result    []byte
 	err       *job.Error
 	retryable bool

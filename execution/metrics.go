@@ -69,23 +69,23 @@ type metrics struct {
 }
 
 // outcomes are the states an outcome may have.
-var outcomes = []string{"succeeded", "failed", "timed_out", "cancelled", "handed_off"}
+var outcomes = []State{StateSucceeded, StateFailed, StateTimedOut, StateCancelled, StateHandedOff}
 
 // queueAttrs are a queue's measurement options, as the variadic arguments
 // the instruments take, so that recording allocates nothing.
 type queueAttrs struct {
-	queue    []metric.RecordOption         // queue
-	outcomes map[string][]metric.AddOption // queue, outcome; by outcome
+	queue    []metric.RecordOption        // queue
+	outcomes map[State][]metric.AddOption // queue, outcome; by outcome
 }
 
 func newQueueAttrs(queue string) queueAttrs {
 	q := attribute.String("queue", queue)
 	a := queueAttrs{
 		queue:    []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(q))},
-		outcomes: map[string][]metric.AddOption{},
+		outcomes: map[State][]metric.AddOption{},
 	}
 	for _, o := range outcomes {
-		a.outcomes[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(q, attribute.String("outcome", o)))}
+		a.outcomes[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(q, attribute.String("outcome", string(o))))}
 	}
 	return a
 }
@@ -232,10 +232,10 @@ func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool,
 
 // expiredJobs counts the jobs a claim expired at max_wait, once for each of
 // their concurrency keys; lanes are the jobs' keys as stored.
-func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []any) {
+func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []string) {
 	for _, lane := range lanes {
 		var keys []string
-		_ = json.Unmarshal([]byte(lane.(string)), &keys) // written by the submit script: always an array
+		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
 		for _, k := range keys {
 			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", k)))
 		}
@@ -303,7 +303,7 @@ func (m *metrics) ended(ctx context.Context, r *running, o outcome, state job.St
 	}
 	m.executions.Add(ctx, 1, m.byQueue[r.e.Queue].outcomes[o.state]...)
 	via, seen := r.cancelSeen.get()
-	if o.state != "cancelled" || via == "" {
+	if o.state != StateCancelled || via == "" {
 		return
 	}
 	finished := time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -179,7 +180,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	args = append(append(args, len(retired)), retired...)
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
-	res, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
+	raw, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.
@@ -188,52 +189,149 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	// Slots taken for candidates the claim did not take are given back. A
 	// release that fails leaves them taken until their TTL, held by nobody.
 	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
+	res, err := decodeClaim(raw)
+	if err != nil {
+		// Jobs the script claimed are not run: their leases expire and the
+		// reaper retries them, as after a worker's crash.
+		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
+	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
 	if want > 0 {
 		left := map[string]bool{}
-		for _, lane := range res[0].([]any) {
-			left[lane.(string)] = true
+		for _, lane := range res.blocked {
+			left[lane] = true
 		}
 		q.blocked.Store(&left)
 		if len(left) > 0 {
 			busy = look == want
 		}
 	}
-	q.usage.lost(ctx, res[1].([]any))
-	q.metrics.expiredJobs(ctx, q.name, res[2].([]any))
-	res = res[3:]
+	q.usage.lost(ctx, res.lost)
+	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	byID := map[string]int{}
 	for i, id := range ids {
 		byID[id] = i
 	}
-	for i := 0; i+10 <= len(res); i += 10 {
-		timeout, _ := res[i+6].(string)
-		ms, err := time.ParseDuration(timeout + "ms")
-		if err != nil {
-			return claimed, busy, fmt.Errorf("claim %s: job %v has a bad timeout %q", q.name, res[i], timeout)
+	for _, j := range res.jobs {
+		c, ok := byID[j.id]
+		if !ok {
+			return claimed, busy, fmt.Errorf("claim %s: the script claimed %s, not a candidate", q.name, j.id)
 		}
-		input, _ := res[i+5].(string)
-		kind, _ := res[i+4].(string)
-		tenant, _ := res[i+7].(string)
-		c := byID[res[i].(string)]
 		claimed = append(claimed, &Execution{
-			JobID:   res[i].(string),
-			ID:      res[i+1].(string),
-			token:   fencing.Token(res[i+2].(int64)),
-			attempt: int(res[i+3].(int64)),
-			Kind:    kind,
-			Input:   json.RawMessage(input),
-			Timeout: ms,
+			JobID:   j.id,
+			ID:      j.execID,
+			token:   j.token,
+			attempt: j.attempt,
+			Kind:    j.kind,
+			Input:   j.input,
+			Timeout: j.timeout,
 			Queue:   q.name,
-			Tenant:  tenant,
+			Tenant:  j.tenant,
 			keys:    ckeys[c],
 			lane:    lanes[c],
 			q:       q,
-			trace:   claimedTrace(res[i+8], res[i+9]),
+			trace:   claimedTrace(j.trace, j.prevTrace),
 		})
 	}
 	return claimed, busy, nil
+}
+
+// claimReply is the claim script's reply (see execution_claim.lua).
+type claimReply struct {
+	blocked []string // lanes left waiting for a full key
+	lost    []lostExecution
+	expired []string // the lane of each job expired at max_wait
+	jobs    []claimedJob
+}
+
+// lostExecution is an execution the claim found lost (its lease expired).
+type lostExecution struct {
+	id, tenant string
+	state      job.State // the job's state after it
+}
+
+// claimedJob is one job the claim handed out.
+type claimedJob struct {
+	id, execID   string
+	token        fencing.Token
+	attempt      int
+	kind, tenant string
+	input        json.RawMessage
+	timeout      time.Duration
+	// the traceparents of the job's submit span and of its last finished
+	// execution ("" or nil when there is none)
+	trace, prevTrace any
+}
+
+// decodeClaim reads the claim script's reply, checking every length and
+// type: a script and its caller that disagree return an error, never a
+// panic or a job run with half its fields.
+func decodeClaim(res []any) (claimReply, error) {
+	var out claimReply
+	if len(res) < 3 || (len(res)-3)%claimedJobFields != 0 {
+		return out, fmt.Errorf("claim reply of %d values: want 3 lists and %d values per job", len(res), claimedJobFields)
+	}
+	blocked, err1 := stringList(res[0])
+	lost, err2 := stringList(res[1])
+	expired, err3 := stringList(res[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return out, fmt.Errorf("claim reply: %w", err)
+	}
+	if len(lost)%3 != 0 {
+		return out, fmt.Errorf("claim reply: %d values of lost executions, want 3 each", len(lost))
+	}
+	out.blocked, out.expired = blocked, expired
+	for i := 0; i < len(lost); i += 3 {
+		out.lost = append(out.lost, lostExecution{id: lost[i], tenant: lost[i+1], state: job.State(lost[i+2])})
+	}
+	for f := res[3:]; len(f) > 0; f = f[claimedJobFields:] {
+		j, err := decodeClaimedJob(f[:claimedJobFields])
+		if err != nil {
+			return out, fmt.Errorf("claim reply: job %d: %w", len(out.jobs)+1, err)
+		}
+		out.jobs = append(out.jobs, j)
+	}
+	return out, nil
+}
+
+// claimedJobFields is how many values the claim script returns per job.
+const claimedJobFields = 10
+
+func decodeClaimedJob(f []any) (claimedJob, error) {
+	id, ok1 := f[0].(string)
+	execID, ok2 := f[1].(string)
+	token, ok3 := f[2].(int64)
+	attempt, ok4 := f[3].(int64)
+	kind, ok5 := f[4].(string)
+	input, ok6 := f[5].(string)
+	timeout, ok7 := f[6].(string)
+	tenant, ok8 := f[7].(string)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8) {
+		return claimedJob{}, fmt.Errorf("a value of the wrong type in %v", f)
+	}
+	ms, err := strconv.ParseInt(timeout, 10, 64)
+	if err != nil || ms < 0 {
+		return claimedJob{}, fmt.Errorf("job %s has a bad timeout %q", id, timeout)
+	}
+	return claimedJob{id: id, execID: execID, token: fencing.Token(token), attempt: int(attempt), kind: kind,
+		tenant: tenant, input: json.RawMessage(input), timeout: time.Duration(ms) * time.Millisecond,
+		trace: f[8], prevTrace: f[9]}, nil
+}
+
+// stringList reads a list of strings from a script reply.
+func stringList(v any) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%T, want a list", v)
+	}
+	out := make([]string, len(list))
+	for i, e := range list {
+		if out[i], ok = e.(string); !ok {
+			return nil, fmt.Errorf("%T in a list of strings", e)
+		}
+	}
+	return out, nil
 }
 
 // reservation is what a claim took of its candidates' concurrency keys
@@ -540,7 +638,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		if f.o.retryable {
 			retry = "1"
 		}
-		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, f.o.state, f.o.result, errJSON, retry,
+		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
 			q.backoff(f.e.attempt).Milliseconds(), f.e.traceparent())
 	}
 	return b

@@ -129,7 +129,7 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 	}
 	_, settle := w.tracer.Start(ctx, "settle "+e.Queue, trace.WithAttributes(
 		append(telemetry.Messaging(semconv.MessagingOperationTypeSettle, e.Queue, e.JobID),
-			telemetry.ExecutionID.String(e.ID), telemetry.Outcome.String(o.state))...))
+			telemetry.ExecutionID.String(e.ID), telemetry.Outcome.String(string(o.state)))...))
 	return func(state job.State, err error) {
 		span := e.trace.span
 		if err != nil {
@@ -141,11 +141,11 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 		if !span.IsRecording() {
 			return // the events and status would be dropped
 		}
-		if o.state == "handed_off" {
+		if o.state == StateHandedOff {
 			span.AddEvent(EventHandedOff)
 		}
-		span.AddEvent(EventFinished, trace.WithAttributes(telemetry.Outcome.String(o.state), telemetry.State.String(string(state))))
-		if o.err != nil && o.state != "handed_off" {
+		span.AddEvent(EventFinished, trace.WithAttributes(telemetry.Outcome.String(string(o.state)), telemetry.State.String(string(state))))
+		if o.err != nil && o.state != StateHandedOff {
 			span.SetStatus(codes.Error, o.err.Error())
 		}
 	}

@@ -47,11 +47,9 @@ func (u *usageCounter) ended(ctx context.Context, tenant, outcome, execID string
 // execution id, tenant and the job's new state, flat. Each one's start is
 // counted again too: that adds nothing when its worker counted it, and
 // makes up for a worker that died between its claim and its count.
-func (u *usageCounter) lost(ctx context.Context, list []any) {
-	for i := 0; i+3 <= len(list); i += 3 {
-		execID, _ := list[i].(string)
-		tenant, _ := list[i+1].(string)
-		u.add(ctx, tenant, usage.ExecutionsStarted, execID)
-		u.ended(ctx, tenant, "lost", execID)
+func (u *usageCounter) lost(ctx context.Context, list []lostExecution) {
+	for _, e := range list {
+		u.add(ctx, e.tenant, usage.ExecutionsStarted, e.id)
+		u.ended(ctx, e.tenant, string(StateLost), e.id)
 	}
 }

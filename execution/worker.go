@@ -457,7 +457,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 		if w.log.Enabled(ctx, slog.LevelDebug) {
 			w.execLog(e).DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
 		}
-		w.usage.ended(ctx, e.Tenant, o.state, e.ID)
+		w.usage.ended(ctx, e.Tenant, string(o.state), e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
 		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {
@@ -504,26 +504,26 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 	if err == nil {
 		b, merr := json.Marshal(result)
 		if merr != nil {
-			return outcome{state: "failed", err: &job.Error{Code: job.CodeHandlerError, Message: "result is not JSON: " + merr.Error()}}
+			return outcome{state: StateFailed, err: &job.Error{Code: job.CodeHandlerError, Message: "result is not JSON: " + merr.Error()}}
 		}
-		return outcome{state: "succeeded", result: b}
+		return outcome{state: StateSucceeded, result: b}
 	}
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, cancel.ErrRequested):
-		return outcome{state: "cancelled"}
+		return outcome{state: StateCancelled}
 	case errors.Is(cause, ErrShutdown):
-		return outcome{state: "handed_off"}
+		return outcome{state: StateHandedOff}
 	case errors.Is(cause, lease.ErrLost):
-		return outcome{state: "failed", retryable: true, err: &job.Error{Code: job.CodeLeaseLost, Message: "lease lost while running"}}
+		return outcome{state: StateFailed, retryable: true, err: &job.Error{Code: job.CodeLeaseLost, Message: "lease lost while running"}}
 	case errors.Is(cause, context.DeadlineExceeded):
-		return outcome{state: "timed_out", retryable: true, err: &job.Error{Code: job.CodeTimeout, Message: "execution timed out"}}
+		return outcome{state: StateTimedOut, retryable: true, err: &job.Error{Code: job.CodeTimeout, Message: "execution timed out"}}
 	}
 	if jerr, ok := errors.AsType[*job.Error](err); ok && jerr.Code == job.CodeUnknownKind {
-		return outcome{state: "failed", retryable: true, err: jerr}
+		return outcome{state: StateFailed, retryable: true, err: jerr}
 	}
 	_, permanent := errors.AsType[*PermanentError](err)
-	return outcome{state: "failed", retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
+	return outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
 }
 
 // finish records o, retrying a failed write until the trust window ends:

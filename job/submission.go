@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // DefaultQueue is the queue of a submission that names none.
@@ -191,7 +192,10 @@ func checkDuration(v *ValidationError, field string, d Duration, max time.Durati
 }
 
 // chatModel returns the model an llm.chat submission names, if any; the
-// worker refuses a missing or malformed one.
+// worker refuses a missing or malformed one. It reads the input the worker
+// will run, canonical and free of keys that collide when case is ignored,
+// and decodes it as the worker does (kinds.parseChat): so the key it
+// derives is the model that runs.
 func chatModel(s Submission) (string, bool) {
 	if s.Kind != "llm.chat" {
 		return "", false
@@ -203,6 +207,55 @@ func chatModel(s Submission) (string, bool) {
 		return "", false
 	}
 	return in.Model, true
+}
+
+// foldedDuplicate finds two keys of one object, anywhere in raw, that are
+// equal when case is ignored as encoding/json ignores it. The last of such
+// keys wins in one decoder, and the one matching a field's case in
+// another: {"model":"gpt-4o","MODEL":" "} could mean two models.
+func foldedDuplicate(raw json.RawMessage) (first, second string, found bool) {
+	type frame struct {
+		keys      map[string]string // folded → as written; nil in an array
+		expectKey bool
+	}
+	var stack []*frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].expectKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", "", false // io.EOF, or invalid JSON, which Validate reports
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{keys: map[string]string{}, expectKey: true})
+			case '[':
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if top := len(stack) - 1; top >= 0 && stack[top].keys != nil && stack[top].expectKey {
+				folded := strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, t)
+				if was, ok := stack[top].keys[folded]; ok {
+					return was, t, true
+				}
+				stack[top].keys[folded] = t
+				stack[top].expectKey = false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }
 
 // absent reports whether raw JSON is missing or null: both mean the default.
@@ -229,6 +282,17 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 		}
 		keys = append(keys, k)
 	}
+	if !absent(s.Input) {
+		if a, b, dup := foldedDuplicate(s.Input); dup {
+			v.add("input", "has the keys %q and %q in one object, which differ only in case: name each once", a, b)
+		}
+	}
+	var err error
+	if absent(s.Input) {
+		s.Input = json.RawMessage(`{}`)
+	} else if s.Input, err = canonical(s.Input); err != nil {
+		return s, fmt.Errorf("job: input: %w", err)
+	}
 	if model, ok := chatModel(s); ok {
 		// The fleet never exceeds a model's limit: llm.chat is always
 		// guarded by its model's key.
@@ -247,12 +311,6 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 	s.MaxAttempts = cmp.Or(s.MaxAttempts, defaultMaxAttempts)
 	s.Timeout = cmp.Or(s.Timeout, Duration(defaultTimeout))
 	s.OnBusy = cmp.Or(s.OnBusy, OnBusyQueue)
-	var err error
-	if absent(s.Input) {
-		s.Input = json.RawMessage(`{}`)
-	} else if s.Input, err = canonical(s.Input); err != nil {
-		return s, fmt.Errorf("job: input: %w", err)
-	}
 	if absent(s.Metadata) {
 		s.Metadata = nil
 	} else if s.Metadata, err = canonical(s.Metadata); err != nil {

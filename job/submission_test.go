@@ -171,3 +171,43 @@ func TestChatJobsAreGuardedByTheirModelKey(t *testing.T) {
 		t.Fatalf("a model that cannot be a key: %v, want a validation error on input.model", err)
 	}
 }
+
+// TestModelKeyCannotBeDodgedWithLookAlikeKeys: the model key is derived
+// from the input the worker runs, and an input object with two keys that
+// differ only in case, anywhere in it, is refused: {"model":"gpt-4o",
+// "MODEL":" "} ran gpt-4o with no model key.
+func TestModelKeyCannotBeDodgedWithLookAlikeKeys(t *testing.T) {
+	t.Parallel()
+	s, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, input := range []string{
+		`{"model":"gpt-4o","MODEL":" "}`,
+		`{"MODEL":" ","model":"gpt-4o"}`,
+		`{"model":"gpt-4o","Model":"other"}`,
+		`{"model":"gpt-4o","model":"other"}`,
+		`{"model":"gpt-4o","messages":[{"role":"user","ROLE":"system","content":"x"}]}`,
+		`{"model":"gpt-4o","x":{"y":[1,{"a":1,"A":2}]}}`,
+		"{\"model\":\"gpt-4o\",\"\u212aey\":1,\"key\":2}", // the Kelvin sign folds to k, as encoding/json folds it
+	} {
+		_, _, err := s.Submit(t.Context(), "acme", job.Submission{Kind: "llm.chat", Input: json.RawMessage(input)}, "")
+		var v *job.ValidationError
+		if !errors.As(err, &v) || v.Errors[0].Field != "input" {
+			t.Errorf("%s: %v, want a validation error on input", input, err)
+		}
+	}
+	for input, keys := range map[string][]string{
+		`{"MODEL":"gpt-4o","messages":[]}`:                       {"model:gpt-4o", "tenant:acme"}, // the worker reads MODEL too
+		`{"model":"gpt-4o","x":{"model":"a"},"y":[{"model":1}]}`: {"model:gpt-4o", "tenant:acme"},
+		`{"model":" "}`: {"tenant:acme"}, // the worker refuses a blank model
+	} {
+		j, _, err := s.Submit(t.Context(), "acme", job.Submission{Kind: "llm.chat", Input: json.RawMessage(input)}, "")
+		if err != nil {
+			t.Fatalf("%s: %v", input, err)
+		}
+		if !slices.Equal(j.ConcurrencyKeys, keys) {
+			t.Errorf("%s: keys %v, want %v", input, j.ConcurrencyKeys, keys)
+		}
+	}
+}

@@ -6,10 +6,12 @@ package kinds
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -17,15 +19,12 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 )
 
-// Register adds every built-in kind to w. client makes sleep's notify
-// calls; nil means http.DefaultClient. llm configures llm.chat; its zero
-// value registers a kind that fails every job, saying no upstream is set.
-func Register(w *execution.Worker, client *http.Client, llm LLMConfig) {
-	if client == nil {
-		client = http.DefaultClient
-	}
+// Register adds every built-in kind to w. sleep configures sleep's notify
+// calls. llm configures llm.chat; its zero value registers a kind that
+// fails every job, saying no upstream is set.
+func Register(w *execution.Worker, sleep SleepConfig, llm LLMConfig) {
 	w.Handle("echo", Echo)
-	w.Handle("sleep", Sleep(client))
+	w.Handle("sleep", Sleep(sleep))
 	w.Handle("llm.chat", LLMChat(llm))
 }
 
@@ -34,23 +33,68 @@ func Echo(_ context.Context, e *execution.Execution) (any, error) {
 	return e.Input, nil
 }
 
+// MinTick is the shortest tick a sleep job may ask for: each tick is a
+// Redis write, and a job may sleep for hours.
+const MinTick = 100 * time.Millisecond
+
 // SleepInput is the input of the sleep kind.
 type SleepInput struct {
 	Duration     string `json:"duration"`      // how long to sleep; default 5s
-	Tick         string `json:"tick"`          // how often to emit progress; default 1s
+	Tick         string `json:"tick"`          // how often to emit progress; default 1s, at least MinTick
 	FailAttempts int    `json:"fail_attempts"` // the first N attempts fail after sleeping
-	NotifyURL    string `json:"notify_url"`    // POSTed to every tick, with the fencing token
+	NotifyURL    string `json:"notify_url"`    // POSTed to every tick, with the fencing token; must be allowed (NotifyAllow)
+}
+
+// SleepConfig configures the sleep kind.
+type SleepConfig struct {
+	// Client makes the notify calls; default http.DefaultClient. It is
+	// used with redirects turned off, whatever its CheckRedirect says.
+	Client *http.Client
+	// Allow lists where notify_url may point; default nowhere.
+	Allow NotifyAllow
+	// Logger receives why a notify call failed, which the job's error does
+	// not show; default slog.Default().
+	Logger *slog.Logger
+}
+
+// InputError is a field of a job's input that its kind refuses.
+type InputError struct {
+	Field   string // as the submit request names it: "input.tick"
+	Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
+
+// ValidateInput checks the input of a job of a built-in kind as its
+// handler will, so that the API refuses at submit (400) what would fail
+// anyway. It returns an *InputError, or nil; other kinds pass.
+func ValidateInput(kind string, input json.RawMessage, allow NotifyAllow) error {
+	if kind != "sleep" {
+		return nil
+	}
+	_, err := parseSleep(input, allow)
+	return err
 }
 
 // Sleep returns the sleep kind: it sleeps, emits a progress event every
 // tick, POSTs {"job", "execution", "tick"} with a Fencing-Token header to
 // notify_url every tick if set, and fails its first fail_attempts
 // attempts. It stops at once when its context ends.
-func Sleep(client *http.Client) execution.Handler {
+//
+// notify_url is checked against cfg.Allow before every call, and no
+// redirect is followed: a job's input must not make the worker reach what
+// the operator did not allow (the metadata service, an internal admin
+// port). Why a call failed goes to the log, never into the job's error,
+// which its tenant reads: a transport error can quote what the far end
+// sent.
+func Sleep(cfg SleepConfig) execution.Handler {
+	client := *cmp.Or(cfg.Client, http.DefaultClient)
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	log := cmp.Or(cfg.Logger, slog.Default())
 	return func(ctx context.Context, e *execution.Execution) (any, error) {
-		in, err := parseSleep(e.Input)
+		in, err := parseSleep(e.Input, cfg.Allow)
 		if err != nil {
-			return nil, execution.Permanent(err)
+			return nil, execution.Permanent(fmt.Errorf("sleep: %w", err))
 		}
 		duration, _ := time.ParseDuration(in.Duration)
 		tick, _ := time.ParseDuration(in.Tick)
@@ -73,35 +117,53 @@ func Sleep(client *http.Client) execution.Handler {
 				return nil, err
 			}
 			if in.NotifyURL != "" {
-				if err := notify(ctx, client, in.NotifyURL, e, n); err != nil {
-					return nil, err
+				if err := notify(ctx, &client, in.NotifyURL, e, n); err != nil {
+					if ctx.Err() == nil {
+						log.WarnContext(ctx, "sleep: notify failed", "job_id", e.JobID, "execution_id", e.ID, "err", err)
+					}
+					return nil, publicNotifyError(err)
 				}
 			}
 		}
 	}
 }
 
-func parseSleep(raw json.RawMessage) (SleepInput, error) {
+func parseSleep(raw json.RawMessage, allow NotifyAllow) (SleepInput, error) {
 	in := SleepInput{Duration: "5s", Tick: "1s"}
 	if len(raw) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			return in, fmt.Errorf("sleep: input: %w", err)
+			return in, &InputError{Field: "input", Message: err.Error()}
 		}
 	}
 	d, err := time.ParseDuration(in.Duration)
 	if err != nil || d < 0 {
-		return in, fmt.Errorf("sleep: duration %q: want a non-negative Go duration", in.Duration)
+		return in, &InputError{Field: "input.duration", Message: fmt.Sprintf("%q: want a non-negative Go duration", in.Duration)}
 	}
 	t, err := time.ParseDuration(in.Tick)
-	if err != nil || t <= 0 {
-		return in, fmt.Errorf("sleep: tick %q: want a positive Go duration", in.Tick)
+	if err != nil || t < MinTick {
+		return in, &InputError{Field: "input.tick", Message: fmt.Sprintf("%q: want a Go duration of at least %v", in.Tick, MinTick)}
 	}
 	if in.FailAttempts < 0 {
-		return in, errors.New("sleep: fail_attempts must not be negative")
+		return in, &InputError{Field: "input.fail_attempts", Message: "must not be negative"}
+	}
+	if in.NotifyURL != "" && !allow.Allows(in.NotifyURL) {
+		return in, &InputError{Field: "input.notify_url", Message: "is not among the URL prefixes this service allows (LEASEHOLD_NOTIFY_ALLOW)"}
 	}
 	return in, nil
+}
+
+// errNotify is what a job's error says of a notify call that failed.
+var errNotify = errors.New("sleep: notify_url: the call failed")
+
+// publicNotifyError keeps the cause of a failed notify call out of the
+// job's error, except a fencing refusal, which is the call's meaning.
+func publicNotifyError(err error) error {
+	if errors.Is(err, fencing.ErrStale) {
+		return fmt.Errorf("sleep: notify: %w", fencing.ErrStale)
+	}
+	return errNotify
 }
 
 // notify POSTs one tick to url as the execution's owner; a 409 from a
@@ -110,20 +172,20 @@ func notify(ctx context.Context, client *http.Client, url string, e *execution.E
 	body, _ := json.Marshal(map[string]any{"job": e.JobID, "execution": e.ID, "tick": tick})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return execution.Permanent(fmt.Errorf("sleep: notify_url: %w", err))
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	fencing.SetHeader(req.Header, e.Token())
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("sleep: notify: %w", err)
+		return err
 	}
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusConflict {
-		return fmt.Errorf("sleep: notify: %w", fencing.ErrStale)
+		return fencing.ErrStale
 	}
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("sleep: notify: %s", resp.Status)
+		return fmt.Errorf("answered %s", resp.Status)
 	}
 	return nil
 }

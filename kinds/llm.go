@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,6 +121,10 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		in, err := parseChat(e.Input)
 		if err != nil {
 			return nil, execution.Permanent(err)
+		}
+		// A model's limit holds only if every call to it holds its key.
+		if key := "model:" + in.Model; !slices.Contains(e.ConcurrencyKeys(), key) {
+			return nil, execution.Permanent(fmt.Errorf("llm.chat: the job does not hold its model's concurrency key %s", key))
 		}
 		body, err := json.Marshal(chatRequest{
 			ChatInput:     in,

@@ -25,9 +25,10 @@ import (
 // Redis and NATS, with its own key prefix, calling an upstream on an
 // httptest server.
 type llmFixture struct {
-	store *job.Store
-	flags *cancel.Flags
-	srv   *httptest.Server
+	prefix string
+	store  *job.Store
+	flags  *cancel.Flags
+	srv    *httptest.Server
 }
 
 // startLLM serves upstream, starts a worker whose llm.chat calls it
@@ -36,11 +37,17 @@ type llmFixture struct {
 // given (a fake's hanging streams), then the worker, then the server.
 func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution.Config) *llmFixture {
 	t.Helper()
+	return startKinds(t, upstream, SleepConfig{}, llm, wcfg)
+}
+
+// startKinds is startLLM with sleep's configuration too.
+func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config) *llmFixture {
+	t.Helper()
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
 	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
-	f := &llmFixture{srv: httptest.NewServer(upstream)}
+	f := &llmFixture{prefix: prefix, srv: httptest.NewServer(upstream)}
 	t.Cleanup(f.srv.Close)
 	var err error
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: prefix}); err != nil {
@@ -64,7 +71,7 @@ func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution
 	if err != nil {
 		t.Fatal(err)
 	}
-	Register(w, nil, llm)
+	Register(w, sleep, llm)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -58,7 +58,7 @@ func llmWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "llmworker:", err)
 		return 1
 	}
-	Register(w, nil, LLMConfig{BaseURL: url})
+	Register(w, SleepConfig{}, LLMConfig{BaseURL: url})
 	fmt.Printf("ready %s\n", w.ID())
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "llmworker:", err)

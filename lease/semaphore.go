@@ -9,7 +9,10 @@ import (
 // Semaphore guards an upstream with a fleet-wide limit: at most Limit
 // holders, across every process that shares the Redis, run at once. It is
 // the lease machinery without the job runner, for code that calls an LLM
-// API directly.
+// API directly. A Leasehold worker takes its jobs' concurrency slots from
+// the same lease set, so a semaphore on key "model:gpt-4o" and jobs naming
+// that key share one count: give the semaphore the limit the jobs have
+// (LEASEHOLD_LIMITS), as every caller enforces the limit it is given.
 type Semaphore struct {
 	c     *Client
 	key   string

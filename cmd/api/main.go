@@ -26,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -34,15 +35,20 @@ func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], 
 func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("api", stderr)
 	addr := fs.String("addr", "LEASEHOLD_ADDR", "127.0.0.1:8080", "listen address")
-	redisURL := fs.String("redis-url", "LEASEHOLD_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (add ?pool_size=N for many concurrent ?wait= and event streams: each holds a connection)")
-	natsURL := fs.String("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
-	apiKeys := fs.String("api-keys", "LEASEHOLD_API_KEYS", "", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
+	redisFlags := fs.Redis("Redis URL")
+	natsURL := fs.URL("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	apiKeys := fs.Secret("api-keys", "LEASEHOLD_API_KEYS", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
+	bodyTimeout := fs.Duration("body-timeout", "LEASEHOLD_BODY_TIMEOUT", httpapi.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
 	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
 	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
+	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
+	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
+	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -50,6 +56,10 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	limits, err := job.ParseLimits(*limitsFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
+	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
 	}
 	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
 	if err != nil {
@@ -66,11 +76,22 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 
-	rdb, err := cli.Redis(ctx, *redisURL)
+	rdb, err := cli.Redis(ctx, redisFlags.Config(), log)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	// Event streams and ?wait= wait in XREAD BLOCK, each on a connection of
+	// its own for as long as it lasts: they get a pool of their own, as
+	// large as the caps allow, so they never take the connections ordinary
+	// requests need.
+	blockingCfg := redisFlags.Config()
+	blockingCfg.PoolSize = max(1, *maxStreams) * keys.Len()
+	blocking, err := cli.NewRedisClient(blockingCfg)
+	if err != nil {
+		return err
+	}
+	defer blocking.Close()
 	nc, err := cli.NATS(*natsURL, "leasehold-api", log)
 	if err != nil {
 		return err
@@ -99,19 +120,29 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("concurrency limits written", "limits", len(limits))
 	}
 
-	handler, err := httpapi.New(httpapi.Config{
+	cfg := httpapi.Config{
 		Store:         store,
 		Rate:          limiter,
 		Redis:         rdb,
+		Blocking:      blocking,
+		MaxStreams:    *maxStreams,
 		NATS:          nc,
 		Prefix:        *prefix,
 		Keys:          keys,
 		MaxBody:       int64(*maxBody),
+		BodyTimeout:   *bodyTimeout,
+		NotifyAllow:   notifyAllow,
+		Queues:        cli.List(*queues),
 		RedisTimeout:  *redisTimeout,
 		Logger:        log,
 		MeterProvider: meters,
 		Metrics:       metrics,
-	})
+	}
+	handler, err := httpapi.New(cfg)
+	if err != nil {
+		return err
+	}
+	ops, err := httpapi.Ops(cfg)
 	if err != nil {
 		return err
 	}
@@ -119,10 +150,16 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log.Info("api listening", "addr", ln.Addr().String(), "tenants", keys.Len())
+	opsLn, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", opsLn.Addr().String(), "tenants", keys.Len())
 
 	var g run.Group
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
+	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

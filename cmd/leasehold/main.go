@@ -51,12 +51,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := cli.NewFlags("leasehold dev", stderr)
 	addr := fs.String("addr", "LEASEHOLD_ADDR", "127.0.0.1:8080", "API listen address")
 	dataDir := fs.String("data", "LEASEHOLD_DEV_DATA", ".dev", "directory for Redis's data (AOF)")
-	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
-	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
-	memory := fs.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat (default: a fake one in this process)")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with, besides loopback, which the dev mode allows")
+	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
+	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	notifyAllow.Loopback = true
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-dev", log)
 	if err != nil {
@@ -101,10 +108,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{
+	apiCfg := httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
-		Usage: counters,
-	})
+		Usage: counters, NotifyAllow: notifyAllow,
+	}
+	api, err := httpapi.New(apiCfg)
+	if err != nil {
+		return err
+	}
+	ops, err := httpapi.Ops(apiCfg)
 	if err != nil {
 		return err
 	}
@@ -125,14 +137,21 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		llm.BaseURL = "http://" + fake.Addr().String() + "/v1"
 		g.Add(cli.Serve(ctx, fake, fakellm.New(fakellm.Config{Tokens: 40, Delay: 100 * time.Millisecond}), log))
 	}
-	kinds.Register(worker, nil, llm)
+	kinds.Register(worker, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, llm)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
+	opsLn, err := net.Listen("tcp", *metricsAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	banner(stdout, "http://"+ln.Addr().String(), key, *dataDir, durable, *llmURL == "")
+	log.Info("metrics listening", "metrics_addr", opsLn.Addr().String())
 
 	g.Add(cli.Serve(ctx, ln, api, log))
+	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
@@ -156,7 +175,7 @@ func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) 
 		if err != nil {
 			return nil, nil, false, err
 		}
-		rdb, err := cli.Redis(ctx, "redis://"+srv.Addr()+"/0")
+		rdb, err := cli.Redis(ctx, cli.RedisConfig{URL: "redis://" + srv.Addr() + "/0"}, log)
 		if err != nil {
 			srv.Stop()
 			return nil, nil, false, err

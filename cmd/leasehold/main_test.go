@@ -37,7 +37,7 @@ func TestDevModeSmoke(t *testing.T) {
 				t.Fatal(err)
 			}
 			addr := "127.0.0.1:" + strconv.Itoa(port)
-			args := []string{"dev", "--addr", addr, "--data", t.TempDir()}
+			args := []string{"dev", "--addr", addr, "--metrics-addr", "127.0.0.1:0", "--data", t.TempDir()}
 			if mode == "memory" {
 				args = append(args, "--memory")
 			}

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -25,19 +26,24 @@ func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args
 
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := cli.NewFlags("worker", stderr)
-	redisURL := fs.String("redis-url", "LEASEHOLD_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
-	natsURL := fs.String("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	redisFlags := fs.Redis("Redis URL")
+	natsURL := fs.URL("nats-url", "LEASEHOLD_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", "default", "comma-separated queues to serve")
 	concurrency := fs.Int("concurrency", "LEASEHOLD_CONCURRENCY", 32, "executions run at once")
 	heartbeat := fs.Duration("heartbeat", "LEASEHOLD_HEARTBEAT", 2*time.Second, "lease heartbeat interval")
 	leaseTTL := fs.Duration("lease-ttl", "LEASEHOLD_LEASE_TTL", 10*time.Second, "lease TTL")
 	grace := fs.Duration("shutdown-grace", "LEASEHOLD_SHUTDOWN_GRACE", 30*time.Second, "time running executions get to finish after SIGTERM")
-	llmURL := fs.String("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
-	llmKey := fs.String("llm-api-key", "LEASEHOLD_LLM_API_KEY", "", "API key for the llm.chat upstream")
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
+	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
+	if err != nil {
+		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
 	}
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-worker", log)
@@ -46,7 +52,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 
-	rdb, err := cli.Redis(ctx, *redisURL)
+	rdb, err := cli.Redis(ctx, redisFlags.Config(), log)
 	if err != nil {
 		return err
 	}
@@ -82,7 +88,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	kinds.Register(w, nil, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
+	kinds.Register(w, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters})
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func TestServesMetricsAndProbes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A job that sleeps keeps the worker draining after it is told to stop.
-	sleep, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "sleep", Input: []byte(`{"duration":"60s","tick":"50ms"}`)}, "")
+	sleep, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "sleep", Input: []byte(`{"duration":"60s","tick":"100ms"}`)}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

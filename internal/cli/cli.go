@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/run"
-	"github.com/redis/go-redis/v9"
 )
 
 // Flags is a flag set whose flags default to environment variables: a flag
@@ -45,6 +43,35 @@ func (f *Flags) env(env, def string) string {
 // String defines a string flag name, defaulting to $env, then def.
 func (f *Flags) String(name, env, def, usage string) *string {
 	return f.FlagSet.String(name, f.env(env, def), usage+" ($"+env+")")
+}
+
+// Secret defines a string flag whose value the usage text never shows:
+// -h would otherwise print what $env holds.
+func (f *Flags) Secret(name, env, usage string) *string {
+	p := f.String(name, env, "", usage)
+	f.Lookup(name).DefValue = ""
+	return p
+}
+
+// URL defines a URL flag whose usage text shows its default with any
+// password replaced (see Redact).
+func (f *Flags) URL(name, env, def, usage string) *string {
+	p := f.String(name, env, def, usage)
+	f.Lookup(name).DefValue = Redact(*p)
+	return p
+}
+
+// Bool defines a bool flag name, defaulting to $env (1, true, 0, false...), then def.
+func (f *Flags) Bool(name, env string, def bool, usage string) *bool {
+	v := def
+	if s := f.env(env, ""); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("$%s=%q: want 1 or 0, true or false", env, s))
+		}
+		v = b
+	}
+	return f.FlagSet.Bool(name, v, usage+" ($"+env+")")
 }
 
 // Int defines an int flag name, defaulting to $env, then def.
@@ -109,41 +136,6 @@ func Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// Redis connects to url (redis://host:port/db) and checks the server: it
-// must answer, and it must never evict keys, or leases would vanish and
-// limits oversell. Context deadlines are honoured on the wire, so a Redis
-// that accepts connections but does not answer costs a caller its own
-// timeout, not the client's read timeout.
-func Redis(ctx context.Context, url string) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis url %q: %w", url, err)
-	}
-	opts.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opts)
-	if err := CheckNoEviction(ctx, rdb); err != nil {
-		rdb.Close()
-		return nil, err
-	}
-	return rdb, nil
-}
-
-// CheckNoEviction fails unless Redis answers and its maxmemory-policy is
-// noeviction.
-func CheckNoEviction(ctx context.Context, rdb redis.UniversalClient) error {
-	ctx, stop := context.WithTimeout(ctx, 5*time.Second)
-	defer stop()
-	cfg, err := rdb.ConfigGet(ctx, "maxmemory-policy").Result()
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	if policy := cfg["maxmemory-policy"]; policy != "noeviction" {
-		return fmt.Errorf("redis maxmemory-policy is %q: Leasehold needs noeviction, "+
-			"or Redis may evict live leases and oversell every limit (set it with: CONFIG SET maxmemory-policy noeviction)", policy)
-	}
-	return nil
-}
-
 // NATS connects to url and keeps reconnecting forever. NATS is only the
 // fast path (wake-ups, cancels), so a process starts even while NATS is
 // down and catches up when it comes back.
@@ -161,7 +153,7 @@ func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("nats %q: %w", url, err)
+		return nil, fmt.Errorf("nats %s: %w", Redact(url), redactErr(err, url))
 	}
 	return nc, nil
 }

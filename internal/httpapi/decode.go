@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"mime"
+	"net"
 	"net/http"
 	"reflect"
 	"slices"
@@ -21,9 +22,13 @@ import (
 // errUnsupportedMedia is a body that is not declared as JSON.
 var errUnsupportedMedia = errors.New("httpapi: content type is not application/json")
 
+// errBodyTimeout is a body that did not arrive within BodyTimeout: 408.
+var errBodyTimeout = errors.New("httpapi: the body did not arrive in time")
+
 // readJSONBody reads a request body declared as JSON, at most max bytes.
-// It returns errUnsupportedMedia (415) for another content type and
-// *http.MaxBytesError (413) for a larger body.
+// It returns errUnsupportedMedia (415) for another content type,
+// *http.MaxBytesError (413) for a larger body and errBodyTimeout (408) for
+// one that did not arrive within BodyTimeout (see bodyDeadline).
 func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	if !isJSON(r.Header.Get("Content-Type")) {
 		return nil, errUnsupportedMedia
@@ -34,8 +39,12 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, er
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &tooLarge):
 			return nil, err
+		case errors.As(err, &netErr) && netErr.Timeout():
+			return nil, errBodyTimeout
 		}
 		return nil, &badRequest{detail: "could not read the body: " + err.Error()}
 	}

@@ -18,6 +18,11 @@ import (
 // unknown job or a bad Last-Event-ID gets a proper status. After that a
 // failure can only end the stream; the client resumes with Last-Event-ID.
 func (s *server) streamEvents(w http.ResponseWriter, r *http.Request, c caller) {
+	if err := s.streams.take(c.tenant); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer s.streams.give(c.tenant)
 	id, after := r.PathValue("id"), r.Header.Get("Last-Event-ID")
 	events, err := s.events(r.Context(), c, id, after, 0)
 	if errors.Is(err, job.ErrBadCursor) {

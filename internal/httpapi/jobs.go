@@ -34,6 +34,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 	if err == nil {
 		err = sub.Validate()
 	}
+	if err == nil {
+		err = s.checkQueue(sub)
+	}
+	if err == nil {
+		err = s.checkInput(sub)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -153,7 +159,10 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c caller) {
 	id := r.PathValue("id")
 	j, err := s.get(r.Context(), c, id)
 	if err == nil && wait > 0 && !j.State.Terminal() {
-		j, err = s.awaitEnd(r.Context(), c, id, wait)
+		if err = s.streams.take(c.tenant); err == nil {
+			j, err = s.awaitEnd(r.Context(), c, id, wait)
+			s.streams.give(c.tenant)
+		}
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -208,11 +217,15 @@ func (s *server) awaitEnd(ctx context.Context, c caller, id string, wait time.Du
 }
 
 // events reads job id's events after the event id after, waiting up to
-// block for some when there are none yet.
+// block for some when there are none yet: on the blocking client then.
 func (s *server) events(ctx context.Context, c caller, id, after string, block time.Duration) ([]job.Event, error) {
 	ctx, stop := s.redisContext(ctx, block)
 	defer stop()
-	return s.store.Events(ctx, c.tenant, id, c.admin, after, block)
+	store := s.store
+	if block > 0 {
+		store = s.blocking
+	}
+	return store.Events(ctx, c.tenant, id, c.admin, after, block)
 }
 
 // ended reports whether events hold a terminal state event.

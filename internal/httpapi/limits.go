@@ -19,14 +19,22 @@ type limitBody struct {
 }
 
 // GET /v1/limits: every configured limit with its leases in use. Any
-// tenant may read them: a tenant's jobs wait on them.
-func (s *server) listLimits(w http.ResponseWriter, r *http.Request, _ caller) {
+// tenant may read them, since its jobs wait on them, except another
+// tenant's own key (tenant:<name>), which would show who else uses the
+// service and how much; the admin sees every key.
+func (s *server) listLimits(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
 	limits, err := s.store.Limits(ctx)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !c.admin {
+		own := "tenant:" + c.tenant
+		limits = slices.DeleteFunc(limits, func(l job.Limit) bool {
+			return strings.HasPrefix(l.Key, "tenant:") && l.Key != own && l.Key != "tenant:*"
+		})
 	}
 	if limits == nil {
 		limits = []job.Limit{}

@@ -55,6 +55,7 @@ type fixture struct {
 	nc      *nats.Conn
 	store   *job.Store
 	url     string
+	opsURL  string // the operations listener: /metrics, /healthz, /readyz
 	client  *http.Client
 	log     *slog.Logger
 }
@@ -106,6 +107,7 @@ func newFixtureOn(t *testing.T, addr string, nc *nats.Conn, configure ...func(*h
 		Logger:        f.log,
 		MeterProvider: meters,
 		Metrics:       promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+		Queues:        []string{"default", "batch", "gpu"}, // the queues the tests use
 	}
 	for _, c := range configure {
 		c(&cfg)
@@ -117,6 +119,13 @@ func newFixtureOn(t *testing.T, addr string, nc *nats.Conn, configure ...func(*h
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	f.url = ts.URL
+	ops, err := httpapi.Ops(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsServer := httptest.NewServer(ops)
+	t.Cleanup(opsServer.Close)
+	f.opsURL = opsServer.URL
 	f.client = &http.Client{Transport: newValidator(t, ts.URL, ts.Client().Transport)}
 	return f
 }
@@ -182,6 +191,21 @@ func (f *fixture) newRequest(r request) *http.Request {
 func (f *fixture) get(key, path string) response {
 	f.t.Helper()
 	return f.do(request{method: http.MethodGet, path: path, key: key})
+}
+
+// scrape reads /metrics from the operations listener.
+func (f *fixture) scrape() string {
+	f.t.Helper()
+	resp, err := http.Get(f.opsURL + "/metrics")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("metrics: %s %v", resp.Status, err)
+	}
+	return string(body)
 }
 
 // submit submits body as key's tenant and returns the new job.

@@ -1,13 +1,45 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/leasehold/leasehold/docs"
 )
+
+// Ops returns the handler of the operations listener
+// (LEASEHOLD_METRICS_ADDR): GET /metrics, /healthz and /readyz. /metrics
+// is never on the public port: it names every tenant, queue and limit key,
+// and each scrape costs Redis work. It uses cfg's Redis, NATS,
+// RedisTimeout, Logger and Metrics.
+func Ops(cfg Config) (http.Handler, error) {
+	if cfg.Redis == nil {
+		return nil, errors.New("httpapi: nil redis client")
+	}
+	s := &server{
+		rdb:          cfg.Redis,
+		nc:           cfg.NATS,
+		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
+		log:          cmp.Or(cfg.Logger, slog.Default()),
+	}
+	metrics := cfg.Metrics
+	if metrics == nil {
+		metrics = promhttp.Handler()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", methods{http.MethodGet: metrics.ServeHTTP})
+	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
+	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
+	mux.HandleFunc("/", notFound)
+	return mux, nil
+}
 
 // GET /healthz: the process is up.
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -14,13 +15,25 @@ import (
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if resp := f.get("", "/healthz"); resp.StatusCode != 200 || !strings.Contains(string(resp.body), `"ok"`) {
-		t.Errorf("healthz: %s %s", resp.Status, resp.body)
+	for _, base := range []string{f.url, f.opsURL} { // the public port and the operations listener
+		if code, body := plainGet(t, base+"/healthz"); code != 200 || !strings.Contains(body, `"ok"`) {
+			t.Errorf("%s/healthz: %d %s", base, code, body)
+		}
+		if code, body := plainGet(t, base+"/readyz"); code != 200 || !strings.Contains(body, `"nats":"connected"`) {
+			t.Errorf("%s/readyz: %d %s", base, code, body)
+		}
 	}
-	resp := f.get("", "/readyz")
-	if resp.StatusCode != 200 || !strings.Contains(string(resp.body), `"nats":"connected"`) {
-		t.Errorf("readyz: %s %s", resp.Status, resp.body)
+}
+
+func plainGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 func TestMetrics(t *testing.T) {
@@ -31,16 +44,15 @@ func TestMetrics(t *testing.T) {
 	f.get(acmeKey, "/v1/jobs/0192a000-0000-7000-8000-000000000000")
 	f.get(acmeKey, "/no/such/path")
 
-	resp := f.get("", "/metrics")
-	if resp.StatusCode != 200 {
-		t.Fatalf("metrics: %s", resp.Status)
-	}
-	body := string(resp.body)
+	// Not on the public port: it names every tenant, queue and limit key.
+	expectProblem(t, f.get("", "/metrics"), http.StatusNotFound, "")
+	expectProblem(t, f.get(adminKey, "/metrics"), http.StatusNotFound, "")
+	body := f.scrape()
 	for _, want := range []string{
 		`http_server_request_duration_seconds_bucket\{[^}]*http_request_method="POST",http_response_status_code="201",http_route="/v1/jobs"`,
 		`http_server_request_duration_seconds_count\{[^}]*http_request_method="GET",http_response_status_code="404",http_route="/v1/jobs/\{id\}"[^}]*\} 1`,
 		`leasehold_api_requests_total\{[^}]*http_request_method="POST",http_response_status_code="201",http_route="/v1/jobs"[^}]*\} 2`,
-		`leasehold_api_requests_total\{[^}]*http_route="unmatched"[^}]*\} 1`,
+		`leasehold_api_requests_total\{[^}]*http_route="unmatched"[^}]*\} 3`,
 		`leasehold_jobs\{[^}]*queue="default",state="queued"[^}]*\} 1`,
 		`leasehold_jobs\{[^}]*queue="batch",state="queued"[^}]*\} 1`,
 		`leasehold_jobs\{[^}]*queue="batch",state="running"[^}]*\} 0`,

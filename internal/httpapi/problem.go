@@ -21,6 +21,10 @@ import (
 // timeout, long enough for a restart or a failover to show.
 const retryAfter = 2
 
+// streamRetryAfter is the Retry-After of a 429 for too many streams, in
+// seconds: streams and waits last long, so a client should not spin.
+const streamRetryAfter = 5
+
 // problem is an RFC 9457 problem detail, the body of every error. Type is
 // always about:blank, so Title is the status's own phrase; Errors lists
 // the fields at fault (empty when no field is).
@@ -113,6 +117,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
 	case errors.As(err, &tooLarge):
 		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", tooLarge.Limit))
+	case errors.Is(err, errBodyTimeout):
+		writeProblem(w, http.StatusRequestTimeout, "the body did not arrive in time")
 	case errors.As(err, &bad):
 		writeProblem(w, http.StatusBadRequest, bad.detail, bad.fields...)
 	case errors.As(err, &invalid):
@@ -129,6 +135,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
 			job.FieldError{Field: "concurrency_keys", Message: busy.Key + " is full"})
+	case errors.Is(err, errTooManyStreams):
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")
 	case errors.Is(err, errRateLimited):
 		// Retry-After and the RateLimit headers are set by limit.
 		writeProblem(w, http.StatusTooManyRequests, "this tenant is over its submission rate; retry after Retry-After seconds")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
@@ -32,6 +33,8 @@ const (
 	DefaultMaxBody      = 1 << 20
 	DefaultRedisTimeout = 2 * time.Second
 	DefaultKeepAlive    = 15 * time.Second
+	DefaultBodyTimeout  = 30 * time.Second
+	DefaultMaxStreams   = 100
 )
 
 // MaxWait is the longest ?wait= a GET of a job may ask for.
@@ -52,6 +55,16 @@ type Config struct {
 	// that accepts connections but does not answer holds requests for the
 	// client's read timeout instead of RedisTimeout.
 	Redis redis.UniversalClient
+	// Blocking serves the reads that wait for events (event streams and
+	// ?wait=), each of which holds a connection for as long as it waits;
+	// default Redis. Give it a pool of its own, of MaxStreams connections
+	// per tenant, so that waiting clients never take the connections
+	// ordinary requests need.
+	Blocking redis.UniversalClient
+	// MaxStreams caps each tenant's event streams and ?wait= requests open
+	// at once on this process; default DefaultMaxStreams (100). Over it a
+	// request is answered 429 with Retry-After.
+	MaxStreams int
 	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
@@ -70,6 +83,17 @@ type Config struct {
 	// MaxBody is the largest request body, in bytes; default DefaultMaxBody
 	// (1 MiB). Larger bodies are answered 413.
 	MaxBody int64
+	// BodyTimeout is how long a request body may take to arrive, from when
+	// the handler starts reading it; default DefaultBodyTimeout (30s). Past
+	// it the request is answered 408.
+	BodyTimeout time.Duration
+	// Queues are the queues the API accepts jobs for; a submission naming
+	// another (or naming none, when job.DefaultQueue is not among them) is
+	// refused (400). Default [job.DefaultQueue].
+	Queues []string
+	// NotifyAllow says where a sleep job's notify_url may point; a job
+	// whose notify_url it does not allow is refused (400). Default nowhere.
+	NotifyAllow kinds.NotifyAllow
 	// RedisTimeout bounds the Redis work of one request, default
 	// DefaultRedisTimeout (2s); a blocking read gets its wait on top. Past
 	// it the request is answered 503.
@@ -97,9 +121,10 @@ type Config struct {
 	// the default Store's job spans; default otel.GetTracerProvider(). A
 	// traceparent header on a request makes it a child of the caller's span.
 	TracerProvider trace.TracerProvider
-	// Metrics serves GET /metrics; default promhttp.Handler(), the default
-	// Prometheus registry, which an OpenTelemetry Prometheus exporter made
-	// without WithRegisterer feeds.
+	// Metrics serves GET /metrics on the handler Ops returns, never on the
+	// public one; default promhttp.Handler(), the default Prometheus
+	// registry, which an OpenTelemetry Prometheus exporter made without
+	// WithRegisterer feeds.
 	Metrics http.Handler
 }
 
@@ -107,6 +132,8 @@ type Config struct {
 type server struct {
 	rdb          redis.UniversalClient
 	store        *job.Store
+	blocking     *job.Store // the Store's reads, on Config.Blocking
+	streams      *streamSlots
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
@@ -115,6 +142,9 @@ type server struct {
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
 	maxBody      int64
+	notifyAllow  kinds.NotifyAllow
+	queues       []string
+	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
 	log          *slog.Logger
@@ -129,8 +159,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0:
-		return nil, errors.New("httpapi: negative MaxBody, RedisTimeout or KeepAlive")
+	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0:
+		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout, KeepAlive or MaxStreams")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -143,13 +173,31 @@ func New(cfg Config) (http.Handler, error) {
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
+		notifyAllow:  cfg.NotifyAllow,
+		queues:       cfg.Queues,
+		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
+		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
 		log:          cmp.Or(cfg.Logger, slog.Default()),
 	}
+	if len(s.queues) == 0 {
+		s.queues = []string{job.DefaultQueue}
+	}
+	for _, q := range s.queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
 	var err error
 	if s.store == nil {
 		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	s.blocking = s.store
+	if cfg.Blocking != nil {
+		if s.blocking, err = job.NewStore(cfg.Blocking, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -173,11 +221,6 @@ func New(cfg Config) (http.Handler, error) {
 	if s.rateMetrics, err = newRateInstruments(mp); err != nil {
 		return nil, fmt.Errorf("httpapi: metrics: %w", err)
 	}
-	metricsHandler := cfg.Metrics
-	if metricsHandler == nil {
-		metricsHandler = promhttp.Handler()
-	}
-
 	mux := http.NewServeMux()
 	mux.Handle("/v1/jobs", methods{
 		http.MethodGet:  s.authed(s.listJobs),
@@ -195,10 +238,47 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
-	mux.Handle("/metrics", methods{http.MethodGet: metricsHandler.ServeHTTP})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.HandleFunc("/", notFound)
-	return traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), nil
+	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
+}
+
+// bodyDeadline gives a request body timeout to arrive, from its first
+// read: a body trickled in byte by byte would otherwise hold its goroutine
+// and connection for as long as the client likes. The server's ReadTimeout
+// cannot do this, as it would also cut event streams and ?wait= requests,
+// whose connections are read until they end. It sits outside every
+// wrapper of the ResponseWriter, which could hide the connection.
+func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: timeout}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody sets the connection's read deadline at its first read and
+// lifts it when the whole body has been read. After a timeout it stays:
+// the server reads what is left of a body before it answers, and must
+// not wait for a trickle then either.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if !b.started {
+		b.started = true
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // methods serves one path: a handler per method, and 405 with Allow for
