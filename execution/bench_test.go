@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
@@ -61,28 +63,18 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // worker process runs them end to end (claim, heartbeat, finish) at several
 // concurrencies, with Redis round trips and commands per job.
 func BenchmarkThroughput(b *testing.B) {
-	const jobs = 20_000
-	for _, concurrency := range []int{10, 50, 200} {
-		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
-			for range b.N {
-				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency})
-			}
-		})
-	}
+	benchEach(b, "concurrency", []int{10, 50, 200}, func(concurrency int) benchRun {
+		return benchRun{jobs: 20_000, concurrency: concurrency}
+	})
 }
 
 // BenchmarkWorkerWithNATS is BenchmarkThroughput with the worker on NATS,
 // as deployed: each execution is also watched for a fast cancel (one
 // cancel.Watcher Watch, and a read of its flag).
 func BenchmarkWorkerWithNATS(b *testing.B) {
-	const jobs = 20_000
-	for _, concurrency := range []int{50, 200} {
-		b.Run(fmt.Sprintf("concurrency=%d", concurrency), func(b *testing.B) {
-			for range b.N {
-				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency, nats: true})
-			}
-		})
-	}
+	benchEach(b, "concurrency", []int{50, 200}, func(concurrency int) benchRun {
+		return benchRun{jobs: 20_000, concurrency: concurrency, nats: true}
+	})
 }
 
 // BenchmarkClaimKeys runs 10k no-op jobs whose concurrency keys spread over
@@ -91,22 +83,18 @@ func BenchmarkWorkerWithNATS(b *testing.B) {
 // cost a claim.
 func BenchmarkClaimKeys(b *testing.B) {
 	const jobs, concurrency = 10_000, 50
-	for _, n := range []int{0, 1, 10, 1000} {
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			run := benchRun{jobs: jobs, concurrency: concurrency, limits: map[string]int{}}
-			if n > 0 {
-				for i := range n {
-					run.limits[fmt.Sprintf("model:m%d", i)] = concurrency
-				}
-				run.submission = func(i int) job.Submission {
-					return job.Submission{Kind: "noop", ConcurrencyKeys: []string{fmt.Sprintf("model:m%d", i%n)}}
-				}
+	benchEach(b, "keys", []int{0, 1, 10, 1000}, func(n int) benchRun {
+		run := benchRun{jobs: jobs, concurrency: concurrency, limits: map[string]int{}}
+		if n > 0 {
+			for i := range n {
+				run.limits[fmt.Sprintf("model:m%d", i)] = concurrency
 			}
-			for range b.N {
-				benchThroughput(b, run)
+			run.submission = func(i int) job.Submission {
+				return job.Submission{Kind: "noop", ConcurrencyKeys: []string{fmt.Sprintf("model:m%d", i%n)}}
 			}
-		})
-	}
+		}
+		return run
+	})
 }
 
 // BenchmarkClaimBehindFullKey runs 10k no-op jobs queued behind a backlog
@@ -114,12 +102,44 @@ func BenchmarkClaimKeys(b *testing.B) {
 // the same jobs with no backlog: a claim's cost must not grow with a
 // backlog it cannot serve.
 func BenchmarkClaimBehindFullKey(b *testing.B) {
-	const jobs, concurrency = 10_000, 50
-	for _, backlog := range []int{0, 100_000} {
-		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+	benchEach(b, "backlog", []int{0, 100_000}, func(backlog int) benchRun {
+		return benchRun{jobs: 10_000, concurrency: 50, backlog: backlog, limits: map[string]int{"model:full": 0}}
+	})
+}
+
+// BenchmarkHotKeyAcrossQueues runs 20k no-op jobs that all name one key,
+// limited to 1,000, spread over 3 queues in turn, with one worker serving
+// the three, against the same jobs in one queue: what a key's lease set
+// shared by queues (in the key's own slot) costs a claim.
+func BenchmarkHotKeyAcrossQueues(b *testing.B) {
+	benchEach(b, "queues", []int{1, 3}, func(queues int) benchRun {
+		return benchRun{jobs: 20_000, concurrency: 200, queues: queues,
+			limits: map[string]int{"model:hot": 1000},
+			submission: func(int) job.Submission {
+				return job.Submission{Kind: "noop", ConcurrencyKeys: []string{"model:hot"}}
+			}}
+	})
+}
+
+// BenchmarkClusterQueues runs 20k no-op jobs spread over 3 queues, with
+// one worker serving the three, on a three-master Redis Cluster: the
+// queues on the master of the tenant's lease set (masters=1), or one
+// queue on each master (masters=3). Redis CPU is reported for each
+// master: m0 holds the tenant's lease set, m1 and m2 are the others.
+func BenchmarkClusterQueues(b *testing.B) {
+	benchEach(b, "masters", []int{1, 3}, func(masters int) benchRun {
+		return benchRun{jobs: 20_000, concurrency: 200, queues: 3, cluster: true, spread: masters == 3}
+	})
+}
+
+// benchEach runs a sub-benchmark name=v of benchThroughput(run(v)) for
+// each of values.
+func benchEach(b *testing.B, name string, values []int, run func(v int) benchRun) {
+	for _, v := range values {
+		b.Run(fmt.Sprintf("%s=%d", name, v), func(b *testing.B) {
+			r := run(v)
 			for range b.N {
-				benchThroughput(b, benchRun{jobs: jobs, concurrency: concurrency, backlog: backlog,
-					limits: map[string]int{"model:full": 0}})
+				benchThroughput(b, r)
 			}
 		})
 	}
@@ -127,10 +147,15 @@ func BenchmarkClaimBehindFullKey(b *testing.B) {
 
 // benchRun is one throughput run: jobs no-op jobs (submission(i), default
 // a bare no-op) after backlog jobs that wait for model:full, run by one
-// worker at concurrency (on NATS if nats), with limits set first.
+// worker at concurrency (on NATS if nats), with limits set first. With
+// queues > 1 the jobs go to that many queues in turn, all served by the
+// worker. With cluster, Redis is a three-master Cluster, and the queues
+// are on the master of the tenant's lease set, or one on each master if
+// spread.
 type benchRun struct {
 	jobs, concurrency, backlog int
-	nats                       bool
+	queues                     int
+	nats, cluster, spread      bool
 	submission                 func(i int) job.Submission
 	limits                     map[string]int
 }
@@ -152,17 +177,94 @@ func submitAll(b *testing.B, store *job.Store, n int, sub func(i int) job.Submis
 	wg.Wait()
 }
 
-// freshStore starts an empty redis-server for one run, so that what earlier
-// runs left behind (their memory, an AOF rewrite of it) is not measured, and
-// returns it with a client, a key prefix and a job store on it.
-func freshStore(b *testing.B) (*testenv.RedisServer, redis.UniversalClient, string, *job.Store) {
-	srv := testenv.StartRedis(b, "--appendfsync", "everysec")
-	rdb, prefix := srv.Client(b), testenv.Prefix(b)
+// benchRedis is the Redis of one run: one redis-server, or the masters of
+// a Cluster.
+type benchRedis struct {
+	addrs   []string
+	cluster bool
+}
+
+// client returns a new client of r with a pool of size connections (0:
+// go-redis's default), closed when the benchmark ends.
+func (r benchRedis) client(b *testing.B, size int) redis.UniversalClient {
+	// Without maintenance notifications (Redis 7 sends none): go-redis
+	// leaves a goroutine running after Close for a client of a cluster
+	// node that has them on.
+	off := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: r.addrs[0], PoolSize: size, MaintNotificationsConfig: off})
+	if r.cluster {
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, PoolSize: size, MaintNotificationsConfig: off})
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// masters returns a client of each of r's masters, in the order of addrs.
+func (r benchRedis) masters(b *testing.B) []redis.UniversalClient {
+	out := make([]redis.UniversalClient, len(r.addrs))
+	for i, addr := range r.addrs {
+		out[i] = benchRedis{addrs: []string{addr}}.client(b, 0)
+	}
+	return out
+}
+
+// freshStore starts an empty redis-server (or Cluster) for one run, so that
+// what earlier runs left behind (their memory, an AOF rewrite of it) is not
+// measured, and returns it with a client, a key prefix and a job store on
+// it.
+func freshStore(b *testing.B, cluster bool) (benchRedis, redis.UniversalClient, string, *job.Store) {
+	r := benchRedis{cluster: cluster}
+	if cluster {
+		r.addrs = testenv.StartCluster(b).Addrs() // AOF fsync every second: Redis's default
+	} else {
+		r.addrs = []string{testenv.StartRedis(b, "--appendfsync", "everysec").Addr()}
+	}
+	rdb, prefix := r.client(b, 0), testenv.Prefix(b)
 	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return srv, rdb, prefix, store
+	return r, rdb, prefix, store
+}
+
+// queueNames names the run's queues: none (the default queue) unless it
+// asks for several, or for a Cluster, where each name is chosen for the
+// master its slot is on (see benchRun), and masters is reordered so that
+// the tenant's lease set's master comes first.
+func queueNames(b *testing.B, run benchRun, rdb redis.UniversalClient, prefix string, masters []string) []string {
+	if !run.cluster {
+		if run.queues <= 1 {
+			return nil
+		}
+		names := make([]string, run.queues)
+		for i := range names {
+			names[i] = fmt.Sprintf("q%d", i)
+		}
+		return names
+	}
+	ks := keys.New(prefix)
+	masterOf := func(key string) string {
+		c, err := rdb.(*redis.ClusterClient).MasterForKey(b.Context(), key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	home := masterOf(ks.LeaseSet("tenant:bench"))
+	i := slices.Index(masters, home)
+	masters[0], masters[i] = masters[i], masters[0]
+	var names []string
+	for n := 0; len(names) < run.queues; n++ {
+		name := fmt.Sprintf("q%d", n)
+		want := home
+		if run.spread {
+			want = masters[len(names)%len(masters)]
+		}
+		if masterOf(ks.QueueLeases(name)) == want {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // callgrind runs callgrind_control op on the redis-server when
@@ -188,6 +290,7 @@ func callgrind(b *testing.B, rdb redis.UniversalClient, op string) {
 // jobs grew it to where Redis would rewrite it (a fork, then copy-on-write
 // faults) during the run: the clock starts after.
 func rewriteAOF(b *testing.B, rdb redis.UniversalClient) {
+	b.Helper()
 	if err := rdb.BgRewriteAOF(b.Context()).Err(); err != nil && !strings.Contains(err.Error(), "already in progress") {
 		b.Fatal(err)
 	}
@@ -197,32 +300,50 @@ func rewriteAOF(b *testing.B, rdb redis.UniversalClient) {
 	}, "the AOF rewrite never ended")
 }
 
+// sumOver adds up f over the masters.
+func sumOver(masters []redis.UniversalClient, f func(redis.UniversalClient) int64) int64 {
+	var n int64
+	for _, m := range masters {
+		n += f(m)
+	}
+	return n
+}
+
 func benchThroughput(b *testing.B, run benchRun) {
 	b.StopTimer()
 	jobs, concurrency := run.jobs, run.concurrency
-	srv, rdb, prefix, store := freshStore(b)
+	r, rdb, prefix, store := freshStore(b, run.cluster)
+	queues := queueNames(b, run, rdb, prefix, r.addrs)
+	masters := r.masters(b)
 	for k, n := range run.limits {
 		if err := store.SetLimit(b.Context(), k, int64(n)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	memBefore := testenv.RedisMemory(b, rdb)
+	memBefore := sumOver(masters, func(m redis.UniversalClient) int64 { return testenv.RedisMemory(b, m) })
 	submitAll(b, store, run.backlog, func(int) job.Submission {
 		return job.Submission{Kind: "noop", ConcurrencyKeys: []string{"model:full"}}
 	})
 	if run.submission == nil {
 		run.submission = func(int) job.Submission { return job.Submission{Kind: "noop"} }
 	}
-	submitAll(b, store, jobs, run.submission)
-	rewriteAOF(b, rdb)
+	submitAll(b, store, jobs, func(i int) job.Submission {
+		sub := run.submission(i)
+		if len(queues) > 0 {
+			sub.Queue = queues[i%len(queues)]
+		}
+		return sub
+	})
+	for _, m := range masters {
+		rewriteAOF(b, m)
+	}
 
 	trips := &tripCounter{}
-	wrdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 64})
-	defer wrdb.Close()
+	wrdb := r.client(b, 64)
 	wrdb.AddHook(trips)
 	var done atomic.Int64
 	finished := make(chan struct{})
-	cfg := execution.Config{Prefix: prefix, Concurrency: concurrency, Poll: 10 * time.Millisecond}
+	cfg := execution.Config{Prefix: prefix, Queues: queues, Concurrency: concurrency, Poll: 10 * time.Millisecond}
 	if run.nats {
 		cfg.NATS = testenv.NATS(b).Conn(b)
 	}
@@ -236,8 +357,12 @@ func benchThroughput(b *testing.B, run benchRun) {
 		}
 		return nil, nil
 	})
-	cmdsBefore := testenv.CommandsExecuted(b, rdb)
-	redisCPU, workerCPU := testenv.RedisCPU(b, rdb), testenv.ProcessCPU(b)
+	cmdsBefore := sumOver(masters, func(m redis.UniversalClient) int64 { return testenv.CommandsExecuted(b, m) })
+	redisCPU := make([]time.Duration, len(masters))
+	for i, m := range masters {
+		redisCPU[i] = testenv.RedisCPU(b, m)
+	}
+	workerCPU := testenv.ProcessCPU(b)
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	callgrind(b, rdb, "--zero")
@@ -248,19 +373,32 @@ func benchThroughput(b *testing.B, run benchRun) {
 	// The last finishes are written after the last handler returns.
 	testenv.Eventually(b, time.Minute, func() bool {
 		st, err := store.Stats(context.Background())
-		return err == nil && len(st) == 1 && st[0].Running == 0 && st[0].Queued == int64(run.backlog)
+		var running, queued int64
+		for _, q := range st {
+			running, queued = running+q.Running, queued+q.Queued
+		}
+		return err == nil && len(st) == max(len(queues), 1) && running == 0 && queued == int64(run.backlog)
 	}, "jobs still running")
 	elapsed := time.Since(start)
 	b.StopTimer()
 	callgrind(b, rdb, "--dump")
 	stop()
 	<-ran
-	cmds := testenv.CommandsExecuted(b, rdb) - cmdsBefore
+	cmds := sumOver(masters, func(m redis.UniversalClient) int64 { return testenv.CommandsExecuted(b, m) }) - cmdsBefore
 	// Every job has ended and is retained: what one costs to keep for
 	// its retention, hash and events (the backlog's waiting jobs too).
-	b.ReportMetric(float64(testenv.RedisMemory(b, rdb)-memBefore)/float64(jobs+run.backlog), "redis-bytes/job")
-	redisCPU, workerCPU = testenv.RedisCPU(b, rdb)-redisCPU, testenv.ProcessCPU(b)-workerCPU
-	b.ReportMetric(float64(redisCPU.Microseconds())/float64(jobs), "redis-cpu-µs/job")
+	mem := sumOver(masters, func(m redis.UniversalClient) int64 { return testenv.RedisMemory(b, m) })
+	b.ReportMetric(float64(mem-memBefore)/float64(jobs+run.backlog), "redis-bytes/job")
+	var redisTotal time.Duration
+	for i, m := range masters {
+		redisCPU[i] = testenv.RedisCPU(b, m) - redisCPU[i]
+		redisTotal += redisCPU[i]
+		if len(masters) > 1 {
+			b.ReportMetric(float64(redisCPU[i].Microseconds())/float64(jobs), fmt.Sprintf("m%d-redis-cpu-µs/job", i))
+		}
+	}
+	b.ReportMetric(float64(redisTotal.Microseconds())/float64(jobs), "redis-cpu-µs/job")
+	workerCPU = testenv.ProcessCPU(b) - workerCPU
 	b.ReportMetric(float64(workerCPU.Microseconds())/float64(jobs), "worker-cpu-µs/job")
 
 	b.ReportMetric(float64(jobs)/elapsed.Seconds(), "jobs/s")
@@ -331,7 +469,7 @@ func BenchmarkThroughputFloor(b *testing.B) {
 	const jobs, batch = 20_000, 70
 	for range b.N {
 		b.StopTimer()
-		_, rdb, prefix, store := freshStore(b)
+		_, rdb, prefix, store := freshStore(b, false)
 		submitAll(b, store, jobs, func(int) job.Submission { return job.Submission{Kind: "noop"} })
 		rewriteAOF(b, rdb)
 		ks, q := keys.New(prefix), job.DefaultQueue

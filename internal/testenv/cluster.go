@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // RedisCluster is a local Redis Cluster of three masters, no replicas.
@@ -64,7 +65,7 @@ func startCluster(dir string) (*RedisCluster, error) {
 func (c *RedisCluster) waitReady() error {
 	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	client := redis.NewClusterClient(c.Options())
 	defer client.Close()
 	for {
 		err := c.ready(ctx, client)
@@ -80,7 +81,7 @@ func (c *RedisCluster) waitReady() error {
 
 func (c *RedisCluster) ready(ctx context.Context, client *redis.ClusterClient) error {
 	for _, n := range c.nodes {
-		nc := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaintNotificationsConfig: noMaintNotifications})
 		info, err := nc.ClusterInfo(ctx).Result()
 		nc.Close()
 		if err != nil {
@@ -108,10 +109,20 @@ func (c *RedisCluster) Addrs() []string {
 	return addrs
 }
 
+// noMaintNotifications turns off go-redis's maintenance notifications
+// for clients of cluster nodes: Redis 7 sends none, and go-redis leaves a
+// goroutine running after Close for each node client that has them on.
+var noMaintNotifications = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+
+// Options are a cluster client's options for c (see noMaintNotifications).
+func (c *RedisCluster) Options() *redis.ClusterOptions {
+	return &redis.ClusterOptions{Addrs: c.Addrs(), MaintNotificationsConfig: noMaintNotifications}
+}
+
 // Client returns a new cluster client, closed when the test ends.
 func (c *RedisCluster) Client(t testing.TB) redis.UniversalClient {
 	t.Helper()
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	client := redis.NewClusterClient(c.Options())
 	t.Cleanup(func() { client.Close() })
 	return client
 }
