@@ -101,6 +101,7 @@ type Worker struct {
 	watcher  *cancel.Watcher
 	reaper   *Reaper
 	limits   *limits
+	paused   paused
 	usage    *usageCounter // nil: not counted
 	metrics  *metrics
 	tracer   trace.Tracer
@@ -274,7 +275,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	w.runnable, w.runners = make(chan *running), 0
-	// Never claim without the limits: an empty copy would admit everything.
+	// Never claim without the limits (an empty copy would admit
+	// everything) and the paused queues.
 	if w.refreshLimits(ctx) == nil {
 		bg.Go(func() { w.keepLimits(bgCtx) })
 		w.fetch(ctx, workCtx)
@@ -295,12 +297,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// refreshLimits loads the concurrency limits, retrying until it succeeds or
-// ctx is done.
+// refreshLimits loads the concurrency limits and the paused queues,
+// retrying until it succeeds or ctx is done.
 func (w *Worker) refreshLimits(ctx context.Context) error {
-	key := w.queues[0].keys.Limits()
 	for {
-		err := w.limits.refresh(ctx, w.rdb, key)
+		err := w.refreshShared(ctx)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -313,19 +314,18 @@ func (w *Worker) refreshLimits(ctx context.Context) error {
 	}
 }
 
-// keepLimits refreshes the limits every heartbeat interval, so a change
-// made through the API takes effect within seconds.
+// keepLimits refreshes the limits and the paused queues every heartbeat
+// interval, so a change made through the API takes effect within seconds.
 func (w *Worker) keepLimits(ctx context.Context) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
-	key := w.queues[0].keys.Limits()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
-		if err := w.limits.refresh(ctx, w.rdb, key); err != nil && ctx.Err() == nil {
+		if err := w.refreshShared(ctx); err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "cannot refresh concurrency limits; keeping the last ones", "error", err)
 		}
 	}
@@ -364,6 +364,9 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 				break
 			}
 			q := w.queues[(next+i)%len(w.queues)]
+			if w.paused.has(q.name) {
+				continue
+			}
 			sent := time.Now()
 			execs, more, err := q.claim(ctx, w.cfg.ID, free-claimed)
 			w.metrics.claimed(ctx, q.name, time.Since(sent))

@@ -22,13 +22,20 @@
 // execution handed back at a graceful worker shutdown puts its job straight
 // back to queued. A queued or retrying job can be cancelled or can expire
 // (its max_wait passed before it started). succeeded, failed, cancelled and
-// expired are terminal: a job in one never changes again.
+// expired are terminal: a job in one changes again only when a client
+// retries it (failed, cancelled or expired → queued) or deletes it.
 //
 // Cancel decides in one script: a queued or retrying job becomes cancelled
 // at once (it leaves ready, scheduled and deadlines); a running one only
 // gets cancel_requested, and its owner, or the reaper if the owner is gone,
 // finishes it as cancelled. Cancelling twice changes nothing; cancelling a
 // job that ended otherwise is ErrConflict.
+//
+// Retry moves a failed, cancelled or expired job back to queued (attempt
+// 0, so max_attempts attempts again); RetryAll does it for every ended job
+// a filter selects, and moves nothing more when run again. Delete removes
+// an ended job at once. Pause and resume a queue are a set the workers
+// read; Finished reads the jobs ended per minute over the last hour.
 //
 // # Redis layout
 //
@@ -51,7 +58,8 @@
 //	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
 //	                      they expire unless started: created_at + delay +
 //	                      max_wait (a delay does not eat into max_wait)
-//	{q:Q}:stats           hash: number of jobs per state name
+//	{q:Q}:stats           hash: number of jobs per state name, and the
+//	                      ring of jobs ended per minute (finished.lua)
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
 //	                      output, log), capped at about EventsMaxLen
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
@@ -59,6 +67,7 @@
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms
 //	{q:Q}:all             zset of every id in Q, score = created_at ms
 //	{queues}:set          set of queue names
+//	{queues}:paused       set of paused queue names (workers skip them)
 //	{job:<id>}:queue      string: the job's queue, to find a job by id
 //	{idem:<t>}:<key>      string: what tenant t's Idempotency-Key stands for
 //

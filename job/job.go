@@ -26,7 +26,8 @@ const (
 	StateExpired   State = "expired"
 )
 
-// Terminal reports whether s is final: a job in it never changes again.
+// Terminal reports whether s is final: a job in it changes again only if
+// it is retried (Store.Retry) or deleted.
 func (s State) Terminal() bool {
 	switch s {
 	case StateSucceeded, StateFailed, StateCancelled, StateExpired:

@@ -37,6 +37,12 @@ var (
 	ErrBadCursor = errors.New("job: bad cursor")
 	// ErrBusy is wrapped by *BusyError.
 	ErrBusy = errors.New("job: a concurrency key is full")
+	// ErrNotRetryable: only a failed, cancelled or expired job can be
+	// retried. Retry returns the job with it.
+	ErrNotRetryable = errors.New("job: only a failed, cancelled or expired job can be retried")
+	// ErrNotEnded: the job has not ended, so it cannot be deleted. Delete
+	// returns the job with it.
+	ErrNotEnded = errors.New("job: has not ended")
 )
 
 // Defaults of Config.
@@ -82,6 +88,8 @@ type Store struct {
 	leases    *lease.Client
 	submit    *redis.Script
 	cancel    *redis.Script
+	retry     *redis.Script
+	delete    *redis.Script
 	tracer    trace.Tracer
 }
 
@@ -101,7 +109,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
 		submit:    scripts.Load("job_submit.lua", "fair.lua"),
-		cancel:    scripts.Load("job_cancel.lua", "fair.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "finished.lua"),
+		retry:     scripts.Load("job_retry.lua", "fair.lua"),
+		delete:    scripts.Load("job_delete.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
@@ -295,15 +305,9 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 // Cancel writes the job record only: the caller also sets the cancel flag
 // and publishes the cancel message, which are the cancel package's.
 func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job, error) {
-	queue, err := s.locate(ctx, id)
+	queue, owner, err := s.find(ctx, tenant, id, admin)
 	if err != nil {
 		return Job{}, err
-	}
-	owner := tenant // the script matches it against the job's tenant
-	if admin {
-		owner = ""
-	} else if ValidateTenant(tenant) != nil {
-		return Job{}, ErrNotFound // "" would mean any tenant to the script
 	}
 	// The script takes the job's lane through KEYS; a job's keys never
 	// change, so reading them first races with nothing.
@@ -384,12 +388,14 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 	return events, nil
 }
 
-// QueueStats counts a queue's jobs in the states that are still moving.
+// QueueStats counts a queue's jobs in the states that are still moving,
+// and says whether the queue is paused.
 type QueueStats struct {
 	Name     string `json:"name"`
 	Queued   int64  `json:"queued"`
 	Running  int64  `json:"running"`
 	Retrying int64  `json:"retrying"`
+	Paused   bool   `json:"paused"`
 }
 
 // Stats returns every queue's counts, by queue name. Each is one read of
@@ -399,8 +405,16 @@ func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.stats(ctx, queues)
+}
+
+// stats reads the counts of queues and whether each is paused, in one
+// round trip.
+func (s *Store) stats(ctx context.Context, queues []string) ([]QueueStats, error) {
 	cmds := make([]*redis.SliceCmd, len(queues))
+	var paused *redis.StringSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		paused = p.SMembers(ctx, s.keys.PausedQueues())
 		for i, q := range queues {
 			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), string(StateQueued), string(StateRunning), string(StateRetrying))
 		}
@@ -413,12 +427,13 @@ func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
 		var n [3]int64
 		for k, v := range cmds[i].Val() {
 			if v != nil {
+				var err error
 				if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
 					return nil, fmt.Errorf("job: stats of %s: %w", q, err)
 				}
 			}
 		}
-		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2]}
+		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Paused: slices.Contains(paused.Val(), q)}
 	}
 	return stats, nil
 }

@@ -76,8 +76,8 @@ func ValidateInput(kind string, input json.RawMessage, allow NotifyAllow) error 
 	return err
 }
 
-// Sleep returns the sleep kind: it sleeps, emits a progress event every
-// tick, POSTs {"job", "execution", "tick"} with a Fencing-Token header to
+// Sleep returns the sleep kind: it sleeps, emits a progress event
+// {"tick", "done", "total"} every tick, POSTs {"job", "execution", "tick"} with a Fencing-Token header to
 // notify_url every tick if set, and fails its first fail_attempts
 // attempts. It stops at once when its context ends.
 //
@@ -113,7 +113,9 @@ func Sleep(cfg SleepConfig) execution.Handler {
 				return map[string]any{"slept": duration.String(), "ticks": n - 1}, nil
 			case <-ticker.C:
 			}
-			if err := e.Emit(ctx, execution.EventProgress, map[string]int{"tick": n}); err != nil {
+			// done and total let a client draw a bar (leasehold watch does).
+			progress := map[string]int{"tick": n, "done": n, "total": int(duration / tick)}
+			if err := e.Emit(ctx, execution.EventProgress, progress); err != nil {
 				return nil, err
 			}
 			if in.NotifyURL != "" {

@@ -14,7 +14,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -34,17 +36,80 @@ import (
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
 )
 
-const usage = "usage: leasehold dev [flags]   (start API, worker, NATS and Redis on defaults; -h for flags)"
+const usage = `usage: leasehold <command> [flags] [args]
+
+  dev                          start API, worker, NATS and Redis on defaults (make run)
+  submit KIND                  submit a job (--input JSON, --input-file FILE or - for stdin; --watch to follow it)
+  get JOB_ID                   show a job
+  watch JOB_ID                 follow a job live: states, progress, output text on stdout
+  cancel JOB_ID                cancel a job
+  retry JOB_ID                 run an ended job again (retry --all [--state --kind --queue --tenant]: in bulk)
+  rm JOB_ID                    delete an ended job
+  ls                           list jobs (--state, --kind, --queue, --tenant, --limit, --cursor)
+  queues                       queue counts (queues pause QUEUE, queues resume QUEUE: admin)
+  limits                       concurrency limits (limits set KEY N, limits rm KEY: admin)
+  usage                        usage per day (--from, --to, --tenant)
+
+Every command but dev takes --url (default $LEASEHOLD_URL, else http://127.0.0.1:8080),
+--key (default $LEASEHOLD_KEY) and -o table|json; leasehold <command> -h lists its flags.
+
+Exit codes: 0 done (a watched job succeeded), 1 error, 2 bad command line,
+3 a watched job failed, 4 it was cancelled, 5 it expired.`
 
 func main() {
-	os.Exit(cli.Code("leasehold", runCommand(context.Background(), os.Args[1:], os.Stdout, os.Stderr)))
+	os.Exit(exitCode(runCommand(context.Background(), os.Args[1:], os.Stdout, os.Stderr)))
+}
+
+// exitCode turns runCommand's error into the exit code, printing it.
+func exitCode(err error) int {
+	var ended *endedError
+	var bad *usageError
+	switch {
+	case errors.As(err, &ended):
+		return ended.code() // watch has said how it ended
+	case errors.As(err, &bad):
+		fmt.Fprintf(os.Stderr, "leasehold: %v\n", err)
+		return 2
+	}
+	return cli.Code("leasehold", err)
 }
 
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "dev" {
-		return errors.New(usage)
+	if len(args) == 0 {
+		return &usageError{msg: usage}
 	}
-	return runDev(ctx, args[1:], stdout, stderr)
+	name, args := args[0], args[1:]
+	if name == "dev" { // dev handles its signals in its run group
+		return runDev(ctx, args, stdout, stderr)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch name {
+	case "submit":
+		return runSubmit(ctx, args, stdout, stderr)
+	case "get":
+		return jobCommand(ctx, "get", http.MethodGet, "", args, stdout, stderr)
+	case "watch":
+		return runWatch(ctx, args, stdout, stderr)
+	case "cancel":
+		return jobCommand(ctx, "cancel", http.MethodPost, "/cancel", args, stdout, stderr)
+	case "retry":
+		return runRetry(ctx, args, stdout, stderr)
+	case "rm":
+		return deleteCommand(ctx, "rm", "/v1/jobs/", "deleted", args, stdout, stderr)
+	case "ls":
+		return runLs(ctx, args, stdout, stderr)
+	case "queues":
+		return runQueues(ctx, args, stdout, stderr)
+	case "limits":
+		return runLimits(ctx, args, stdout, stderr)
+	case "usage":
+		return runUsage(ctx, args, stdout, stderr)
+	case "-h", "--help", "help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	}
+	return &usageError{msg: usage}
 }
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,8 +159,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer nc.Close()
 
-	key := rand.Text()
-	keys, err := httpapi.ParseKeys("dev:" + key)
+	// Two keys: the tenant "dev" for jobs, and "admin" for what only the
+	// admin may do (pause queues, set limits, act on every tenant's jobs).
+	key, adminKey := rand.Text(), rand.Text()
+	keys, err := httpapi.ParseKeys("dev:" + key + ",admin:" + adminKey)
 	if err != nil {
 		return err
 	}
@@ -147,7 +214,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ln.Close()
 		return err
 	}
-	banner(stdout, "http://"+ln.Addr().String(), key, *dataDir, durable, *llmURL == "")
+	banner(stdout, "http://"+ln.Addr().String(), key, adminKey, *dataDir, durable, *llmURL == "")
 	log.Info("metrics listening", "metrics_addr", opsLn.Addr().String())
 
 	g.Add(cli.Serve(ctx, ln, api, log))
@@ -196,9 +263,9 @@ func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) 
 	return redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}), m.Close, false, nil
 }
 
-// banner prints what a developer needs to start: the address, the key, and
-// three commands to copy.
-func banner(w io.Writer, base, key, dataDir string, durable, fakeLLM bool) {
+// banner prints what a developer needs to start: the address, the keys,
+// the console, and commands to copy, with curl and with the CLI.
+func banner(w io.Writer, base, key, adminKey, dataDir string, durable, fakeLLM bool) {
 	store := "redis-server, data in " + dataDir
 	if !durable {
 		store = "in-process stand-in: NOTHING IS DURABLE"
@@ -211,6 +278,8 @@ func banner(w io.Writer, base, key, dataDir string, durable, fakeLLM bool) {
 	fmt.Fprintf(w, `
 Leasehold is running.
   API      %s   (tenant "dev", key %s)
+  Admin    key %s   (pauses queues, sets limits, sees every tenant)
+  Console  %s/ui/   (log in with a key)
   Redis    %s
   Worker   serving queue "default" (kinds: echo, sleep, llm.chat)
   LLM      %s
@@ -229,6 +298,14 @@ Or stream a chat completion the same way:
   curl -s -X POST %s/v1/jobs -H '%s' -H 'Content-Type: application/json' \
     -d '{"kind":"llm.chat","input":{"model":"fake","messages":[{"role":"user","content":"hi"}]}}'
 
+With the CLI (go run ./cmd/leasehold, or go install ./cmd/leasehold):
+  export LEASEHOLD_URL=%s LEASEHOLD_KEY=%s
+  leasehold submit sleep --input '{"duration":"20s","tick":"1s"}' --watch
+  leasehold submit llm.chat --input '{"model":"fake","messages":[{"role":"user","content":"hi"}]}' --watch
+  leasehold ls --state failed
+  leasehold retry $ID      leasehold cancel $ID      leasehold rm $ID
+  LEASEHOLD_KEY=%s leasehold queues pause default
+
 Ctrl-C stops everything.
-`, base, key, store, llm, base, auth, base, auth, base, auth, base, auth)
+`, base, key, adminKey, base, store, llm, base, auth, base, auth, base, auth, base, auth, base, key, adminKey)
 }

@@ -29,6 +29,8 @@ func TestDevModeSmoke(t *testing.T) {
 	if !redisproc.Installed() {
 		t.Fatal(redisproc.InstallHint)
 	}
+	// No connection outlives its request: TestMain checks for leaked goroutines.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	bin := filepath.Join(t.TempDir(), "leasehold")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -61,21 +63,31 @@ func TestDevModeSmoke(t *testing.T) {
 			go func() { exited <- cmd.Wait() }()
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
 
-			key := readKey(t, stdout)
+			key, console := readBanner(t, stdout)
 			base := "http://" + addr
+			if console != base+"/ui/" {
+				t.Fatalf("the banner shows the console at %q, want %s/ui/", console, base)
+			}
 			get := func(path string) (*http.Response, error) {
 				req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 				req.Header.Set("Authorization", "Bearer "+key)
-				return http.DefaultClient.Do(req)
+				return client.Do(req)
 			}
-			if resp, err := get("/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+			resp, err := get("/readyz")
+			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("readyz: %v %v", resp, err)
 			}
+			resp.Body.Close()
+			resp, err = get("/ui/")
+			if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+				t.Fatalf("console: %v %v", resp, err)
+			}
+			resp.Body.Close()
 
 			req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"echo","input":{"n":7}}`))
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
+			resp, err = client.Do(req)
 			if err != nil || resp.StatusCode != http.StatusCreated {
 				t.Fatalf("submit: %v %v", resp, err)
 			}
@@ -148,8 +160,9 @@ func TestDevModeSmoke(t *testing.T) {
 	}
 }
 
-// readKey reads the banner up to the API key.
-func readKey(t *testing.T, stdout io.Reader) string {
+// readBanner reads the banner up to the console's address, after the API
+// key.
+func readBanner(t *testing.T, stdout io.Reader) (key, console string) {
 	t.Helper()
 	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stop()
@@ -167,11 +180,17 @@ func readKey(t *testing.T, stdout io.Reader) string {
 	for {
 		select {
 		case l := <-lines:
-			if _, rest, ok := strings.Cut(l, "key "); ok && strings.HasPrefix(strings.TrimSpace(l), "API") {
-				return strings.TrimSuffix(rest, ")")
+			f := strings.Fields(l)
+			switch {
+			case len(f) > 1 && f[0] == "API":
+				if _, rest, ok := strings.Cut(l, "key "); ok {
+					key = strings.TrimSuffix(rest, ")")
+				}
+			case len(f) > 1 && f[0] == "Console":
+				return key, f[1]
 			}
 		case <-ctx.Done():
-			t.Fatal("dev mode printed no API key within 60s")
+			t.Fatal("dev mode printed no API key and console within 60s")
 		}
 	}
 }

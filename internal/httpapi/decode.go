@@ -65,17 +65,25 @@ func isJSON(contentType string) bool {
 	return true
 }
 
-// decodeSubmission parses a submit body. Unlike json.Decoder with
+// decodeSubmission parses a submit body (see decodeInto). given holds the
+// fields the body named, for job.Submission.ValidateGiven: only a field
+// left out takes its default.
+func decodeSubmission(body []byte) (sub job.Submission, given map[string]bool, err error) {
+	given, err = decodeInto(body, &sub)
+	return sub, given, err
+}
+
+// decodeInto parses body, one JSON object, into the struct v points to,
+// and returns the fields it named. Unlike json.Decoder with
 // DisallowUnknownFields, which stops at the first problem and names no
 // field for a bad duration, it reports every unknown field and every field
-// of the wrong type, by name. given holds the fields the body named, for
-// job.Submission.ValidateGiven: only a field left out takes its default.
-func decodeSubmission(body []byte) (sub job.Submission, given map[string]bool, err error) {
+// of the wrong type, by name.
+func decodeInto(body []byte, v any) (given map[string]bool, err error) {
 	raw, err := decodeObject(body)
 	if err != nil {
-		return sub, nil, err
+		return nil, err
 	}
-	targets := jsonFields(&sub)
+	targets := jsonFields(v)
 	given = make(map[string]bool, len(raw))
 	var fields []job.FieldError
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
@@ -90,9 +98,9 @@ func decodeSubmission(body []byte) (sub job.Submission, given map[string]bool, e
 		}
 	}
 	if len(fields) > 0 {
-		return sub, nil, &badRequest{detail: "the request has unknown fields or fields of the wrong type: see errors", fields: fields}
+		return nil, &badRequest{detail: "the request has unknown fields or fields of the wrong type: see errors", fields: fields}
 	}
-	return sub, given, nil
+	return given, nil
 }
 
 // decodeObject splits a body that must be exactly one JSON object into its

@@ -101,11 +101,14 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 }
 
 // send writes events, each flushed at once, and reports whether the
-// terminal state event was among them. State events carry the job object,
-// read once for the batch, with the state and attempt of the event.
+// terminal state event was among them: the last state event, and terminal
+// (an earlier terminal one was followed by a retry). State events carry
+// the job object, read once for the batch, with the state and attempt of
+// the event.
 func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err error) {
 	var current *job.Job
-	for _, e := range events {
+	last := lastState(events)
+	for i, e := range events {
 		data := []byte(e.Data)
 		if state, ok := eventState(e); ok {
 			if current == nil {
@@ -120,7 +123,7 @@ func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err 
 			if data, err = json.Marshal(j); err != nil {
 				return false, err
 			}
-			done = state.State.Terminal()
+			done = i == last && state.State.Terminal()
 		}
 		if len(data) == 0 {
 			data = []byte("null") // an event without a data line is never dispatched

@@ -64,11 +64,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	s.countSubmitted(ctx, j)
-	if s.nc != nil {
-		if err := execution.Wake(s.nc, s.prefix, j.Queue); err != nil {
-			s.log.DebugContext(ctx, "wake-up not sent; workers find the job when they poll", attrJobID, j.ID, attrQueue, j.Queue, attrErr, err)
-		}
-	}
+	s.wake(r, j.Queue)
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	writeJSON(w, http.StatusCreated, j)
 }
@@ -228,14 +224,28 @@ func (s *server) events(ctx context.Context, c caller, id, after string, block t
 	return store.Events(ctx, c.tenant, id, c.admin, after, block)
 }
 
-// ended reports whether events hold a terminal state event.
+// ended reports whether the last state event of events is terminal. An
+// earlier one is not the end: the job was retried after it.
 func ended(events []job.Event) bool {
-	for _, e := range events {
-		if st, ok := eventState(e); ok && st.State.Terminal() {
-			return true
+	last := lastState(events)
+	return last >= 0 && mustState(events[last]).Terminal()
+}
+
+// lastState returns the index of the last state event of events, -1 when
+// there is none.
+func lastState(events []job.Event) int {
+	for i := len(events) - 1; i >= 0; i-- {
+		if _, ok := eventState(events[i]); ok {
+			return i
 		}
 	}
-	return false
+	return -1
+}
+
+// mustState returns the state of e, a state event.
+func mustState(e job.Event) job.State {
+	st, _ := eventState(e)
+	return st.State
 }
 
 // stateEvent is a state event's data as the stream stores it.
@@ -321,7 +331,7 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 	defer stop()
 	j, err := execution.CancelJob(ctx, s.store, s.flags, c.tenant, id, c.admin)
 	if errors.Is(err, job.ErrConflict) {
-		writeConflict(w, j)
+		writeConflict(w, j, "the job already ended "+string(j.State)+"; it cannot be cancelled")
 		return
 	}
 	if err != nil {

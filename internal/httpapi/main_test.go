@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,9 +262,9 @@ func (f *fixture) blockedReads() int {
 }
 
 // startWorker runs a worker on the fixture's prefix, default queue and
-// cancel subject, with handlers, until the test ends; configure, when
-// given, changes its config.
-func (f *fixture) startWorker(handlers map[string]execution.Handler, configure ...func(*execution.Config)) {
+// cancel subject, with handlers, until the test ends or stop is called;
+// configure, when given, changes its config.
+func (f *fixture) startWorker(handlers map[string]execution.Handler, configure ...func(*execution.Config)) (stop func()) {
 	f.t.Helper()
 	cfg := execution.Config{
 		Prefix:        f.prefix,
@@ -285,15 +286,20 @@ func (f *fixture) startWorker(handlers map[string]execution.Handler, configure .
 	for kind, h := range handlers {
 		w.Handle(kind, h)
 	}
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancelRun := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	f.t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			f.t.Errorf("worker: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancelRun()
+			if err := <-done; err != nil {
+				f.t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	f.t.Cleanup(stop)
+	return stop
 }
 
 // awaitState waits until job id is in state.

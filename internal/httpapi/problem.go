@@ -53,12 +53,14 @@ func writeProblem(w http.ResponseWriter, status int, detail string, fields ...jo
 	writeBody(w, status, "application/problem+json", body)
 }
 
-// writeConflict answers 409 to a cancel of a job that already ended: a
-// problem whose extension members are the job object's, so a client can
-// read the body as a problem or as the job. The two share no member name.
-func writeConflict(w http.ResponseWriter, j job.Job) {
+// writeConflict answers 409 to a request the job's state does not allow
+// (cancel of a job that ended, retry of one that did not fail, delete of
+// one that did not end): a problem with detail whose extension members
+// are the job object's, so a client can read the body as a problem or as
+// the job. The two share no member name.
+func writeConflict(w http.ResponseWriter, j job.Job, detail string) {
 	members := map[string]json.RawMessage{}
-	for _, v := range []any{j, newProblem(http.StatusConflict, "the job already ended "+string(j.State)+"; it cannot be cancelled", nil)} {
+	for _, v := range []any{j, newProblem(http.StatusConflict, detail, nil)} {
 		b, err := json.Marshal(v)
 		if err == nil {
 			err = json.Unmarshal(b, &members)
@@ -106,7 +108,7 @@ func fieldError(field, message string) *badRequest {
 // fail answers a request that failed with err. It is the one place that
 // maps errors to statuses: the request's own faults to 4xx, Redis
 // trouble to 503 with Retry-After, and anything else, a bug, to 500.
-// (Only a 409 with its job is written where it happens, by cancelJob.)
+// (Only a 409 with its job is written where it happens, by writeConflict.)
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var bad *badRequest
 	var invalid *job.ValidationError
@@ -126,6 +128,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrNotFound):
 		// The same words for a missing job and another tenant's.
 		writeProblem(w, http.StatusNotFound, "no such job")
+	case errors.Is(err, job.ErrNoQueue):
+		writeProblem(w, http.StatusNotFound, "no such queue")
 	case errors.Is(err, job.ErrBadCursor):
 		writeProblem(w, http.StatusBadRequest, "invalid cursor", job.FieldError{Field: "cursor", Message: "is not a cursor this API handed out"})
 	case errors.Is(err, job.ErrIdempotencyConflict):

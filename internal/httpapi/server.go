@@ -226,10 +226,18 @@ func New(cfg Config) (http.Handler, error) {
 		http.MethodGet:  s.authed(s.listJobs),
 		http.MethodPost: s.authed(s.submitJob),
 	})
-	mux.Handle("/v1/jobs/{id}", methods{http.MethodGet: s.authed(s.getJob)})
+	mux.Handle("/v1/jobs/retry", methods{http.MethodPost: s.authed(s.retryJobs)})
+	mux.Handle("/v1/jobs/{id}", methods{
+		http.MethodGet:    s.authed(s.getJob),
+		http.MethodDelete: s.authed(s.deleteJob),
+	})
 	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
+	mux.Handle("/v1/jobs/{id}/retry", methods{http.MethodPost: s.authed(s.retryJob)})
 	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
 	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
+	mux.Handle("/v1/queues/{name}/pause", methods{http.MethodPost: s.authed(s.pauseQueue(true))})
+	mux.Handle("/v1/queues/{name}/resume", methods{http.MethodPost: s.authed(s.pauseQueue(false))})
+	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
@@ -239,6 +247,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
+	mux.Handle("/ui/", methods{http.MethodGet: serveConsole, http.MethodHead: serveConsole})
 	mux.HandleFunc("/", notFound)
 	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
 }
@@ -298,11 +307,12 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // canonicalPath answers 404 for a path that is not in canonical form (dot
 // segments, double slashes), where ServeMux would redirect instead: no
 // route of the API has such a path, and a redirect would turn an injected
-// "../" into a request for another resource.
+// "../" into a request for another resource. The one exception is the
+// console's root, /ui/ (ServeMux redirects /ui there).
 func canonicalPath(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.EscapedPath()
-		if p == "" || path.Clean(p) != p {
+		if p == "" || path.Clean(p) != p && p != "/ui/" {
 			notFound(w, r)
 			return
 		}

@@ -8,6 +8,11 @@ package keys
 // Queues is the set of every queue name that has received a job.
 func (s Space) Queues() string { return s.key("queues", "set") }
 
+// PausedQueues is the set of the names of paused queues: workers read it
+// every heartbeat interval and claim nothing from those. It shares the
+// queues set's slot, so a pause names the queue and pauses it at once.
+func (s Space) PausedQueues() string { return s.key("queues", "paused") }
+
 // JobQueue maps a job id to the name of its queue, so a job can be found by
 // id alone. It lives in its own slot, outside every queue.
 func (s Space) JobQueue(id string) string { return s.key("job:"+id, "queue") }

@@ -355,6 +355,7 @@ end
 for state, delta in pairs(counts) do
   if delta ~= 0 then
     redis.call('HINCRBY', stats, state, delta)
+    count_finished(stats, now, state, delta)
   end
 end
 return claimed

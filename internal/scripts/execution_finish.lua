@@ -105,6 +105,7 @@ if #released > 0 then
 end
 for state, delta in pairs(counts) do
   redis.call('HINCRBY', stats, state, delta)
+  count_finished(stats, now, state, delta)
 end
 if #retiring > 0 then
   redis.call('ZADD', retired, unpack(retiring))

@@ -1,7 +1,7 @@
 -- Cancels a job: at once when it waits in its queue, by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] stats      KEYS[6] events   KEYS[7] fair   KEYS[8] the job's lane (fair.lua)
--- KEYS[9] retired
+-- KEYS[5] stats (and finished.lua's ring)   KEYS[6] events   KEYS[7] fair
+-- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
@@ -29,6 +29,7 @@ if state == 'queued' or state == 'retrying' then
     'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'}))
   redis.call('HINCRBY', stats, state, -1)
   redis.call('HINCRBY', stats, 'cancelled', 1)
+  count_finished(stats, now, 'cancelled', 1)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
     'type', 'state', 'data', cjson.encode({state = 'cancelled', attempt = tonumber(attempt)}))
   redis.call('ZADD', KEYS[9], string.format('%.0f', now + tonumber(retention_ms)), id)

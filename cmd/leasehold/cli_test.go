@@ -1,0 +1,422 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+const (
+	acmeKey  = "acme-cli-key"
+	adminKey = "admin-cli-key"
+)
+
+// system is the real binaries, built by the test: an API and a worker on
+// the test Redis and NATS, and the CLI, pointed at the API.
+type system struct {
+	t   *testing.T
+	bin string // the directory of the built binaries
+	url string // the API's
+}
+
+func startSystem(t *testing.T) *system {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../api", "../worker", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	prefix := testenv.Prefix(t)
+	llm := httptest.NewServer(fakellm.New(fakellm.Config{Tokens: 8, Delay: 20 * time.Millisecond}))
+	t.Cleanup(llm.Close)
+	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	common := []string{"--redis-url", "redis://" + testenv.Redis(t).Addr() + "/0", "--nats-url", testenv.NATS(t).URL(), "--prefix", prefix}
+	start(t, filepath.Join(bin, "api"), append(common, "--addr", apiAddr, "--api-keys", "acme:"+acmeKey+",admin:"+adminKey)...)
+	start(t, filepath.Join(bin, "worker"), append(common, "--queues", "default,slow", "--heartbeat", "100ms", "--lease-ttl", "1s",
+		"--shutdown-grace", "1s", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--llm-base-url", llm.URL+"/v1")...)
+	s := &system{t: t, bin: bin, url: "http://" + apiAddr}
+	t.Cleanup(http.DefaultClient.CloseIdleConnections) // TestMain checks for leaked goroutines
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get(s.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, "the API never became ready")
+	return s
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// start runs a binary until the test ends.
+func start(t *testing.T, path string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	var out testenv.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s:\n%s", filepath.Base(path), out.String())
+		}
+	})
+}
+
+// cliRun is one run of the CLI.
+type cliRun struct {
+	stdout, stderr string
+	code           int
+}
+
+// cli runs the CLI with args as acme (LEASEHOLD_URL and LEASEHOLD_KEY),
+// stdin as its input.
+func (s *system) cli(stdin string, args ...string) cliRun {
+	s.t.Helper()
+	cmd := s.command(args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := cliRun{stdout: stdout.String(), stderr: stderr.String()}
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) {
+		r.code = exit.ExitCode()
+	} else if err != nil {
+		s.t.Fatal(err)
+	}
+	return r
+}
+
+func (s *system) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(s.bin, "leasehold"), args...)
+	cmd.Env = append(os.Environ(), "LEASEHOLD_URL="+s.url, "LEASEHOLD_KEY="+acmeKey)
+	return cmd
+}
+
+// ok runs the CLI and fails the test unless it exits 0.
+func (s *system) ok(args ...string) cliRun {
+	s.t.Helper()
+	r := s.cli("", args...)
+	if r.code != 0 {
+		s.t.Fatalf("leasehold %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// submit submits a job with the CLI and returns its id.
+func (s *system) submit(args ...string) string {
+	s.t.Helper()
+	var j struct{ ID, State string }
+	r := s.ok(append([]string{"submit", "-o", "json"}, args...)...)
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || j.ID == "" || j.State != "queued" {
+		s.t.Fatalf("submit %v: %v %q", args, err, r.stdout)
+	}
+	return j.ID
+}
+
+// state reads a job's state with `get -o json`.
+func (s *system) state(id string) string {
+	s.t.Helper()
+	var j struct{ State string }
+	if err := json.Unmarshal([]byte(s.ok("get", id, "-o", "json").stdout), &j); err != nil {
+		s.t.Fatal(err)
+	}
+	return j.State
+}
+
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	s := startSystem(t)
+
+	t.Run("submit input from a flag, a file and stdin; get", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "in.json")
+		if err := os.WriteFile(file, []byte(`{"from":"file"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for src, args := range map[string][]string{
+			"flag":  {"echo", "--input", `{"from":"flag"}`},
+			"file":  {"echo", "--input-file", file},
+			"stdin": {"--input-file", "-", "echo"},
+		} {
+			r := s.cli(`{"from":"stdin"}`, append([]string{"submit", "-o", "json"}, args...)...)
+			var j struct{ ID string }
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &j) != nil {
+				t.Fatalf("submit from %s: exit %d %s %s", src, r.code, r.stdout, r.stderr)
+			}
+			testenv.Eventually(t, 20*time.Second, func() bool { return s.state(j.ID) == "succeeded" }, "echo job never succeeded")
+			got := s.ok("get", j.ID)
+			if !strings.Contains(got.stdout, `{"from":"`+src+`"}`) || !strings.Contains(got.stdout, "succeeded") {
+				t.Errorf("get (table) of the job from %s:\n%s", src, got.stdout)
+			}
+		}
+		if r := s.cli("", "submit", "echo", "--input", "{not json"); r.code != 2 {
+			t.Errorf("bad input: exit %d, want 2", r.code)
+		}
+		if r := s.cli("", "get"); r.code != 2 {
+			t.Errorf("get without an id: exit %d, want 2", r.code)
+		}
+		if r := s.cli("", "get", "01234567-89ab-7def-8123-456789abcdef"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("get of an unknown job: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.cli("", "get", "x", "--key", "wrong"); r.code != 1 || !strings.Contains(r.stderr, "401") {
+			t.Errorf("a wrong key: exit %d %s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("watch streams output text and exits 0", func(t *testing.T) {
+		id := s.submit("llm.chat", "--input", `{"model":"fake","messages":[{"role":"user","content":"hi"}]}`)
+		r := s.cli("", "watch", id)
+		var j struct{ Result struct{ Text string } }
+		if err := json.Unmarshal([]byte(s.ok("get", id, "-o", "json").stdout), &j); err != nil {
+			t.Fatal(err)
+		}
+		if r.code != 0 || r.stdout != j.Result.Text || j.Result.Text == "" {
+			t.Errorf("watch: exit %d, stdout %q, want the result's text %q\n%s", r.code, r.stdout, j.Result.Text, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "state running") || !strings.Contains(r.stderr, "job "+id+" succeeded") {
+			t.Errorf("watch's states:\n%s", r.stderr)
+		}
+	})
+
+	t.Run("watch resumes across a dropped connection", func(t *testing.T) {
+		proxy := newProxy(t, strings.TrimPrefix(s.url, "http://"))
+		id := s.submit("sleep", "--input", `{"duration":"2s","tick":"100ms"}`)
+		cmd := s.command("watch", id, "-o", "json", "--url", "http://"+proxy.addr())
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr testenv.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var events []struct{ ID, Event string }
+		cut := 0
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e struct{ ID, Event string }
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Fatalf("watch -o json line %q: %v", sc.Text(), err)
+			}
+			events = append(events, e)
+			if e.Event == "progress" && cut < 2 && len(events)%4 == 0 {
+				proxy.cut() // twice, mid-stream
+				cut++
+			}
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("watch: %v\n%s", err, stderr.String())
+		}
+		seen := map[string]bool{}
+		progress := 0
+		for _, e := range events {
+			if seen[e.ID] {
+				t.Errorf("event %s shown twice", e.ID)
+			}
+			seen[e.ID] = true
+			if e.Event == "progress" {
+				progress++
+			}
+		}
+		if cut != 2 || proxy.connections() < 3 || progress < 15 {
+			t.Errorf("%d cuts, %d connections, %d progress events of 19", cut, proxy.connections(), progress)
+		}
+		if last := events[len(events)-1]; last.Event != "state" {
+			t.Errorf("the last event is %+v", last)
+		}
+		// For people: a bar from done/total.
+		r := s.ok("watch", id)
+		if !strings.Contains(r.stderr, "[#") || !strings.Contains(r.stderr, "% 10/20") {
+			t.Errorf("no progress bar:\n%s", r.stderr)
+		}
+	})
+
+	t.Run("exit codes, cancel, retry and bulk retry", func(t *testing.T) {
+		failed := s.submit("sleep", "--input", `{"duration":"100ms","tick":"100ms","fail_attempts":1}`, "--max-attempts", "1")
+		if r := s.cli("", "watch", failed); r.code != 3 {
+			t.Errorf("watch of a failing job: exit %d, want 3\n%s", r.code, r.stderr)
+		}
+
+		id := s.submit("sleep", "--input", `{"duration":"1s","tick":"100ms"}`)
+		testenv.Eventually(t, 20*time.Second, func() bool { return s.state(id) == "running" }, "the job never ran")
+		if r := s.ok("cancel", id); !strings.Contains(r.stdout, "cancel requested") {
+			t.Errorf("cancel:\n%s", r.stdout)
+		}
+		if r := s.cli("", "watch", id); r.code != 4 {
+			t.Errorf("watch of a cancelled job: exit %d, want 4\n%s", r.code, r.stderr)
+		}
+		if r := s.ok("retry", id); !strings.Contains(r.stdout, "queued") && !strings.Contains(r.stdout, "running") {
+			t.Errorf("retry:\n%s", r.stdout)
+		}
+		if r := s.cli("", "watch", id); r.code != 0 {
+			t.Errorf("watch of the retried job: exit %d, want 0\n%s", r.code, r.stderr)
+		}
+		if r := s.cli("", "retry", id); r.code != 1 || !strings.Contains(r.stderr, "409") {
+			t.Errorf("retry of a succeeded job: exit %d %s", r.code, r.stderr)
+		}
+
+		s.ok("queues", "pause", "slow", "--key", adminKey)
+		expired := s.submit("echo", "--queue", "slow", "--max-wait", "200ms")
+		if r := s.cli("", "watch", expired); r.code != 5 {
+			t.Errorf("watch of an expiring job: exit %d, want 5\n%s", r.code, r.stderr)
+		}
+
+		// The failed job is one of acme's failed: a bulk retry moves it,
+		// and a second moves nothing (it fails again later, as it is meant to).
+		s.ok("queues", "pause", "default", "--key", adminKey)
+		r := s.ok("retry", "--all", "--state", "failed")
+		if !strings.Contains(r.stdout, "moved 1 ") {
+			t.Errorf("bulk retry: %s", r.stdout)
+		}
+		if r := s.ok("retry", "--all", "--state", "failed", "-o", "json"); !strings.Contains(r.stdout, `"moved":0`) {
+			t.Errorf("second bulk retry: %s", r.stdout)
+		}
+		s.ok("queues", "resume", "default", "--key", adminKey)
+		s.ok("queues", "resume", "slow", "--key", adminKey)
+	})
+
+	t.Run("ls, rm, queues, limits, usage", func(t *testing.T) {
+		id := s.submit("echo")
+		testenv.Eventually(t, 20*time.Second, func() bool { return s.state(id) == "succeeded" }, "echo job never succeeded")
+		if r := s.ok("ls", "--state", "succeeded", "--limit", "500"); !strings.HasPrefix(r.stdout, "ID ") || !strings.Contains(r.stdout, id) {
+			t.Errorf("ls:\n%s", r.stdout)
+		}
+		var page struct{ Jobs []struct{ ID string } }
+		if err := json.Unmarshal([]byte(s.ok("ls", "-o", "json").stdout), &page); err != nil || len(page.Jobs) == 0 {
+			t.Errorf("ls -o json: %v %+v", err, page)
+		}
+		if r := s.ok("rm", id); !strings.Contains(r.stdout, "deleted "+id) {
+			t.Errorf("rm: %s", r.stdout)
+		}
+		if r := s.cli("", "get", id); r.code != 1 {
+			t.Errorf("get after rm: exit %d", r.code)
+		}
+
+		if r := s.ok("queues"); !strings.HasPrefix(r.stdout, "QUEUE ") || !strings.Contains(r.stdout, "default") {
+			t.Errorf("queues:\n%s", r.stdout)
+		}
+		if r := s.ok("queues", "pause", "slow", "--key", adminKey, "-o", "json"); !strings.Contains(r.stdout, `"paused":true`) {
+			t.Errorf("queues pause -o json: %s", r.stdout)
+		}
+		if r := s.ok("queues", "resume", "slow", "--key", adminKey); !strings.Contains(r.stdout, "false") {
+			t.Errorf("queues resume: %s", r.stdout)
+		}
+		if r := s.cli("", "queues", "pause", "slow"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("pause as acme: exit %d %s", r.code, r.stderr)
+		}
+
+		if r := s.ok("limits", "set", "model:cli", "5", "--key", adminKey); !strings.Contains(r.stdout, "model:cli") {
+			t.Errorf("limits set:\n%s", r.stdout)
+		}
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:cli","limit":5`) {
+			t.Errorf("limits -o json: %s", r.stdout)
+		}
+		if r := s.ok("limits"); !strings.HasPrefix(r.stdout, "KEY ") || !strings.Contains(r.stdout, "model:cli") {
+			t.Errorf("limits:\n%s", r.stdout)
+		}
+		s.ok("limits", "rm", "model:cli", "--key", adminKey)
+		if r := s.cli("", "limits", "rm", "model:cli", "--key", adminKey); r.code != 1 {
+			t.Errorf("second limits rm: exit %d", r.code)
+		}
+
+		if r := s.ok("usage"); !strings.HasPrefix(r.stdout, "DATE ") || !strings.Contains(r.stdout, "jobs_submitted") {
+			t.Errorf("usage:\n%s", r.stdout)
+		}
+		var u struct{ Days []any }
+		if err := json.Unmarshal([]byte(s.ok("usage", "-o", "json").stdout), &u); err != nil || len(u.Days) != 7 {
+			t.Errorf("usage -o json: %v %d days", err, len(u.Days))
+		}
+	})
+}
+
+// proxy forwards TCP connections to an address, and can cut every one
+// that is open: a dropped connection, seen from both ends.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	open  []net.Conn
+	count int
+}
+
+func newProxy(t *testing.T, to string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", to)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.open = append(p.open, in, out)
+			p.count++
+			p.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(out, in); out.Close() })
+			wg.Go(func() { _, _ = io.Copy(in, out); in.Close() })
+		}
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// cut closes every connection open now.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.open {
+		c.Close()
+	}
+	p.open = nil
+}
+
+func (p *proxy) connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.count
+}

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// table writes aligned columns to w; flush it when done.
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func when(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format(time.DateTime)
+}
+
+// printJob writes a job as one field per line.
+func printJob(w io.Writer, j job.Job) error {
+	t := table(w)
+	row := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
+	row("id", j.ID)
+	row("tenant", j.Tenant)
+	row("queue", j.Queue)
+	row("kind", j.Kind)
+	state := string(j.State)
+	if j.CancelRequested && j.State == job.StateRunning {
+		state += " (cancel requested)"
+	}
+	row("state", state)
+	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
+	row("priority", strconv.Itoa(j.Priority))
+	row("keys", strings.Join(j.ConcurrencyKeys, ", "))
+	row("created", when(&j.CreatedAt))
+	row("started", when(j.StartedAt))
+	row("finished", when(j.FinishedAt))
+	if e := j.Execution; e != nil {
+		row("execution", fmt.Sprintf("%s on %s, token %d, attempt %d, started %s", e.ID, e.Worker, e.FencingToken, e.Attempt, when(&e.StartedAt)))
+	}
+	if j.Error != nil {
+		row("error", j.Error.Error())
+	}
+	if len(j.Result) > 0 && string(j.Result) != "null" {
+		row("result", string(j.Result))
+	}
+	if len(j.Metadata) > 0 && string(j.Metadata) != "null" {
+		row("metadata", string(j.Metadata))
+	}
+	return t.Flush()
+}
+
+// jobCommand runs a command on one job: method on /v1/jobs/ID + suffix,
+// printing the job it answers with.
+func jobCommand(ctx context.Context, name, method, suffix string, args []string, stdout, stderr io.Writer) error {
+	c := newCommand(name, stdout, stderr)
+	pos, err := c.parse(args, 1, "JOB_ID")
+	if err != nil {
+		return err
+	}
+	var j job.Job
+	if err := c.get(ctx, method, "/v1/jobs/"+escape(pos[0])+suffix, nil, &j); err != nil || c.json() {
+		return err
+	}
+	return printJob(c.stdout, j)
+}
+
+// leasehold submit KIND
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("submit", stdout, stderr)
+	input := c.fs.String("input", "", "the job's input, JSON (default {})")
+	inputFile := c.fs.String("input-file", "", "read the input from this file; - reads it from stdin")
+	queue := c.fs.String("queue", "", "queue (default: the API's default)")
+	priority := c.fs.Int("priority", 0, "priority, -100 to 100")
+	attempts := c.fs.Int("max-attempts", 0, "attempts before the job fails (default 3)")
+	timeout := c.fs.String("timeout", "", "per execution, a Go duration (default 10m)")
+	maxWait := c.fs.String("max-wait", "", "time allowed in the queue before the job expires")
+	delay := c.fs.String("delay", "", "time before the job may first run")
+	onBusy := c.fs.String("on-busy", "", "queue or reject, when a concurrency key is full")
+	metadata := c.fs.String("metadata", "", "metadata, a JSON object")
+	idem := c.fs.String("idempotency-key", "", "Idempotency-Key: the same key and body return the first job")
+	var ckeys keyList
+	c.fs.Var(&ckeys, "ckey", "a concurrency key (repeat for several)")
+	follow := c.fs.Bool("watch", false, "follow the job until it ends, as leasehold watch does")
+	pos, err := c.parse(args, 1, "KIND")
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"kind": pos[0]}
+	raw, err := readInput(*input, *inputFile)
+	if err != nil {
+		return err
+	}
+	if raw != nil {
+		body["input"] = raw
+	}
+	if *metadata != "" {
+		if !json.Valid([]byte(*metadata)) {
+			return usagef("--metadata: not JSON")
+		}
+		body["metadata"] = json.RawMessage(*metadata)
+	}
+	for name, v := range map[string]string{"queue": *queue, "timeout": *timeout, "max_wait": *maxWait, "delay": *delay, "on_busy": *onBusy} {
+		if v != "" {
+			body[name] = v
+		}
+	}
+	if *priority != 0 {
+		body["priority"] = *priority
+	}
+	if *attempts != 0 {
+		body["max_attempts"] = *attempts
+	}
+	if len(ckeys) > 0 {
+		body["concurrency_keys"] = []string(ckeys)
+	}
+	req, err := c.request(ctx, http.MethodPost, "/v1/jobs", body)
+	if err != nil {
+		return err
+	}
+	if *idem != "" {
+		req.Header.Set("Idempotency-Key", *idem)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return problemOf(resp.StatusCode, b)
+	}
+	var j job.Job
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if *follow {
+		fmt.Fprintf(stderr, "job %s submitted\n", j.ID)
+		return watchJob(ctx, c, j.ID)
+	}
+	if c.json() {
+		_, err = stdout.Write(b)
+		return err
+	}
+	return printJob(stdout, j)
+}
+
+// keyList is a repeated string flag.
+type keyList []string
+
+func (k *keyList) String() string     { return strings.Join(*k, ",") }
+func (k *keyList) Set(v string) error { *k = append(*k, v); return nil }
+
+// readInput returns the input given inline or in a file ("-": stdin), nil
+// for none; it must be JSON.
+func readInput(inline, file string) (json.RawMessage, error) {
+	var b []byte
+	switch {
+	case inline != "" && file != "":
+		return nil, usagef("give --input or --input-file, not both")
+	case inline != "":
+		b = []byte(inline)
+	case file == "-":
+		var err error
+		if b, err = io.ReadAll(os.Stdin); err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+	case file != "":
+		var err error
+		if b, err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, nil
+	}
+	if !json.Valid(b) {
+		return nil, usagef("the input is not JSON")
+	}
+	return json.RawMessage(b), nil
+}
+
+// leasehold retry JOB_ID, or leasehold retry --all [filters]
+func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("retry", stdout, stderr)
+	all := c.fs.Bool("all", false, "retry every ended job the filters select, instead of one job")
+	state := c.fs.String("state", "", "with --all: failed (default), cancelled or expired")
+	kind := c.fs.String("kind", "", "with --all: only jobs of this kind")
+	queue := c.fs.String("queue", "", "with --all: only jobs of this queue")
+	tenant := c.fs.String("tenant", "", "with --all, admin only: only this tenant's jobs")
+	pos, err := c.parse(args, -1, "")
+	if err != nil {
+		return err
+	}
+	switch {
+	case !*all && len(pos) == 1:
+		var j job.Job
+		if err := c.get(ctx, http.MethodPost, "/v1/jobs/"+escape(pos[0])+"/retry", nil, &j); err != nil || c.json() {
+			return err
+		}
+		return printJob(stdout, j)
+	case !*all || len(pos) > 0:
+		return usagef("usage: leasehold retry [flags] JOB_ID, or leasehold retry --all [--state S] [--kind K] [--queue Q] [--tenant T]")
+	}
+	filter := map[string]string{}
+	for name, v := range map[string]string{"state": *state, "kind": *kind, "queue": *queue, "tenant": *tenant} {
+		if v != "" {
+			filter[name] = v
+		}
+	}
+	var moved struct {
+		Moved  int            `json:"moved"`
+		Queues map[string]int `json:"queues"`
+	}
+	if err := c.get(ctx, http.MethodPost, "/v1/jobs/retry", filter, &moved); err != nil || c.json() {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "moved %d jobs back to queued\n", moved.Moved)
+	return err
+}
+
+// deleteCommand runs a DELETE of path + the one argument, and says so:
+// "<verb> <arg>", or {"<verb>": "<arg>"} with -o json.
+func deleteCommand(ctx context.Context, name, path, verb string, args []string, stdout, stderr io.Writer) error {
+	c := newCommand(name, stdout, stderr)
+	pos, err := c.parse(args, 1, "ID")
+	if err != nil {
+		return err
+	}
+	if _, err := c.call(ctx, http.MethodDelete, path+escape(pos[0]), nil); err != nil {
+		return err
+	}
+	if c.json() {
+		_, err = fmt.Fprintf(stdout, "{%q:%q}\n", verb, pos[0])
+	} else {
+		_, err = fmt.Fprintf(stdout, "%s %s\n", verb, pos[0])
+	}
+	return err
+}
+
+// leasehold ls
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("ls", stdout, stderr)
+	filters := map[string]*string{
+		"state":  c.fs.String("state", "", "only jobs in this state"),
+		"kind":   c.fs.String("kind", "", "only jobs of this kind"),
+		"queue":  c.fs.String("queue", "", "only jobs of this queue"),
+		"tenant": c.fs.String("tenant", "", "admin only: only this tenant's jobs"),
+		"cursor": c.fs.String("cursor", "", "the next page, from a previous page's next_cursor"),
+	}
+	limit := c.fs.Int("limit", 0, "jobs per page, 1 to 500 (default 50)")
+	if _, err := c.parse(args, 0, ""); err != nil {
+		return err
+	}
+	q := url.Values{}
+	for name, v := range filters {
+		if *v != "" {
+			q.Set(name, *v)
+		}
+	}
+	if *limit != 0 {
+		q.Set("limit", strconv.Itoa(*limit))
+	}
+	var page struct {
+		Jobs       []job.Job `json:"jobs"`
+		NextCursor *string   `json:"next_cursor"`
+	}
+	path := "/v1/jobs"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	if err := c.get(ctx, http.MethodGet, path, nil, &page); err != nil || c.json() {
+		return err
+	}
+	t := table(stdout)
+	fmt.Fprintln(t, "ID\tSTATE\tKIND\tQUEUE\tTENANT\tATTEMPT\tCREATED")
+	for _, j := range page.Jobs {
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.State, j.Kind, j.Queue, j.Tenant, j.Attempt, j.MaxAttempts, when(&j.CreatedAt))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != nil {
+		fmt.Fprintf(stderr, "more: leasehold ls --cursor %s\n", *page.NextCursor)
+	}
+	return nil
+}
+
+// leasehold queues [pause|resume NAME]
+func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "pause" || args[0] == "resume") {
+		c := newCommand("queues "+args[0], stdout, stderr)
+		pos, err := c.parse(args[1:], 1, "QUEUE")
+		if err != nil {
+			return err
+		}
+		var q job.QueueStats
+		if err := c.get(ctx, http.MethodPost, "/v1/queues/"+escape(pos[0])+"/"+args[0], nil, &q); err != nil || c.json() {
+			return err
+		}
+		return printQueues(stdout, []job.QueueStats{q})
+	}
+	c := newCommand("queues", stdout, stderr)
+	if _, err := c.parse(args, 0, "   (or: queues pause|resume QUEUE)"); err != nil {
+		return err
+	}
+	var list struct {
+		Queues []job.QueueStats `json:"queues"`
+	}
+	if err := c.get(ctx, http.MethodGet, "/v1/queues", nil, &list); err != nil || c.json() {
+		return err
+	}
+	return printQueues(stdout, list.Queues)
+}
+
+func printQueues(w io.Writer, queues []job.QueueStats) error {
+	t := table(w)
+	fmt.Fprintln(t, "QUEUE\tQUEUED\tRUNNING\tRETRYING\tPAUSED")
+	for _, q := range queues {
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%t\n", q.Name, q.Queued, q.Running, q.Retrying, q.Paused)
+	}
+	return t.Flush()
+}
+
+// leasehold limits [set KEY N | rm KEY]
+func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	print := func(limits []job.Limit) error {
+		t := table(stdout)
+		fmt.Fprintln(t, "KEY\tLIMIT\tIN_USE\tWAITING")
+		for _, l := range limits {
+			fmt.Fprintf(t, "%s\t%d\t%d\t%d\n", l.Key, l.Limit, l.InUse, l.Waiting)
+		}
+		return t.Flush()
+	}
+	switch {
+	case len(args) > 0 && args[0] == "set":
+		c := newCommand("limits set", stdout, stderr)
+		pos, err := c.parse(args[1:], 2, "KEY LIMIT")
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseInt(pos[1], 10, 64)
+		if err != nil {
+			return usagef("limit %q: not a whole number", pos[1])
+		}
+		var l job.Limit
+		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), map[string]int64{"limit": n}, &l); err != nil || c.json() {
+			return err
+		}
+		return print([]job.Limit{l})
+	case len(args) > 0 && args[0] == "rm":
+		return deleteCommand(ctx, "limits rm", "/v1/limits/", "removed", args[1:], stdout, stderr)
+	}
+	c := newCommand("limits", stdout, stderr)
+	if _, err := c.parse(args, 0, "   (or: limits set KEY LIMIT, limits rm KEY)"); err != nil {
+		return err
+	}
+	var list struct {
+		Limits []job.Limit `json:"limits"`
+	}
+	if err := c.get(ctx, http.MethodGet, "/v1/limits", nil, &list); err != nil || c.json() {
+		return err
+	}
+	return print(list.Limits)
+}
+
+// leasehold usage [--from DAY] [--to DAY] [--tenant T]
+func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("usage", stdout, stderr)
+	today := time.Now().UTC().Format(time.DateOnly)
+	from := c.fs.String("from", time.Now().UTC().AddDate(0, 0, -6).Format(time.DateOnly), "first day, UTC, YYYY-MM-DD")
+	to := c.fs.String("to", today, "last day, UTC, YYYY-MM-DD")
+	tenant := c.fs.String("tenant", "", "admin only: this tenant's usage")
+	if _, err := c.parse(args, 0, ""); err != nil {
+		return err
+	}
+	q := url.Values{"from": {*from}, "to": {*to}}
+	if *tenant != "" {
+		q.Set("tenant", *tenant)
+	}
+	var u struct {
+		Days []struct {
+			Date   string           `json:"date"`
+			Counts map[string]int64 `json:"counts"`
+		} `json:"days"`
+	}
+	if err := c.get(ctx, http.MethodGet, "/v1/usage?"+q.Encode(), nil, &u); err != nil || c.json() {
+		return err
+	}
+	t := table(stdout)
+	fmt.Fprintln(t, "DATE\tCOUNTER\tCOUNT")
+	for _, d := range u.Days {
+		for _, name := range slices.Sorted(maps.Keys(d.Counts)) {
+			fmt.Fprintf(t, "%s\t%s\t%d\n", d.Date, name, d.Counts[name])
+		}
+	}
+	return t.Flush()
+}

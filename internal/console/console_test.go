@@ -1,0 +1,560 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
+
+const (
+	acmeKey  = "acme-key-0123456789"
+	adminKey = "admin-key-0123456789"
+	hostile  = `<img src=x onerror=alert(1)>`
+
+	// stepsTimeout bounds each run of browser steps: generous, for a
+	// loaded machine; a step that passes returns as soon as it holds.
+	stepsTimeout = 20 * time.Second
+)
+
+// stack is one test's Leasehold: the real API on a real Redis and NATS,
+// with a worker serving the built-in kinds, llm.chat against the fake
+// upstream.
+type stack struct {
+	t   *testing.T
+	url string
+	api *httptest.Server
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	prefix := testenv.Prefix(t)
+	subject := "test.cancel." + strings.NewReplacer(":", ".").Replace(strings.TrimSuffix(prefix, ":"))
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rdb := testenv.Redis(t).Client(t)
+	nc := testenv.NATS(t).Conn(t)
+
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags, err := cancel.New(rdb, nc, cancel.Config{Prefix: prefix, Subject: subject, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := httpapi.ParseKeys("acme:" + acmeKey + ",admin:" + adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.New(httpapi.Config{Redis: rdb, Store: store, Flags: flags, NATS: nc, Prefix: prefix, Keys: keys, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(api)
+	t.Cleanup(ts.Close)
+
+	llm := fakellm.New(fakellm.Config{Delay: 20 * time.Millisecond})
+	upstream := httptest.NewServer(llm)
+	t.Cleanup(upstream.Close)
+	t.Cleanup(llm.Close) // first: ends the streams the server waits for
+
+	w, err := execution.NewWorker(rdb, execution.Config{
+		Prefix: prefix, Heartbeat: 200 * time.Millisecond, LeaseTTL: 3 * time.Second,
+		Poll: 50 * time.Millisecond, ShutdownGrace: time.Second,
+		NATS: nc, CancelSubject: subject, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds.Register(w, kinds.SleepConfig{}, kinds.LLMConfig{BaseURL: upstream.URL})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	return &stack{t: t, url: ts.URL, api: ts}
+}
+
+// call sends a request to the API as key's tenant and decodes its JSON
+// answer into out (when not nil), failing the test on any status but want.
+func (s *stack) call(method, path, key, body string, want int, out any) {
+	s.t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.url+path, r)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		s.t.Fatalf("%s %s: %s %s", method, path, resp.Status, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
+func (s *stack) submit(body string) job.Job {
+	s.t.Helper()
+	var j job.Job
+	s.call(http.MethodPost, "/v1/jobs", acmeKey, body, http.StatusCreated, &j)
+	return j
+}
+
+// await waits, on the API, until job id is terminal and returns it.
+func (s *stack) await(id string) job.Job {
+	s.t.Helper()
+	var j job.Job
+	for range 10 {
+		s.call(http.MethodGet, "/v1/jobs/"+id+"?wait=5s", acmeKey, "", http.StatusOK, &j)
+		if j.State.Terminal() {
+			return j
+		}
+	}
+	s.t.Fatalf("job %s did not end: %s", id, j.State)
+	return j
+}
+
+// tab is the console in a headless Chromium: the browser's one page. It
+// counts the dialogs that opened (none may: the console never calls alert
+// or confirm, and tenant data that ran as script would), and fails the
+// test on exceptions thrown by the console's scripts and on
+// Content-Security-Policy violations. One tab serves every test: a
+// browser, and each tab of it, takes seconds to start on a loaded machine.
+type tab struct {
+	t       *testing.T
+	ctx     context.Context
+	dialogs *atomic.Int32
+}
+
+// in returns the tab for subtest t to use: its failures are t's.
+func (tb *tab) in(t *testing.T) *tab {
+	c := *tb
+	c.t = t
+	return &c
+}
+
+// recordViolations runs in every document before its own scripts.
+const recordViolations = `window.__violations = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(e.violatedDirective + ' ' + e.blockedURI));`
+
+// newTab starts Chromium, with the flags of a quiet, sandbox-less headless
+// browser and a fresh profile, and returns its page, 1280 × 900 px.
+func newTab(t *testing.T) *tab {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium not found: apt-get update && apt-get install -y chromium")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, stopAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, stopBrowser := chromedp.NewContext(actx)
+	tb := &tab{t: t, ctx: ctx, dialogs: new(atomic.Int32)}
+	t.Cleanup(func() {
+		stopBrowser()
+		stopAlloc()
+	})
+	err = chromedp.Listen(ctx, func(ev any) { // starts the browser
+		switch ev := ev.(type) {
+		case *page.EventJavascriptDialogOpening:
+			tb.dialogs.Add(1)
+			go chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{}) //nolint:errcheck // the count fails the test
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			t.Errorf("script error at %s:%d: %s", d.URL, d.LineNumber+1, msg)
+		}
+	})
+	if err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	tb.run(chromedp.EmulateViewport(1280, 900), chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		_, err := cdp.Call(ctx, target, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: recordViolations})
+		return err
+	}))
+	t.Cleanup(func() { // runs before the browser stops
+		ctx, stop := context.WithTimeout(ctx, stepsTimeout)
+		defer stop()
+		violations, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__violations || []`))
+		if err != nil {
+			t.Errorf("read CSP violations: %v", err)
+		}
+		if len(violations) > 0 {
+			t.Errorf("Content-Security-Policy violations: %q", violations)
+		}
+		if n := tb.dialogs.Load(); n > 0 {
+			t.Errorf("%d JavaScript dialogs opened", n)
+		}
+	})
+	return tb
+}
+
+// run runs steps in the tab; on failure it shows the page's <main>.
+func (tb *tab) run(steps ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	ctx, stop := context.WithTimeout(tb.ctx, stepsTimeout)
+	defer stop()
+	for i, step := range steps {
+		if err := chromedp.Do(ctx, step); err != nil {
+			ctx, stop := context.WithTimeout(tb.ctx, time.Second)
+			defer stop()
+			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('main')?.outerHTML`))
+			tb.t.Fatalf("browser, step %d: %v\n<main>: %s", i+1, err, html)
+		}
+	}
+}
+
+// get runs an action that returns a value in the tab.
+func get[T any](tb *tab, a chromedp.Action[T]) T {
+	tb.t.Helper()
+	ctx, stop := context.WithTimeout(tb.ctx, stepsTimeout)
+	defer stop()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		tb.t.Fatalf("browser: %v", err)
+	}
+	return v
+}
+
+// login signs in as tenant with key on the login form, which #/login
+// shows also to a tab that is signed in.
+func (tb *tab) login(key, tenant string) {
+	tb.t.Helper()
+	tb.run(
+		show("#/login"),
+		chromedp.WaitVisible(chromedp.ID("key")),
+		chromedp.SetValue(chromedp.ID("key"), key),
+		chromedp.Click(chromedp.CSS(".login button[type=submit]")),
+		textIs("#tenant", "tenant: "+tenant),
+	)
+}
+
+// show opens a view of the console in a signed-in tab, as following a
+// link does, but at once: the view is drawn (again, if it is the current
+// one) before show returns, so no later step can see the page before.
+func show(hash string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](fmt.Sprintf(`((h) => {
+			history.pushState(null, '', h);
+			window.dispatchEvent(new HashChangeEvent('hashchange'));
+			return true;
+		})(%q)`, hash))(ctx, t)
+		return err
+	})
+}
+
+// until waits until the JavaScript condition holds.
+func until(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](cond, chromedp.WithPollingInterval(20*time.Millisecond))(ctx, t)
+		return err
+	})
+}
+
+// textIs waits until the element's text is want.
+func textIs(sel, want string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`document.querySelector(%q)?.textContent === %q`, sel, want))
+}
+
+// textHas waits until the element's text contains want.
+func textHas(sel, want string) chromedp.Action[chromedp.Void] {
+	return until(fmt.Sprintf(`(document.querySelector(%q)?.textContent || '').includes(%q)`, sel, want))
+}
+
+// The browser tests share one API, worker and browser tab, and run in
+// order: the tenant's tests, then the admin's.
+func TestConsole(t *testing.T) {
+	s := newStack(t)
+	tab := newTab(t)
+
+	t.Run("login", func(t *testing.T) {
+		tb := tab.in(t)
+		tb.run(
+			chromedp.Navigate(s.url+"/ui/"),
+			chromedp.WaitVisible(chromedp.ID("key")),
+			chromedp.SetValue(chromedp.ID("key"), "not-a-key"),
+			chromedp.Click(chromedp.CSS(".login button[type=submit]")),
+			textHas("[role=alert]", "not known"),
+		)
+		tb.login(acmeKey, "acme")
+		if stored := get(tb, chromedp.Evaluate[string](`sessionStorage.getItem('leasehold.key')`)); stored != acmeKey {
+			t.Fatalf("sessionStorage holds %q", stored)
+		}
+		tb.run(chromedp.WaitVisible(chromedp.ID("queues-title")))
+	})
+
+	t.Run("output streams in, and cancel stops the job", func(t *testing.T) {
+		j := s.submit(`{"kind": "llm.chat", "input": {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}}`)
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textHas("#output", "token-3 "),
+			textHas("#stream-status", "following live"),
+			chromedp.Click(chromedp.ID("cancel")),
+			textHas("#state", "cancelled"),
+			textIs("#stream-status", "ended"),
+		)
+		if got := s.await(j.ID); got.State != job.StateCancelled {
+			t.Fatalf("job ended %s", got.State)
+		}
+	})
+
+	t.Run("hostile content is text", func(t *testing.T) {
+		j := s.submit(`{"kind": "echo", "input": "` + hostile + `", "metadata": {"note": "` + hostile + `"}}`)
+		s.await(j.ID)
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textIs("#result", `"`+hostile+`"`),
+			textHas(".fields", hostile),
+		)
+		if images := get(tb, chromedp.Evaluate[int](`document.querySelectorAll('img').length`)); images != 0 {
+			t.Fatalf("%d img elements on the page", images)
+		}
+	})
+
+	t.Run("a failed job is retried from its page", func(t *testing.T) {
+		// A retried job's attempts count from 1 again, so this job fails
+		// its second run too: the page shows two runs, the second with a
+		// higher fencing token.
+		j := s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}}`)
+		failed := s.await(j.ID)
+		if failed.State != job.StateFailed {
+			t.Fatalf("job ended %s, want failed", failed.State)
+		}
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textHas("#state", "failed"),
+			textHas("#attempts", "handler_error"),
+			chromedp.Click(chromedp.ID("retry")),
+			textHas("[role=status]", "Queued again."),
+			until(`document.querySelectorAll('#attempts tbody tr').length === 2`),
+			textHas("#state", "failed"),
+			textIs("#stream-status", "ended"),
+		)
+		again := s.await(j.ID)
+		if again.Execution == nil || again.Execution.FencingToken <= failed.Execution.FencingToken {
+			t.Fatalf("retried execution %+v, first %+v", again.Execution, failed.Execution)
+		}
+		token := get(tb, chromedp.Evaluate[string](`document.querySelector('#attempts tbody tr:last-child td:nth-child(3)').textContent`))
+		if token != fmt.Sprint(again.Execution.FencingToken) {
+			t.Fatalf("the page shows token %s for the second run, the API %d", token, again.Execution.FencingToken)
+		}
+		// Opened afresh, the page replays both runs: the first failure is
+		// not the end of the stream.
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textIs("#stream-status", "ended"),
+			until(`document.querySelectorAll('#attempts tbody tr').length === 2`),
+		)
+	})
+
+	t.Run("an ended job is deleted from its page", func(t *testing.T) {
+		j := s.submit(`{"kind": "echo", "input": {"x": 1}}`)
+		s.await(j.ID)
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textIs("#stream-status", "ended"),
+			chromedp.Click(chromedp.ID("delete")),
+			textIs("#delete", "Click again to delete"),
+			chromedp.Click(chromedp.ID("delete")),
+			until(`location.hash === '#/jobs'`),
+		)
+		s.call(http.MethodGet, "/v1/jobs/"+j.ID, acmeKey, "", http.StatusNotFound, nil)
+	})
+
+	t.Run("a dropped stream resumes after the last event", func(t *testing.T) {
+		j := s.submit(`{"kind": "llm.chat", "input": {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}}`)
+		t.Cleanup(func() { s.call(http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", acmeKey, "", http.StatusAccepted, nil) })
+		tb := tab.in(t)
+		tb.run(show("#/jobs/"+j.ID), textHas("#output", "token-3 "))
+		s.api.CloseClientConnections()
+		tb.run(textHas("#stream-status", "reconnecting"), textHas("#stream-status", "following live"))
+		out := get(tb, chromedp.Evaluate[string](`document.querySelector('#output').textContent`))
+		n := strings.Count(out, " ")
+		tb.run(until(fmt.Sprintf(`document.querySelector('#output').textContent.split(' ').length > %d`, n+5)))
+		out = get(tb, chromedp.Evaluate[string](`document.querySelector('#output').textContent`))
+		for i, tok := range strings.Fields(out) {
+			if tok != fmt.Sprintf("token-%d", i+1) {
+				t.Fatalf("output after the reconnect is not one unbroken run: token %d is %q in %q", i+1, tok, out)
+			}
+		}
+	})
+
+	t.Run("usage is a chart per day", func(t *testing.T) {
+		tb := tab.in(t)
+		tb.run(
+			show("#/usage"),
+			chromedp.WaitVisible(chromedp.CSS(`svg.chart[aria-label^="jobs_submitted per day for acme"]`)),
+		)
+		if bars := get(tb, chromedp.Evaluate[int](`document.querySelectorAll('svg.chart rect').length`)); bars < 1 {
+			t.Fatalf("%d bars in the usage chart", bars)
+		}
+	})
+
+	tab.login(adminKey, "admin")
+
+	t.Run("the admin pauses and resumes a queue", func(t *testing.T) {
+		s.submit(`{"kind": "echo"}`) // the queue exists once it has had a job
+		tb := tab.in(t)
+		tb.run(
+			show("#/admin"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Pause queue default"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Resume queue default"]`)),
+			textHas("#admin-status", "Queue default paused."),
+		)
+		var q struct {
+			Queues []struct {
+				Name   string `json:"name"`
+				Paused bool   `json:"paused"`
+			} `json:"queues"`
+		}
+		s.call(http.MethodGet, "/v1/queues", adminKey, "", http.StatusOK, &q)
+		if len(q.Queues) != 1 || !q.Queues[0].Paused {
+			t.Fatalf("queues after pause: %+v", q.Queues)
+		}
+		tb.run(
+			chromedp.Click(chromedp.CSS(`button[aria-label="Resume queue default"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Pause queue default"]`)),
+		)
+	})
+
+	t.Run("the admin sees finishes per minute and retries in bulk", func(t *testing.T) {
+		j := s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}}`)
+		first := s.await(j.ID)
+		tb := tab.in(t)
+		tb.run(
+			show("#/overview"),
+			until(`/^default, last hour: [1-9][0-9]* succeeded, [1-9][0-9]* failed/.test(document.querySelector('svg.chart')?.getAttribute('aria-label'))`),
+			show("#/admin"),
+			chromedp.SetValue(chromedp.CSS(`form[aria-labelledby=bulk-title] input[name=kind]`), "sleep"),
+			chromedp.Click(chromedp.CSS(`form[aria-labelledby=bulk-title] button`)),
+			until(`/^Bulk retry: [1-9][0-9]* jobs? queued again\.$/.test(document.querySelector('#admin-status').textContent)`),
+		)
+		if again := s.await(j.ID); again.Execution.FencingToken <= first.Execution.FencingToken {
+			t.Fatalf("the bulk retry did not run job %s again", j.ID)
+		}
+	})
+
+	t.Run("the admin sets and removes a limit", func(t *testing.T) {
+		tb := tab.in(t)
+		tb.run(
+			show("#/admin"),
+			chromedp.WaitVisible(chromedp.CSS(`form[aria-label="Set a limit"] input[name=key]`)),
+			chromedp.SendKeys(chromedp.CSS(`form[aria-label="Set a limit"] input[name=key]`), "model:console"),
+			chromedp.SendKeys(chromedp.CSS(`form[aria-label="Set a limit"] input[name=limit]`), "7"),
+			chromedp.Click(chromedp.CSS(`form[aria-label="Set a limit"] button`)),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
+		)
+		var l struct {
+			Limits []job.Limit `json:"limits"`
+		}
+		s.call(http.MethodGet, "/v1/limits", adminKey, "", http.StatusOK, &l)
+		if len(l.Limits) != 1 || l.Limits[0].Key != "model:console" || l.Limits[0].Limit != 7 {
+			t.Fatalf("limits after the form: %+v", l.Limits)
+		}
+		tb.run(
+			show("#/overview"),
+			chromedp.WaitVisible(chromedp.CSS(`svg.meter[aria-label^="model:console: 0 of 7 in use"]`)),
+			show("#/admin"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
+			textHas("#admin-status", "removed"),
+			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
+		)
+	})
+
+	t.Run("every view fits 390 px", func(t *testing.T) {
+		tb := tab.in(t)
+		tb.run(chromedp.EmulateViewport(390, 844))
+		defer tb.run(chromedp.EmulateViewport(1280, 900))
+		for _, view := range []struct{ hash, ready string }{
+			{"#/overview", "#queues-title"},
+			{"#/jobs", "table"},
+			{"#/usage", "svg.chart"},
+			{"#/admin", "#limits-title"},
+		} {
+			tb.run(show(view.hash), chromedp.WaitVisible(chromedp.CSS(view.ready)))
+			if w := get(tb, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
+				t.Errorf("%s is %d px wide at 390 px", view.hash, w)
+			}
+		}
+	})
+
+	if os.Getenv("LEASEHOLD_SCREENSHOTS") == "1" {
+		t.Run("screenshots", func(t *testing.T) { screenshots(tab.in(t), s) })
+	}
+}
+
+// screenshots writes the console as docs/ shows it: a job's page at a
+// desktop and a phone width.
+func screenshots(tb *tab, s *stack) {
+	tb.login(acmeKey, "acme")
+	j := s.submit(`{"kind": "llm.chat", "input": {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}, "metadata": {"conversation": "c-1"}}`)
+	s.await(j.ID)
+	for _, w := range []int64{1280, 390} {
+		tb.run(
+			chromedp.EmulateViewport(w, 1100),
+			show("#/jobs/"+j.ID),
+			textIs("#stream-status", "ended"),
+		)
+		png := get(tb, chromedp.FullScreenshot(100))
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", fmt.Sprintf("console-%d.png", w)), png, 0o644); err != nil {
+			tb.t.Fatal(err)
+		}
+	}
+	tb.run(chromedp.EmulateViewport(1280, 900))
+}

@@ -1,0 +1,308 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+)
+
+// runs counts the executions of each job, so a handler can fail a job's
+// first run and succeed on its retry.
+type runs struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *runs) next(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[id]++
+	return r.n[id]
+}
+
+// failFirst fails a job's first execution for good and succeeds after.
+func (r *runs) failFirst(_ context.Context, e *execution.Execution) (any, error) {
+	if r.next(e.JobID) == 1 {
+		return nil, &execution.PermanentError{Err: errors.New("first run fails")}
+	}
+	return "second run", nil
+}
+
+func (f *fixture) post(key, path string) response {
+	f.t.Helper()
+	return f.do(request{method: http.MethodPost, path: path, key: key})
+}
+
+func TestRetryRunsAgainWithAHigherToken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var r runs
+	f.startWorker(map[string]execution.Handler{"flaky": r.failFirst})
+	j := f.submit(acmeKey, `{"kind":"flaky","max_attempts":1}`)
+	failed := f.awaitState(j.ID, job.StateFailed)
+	if failed.Execution == nil {
+		t.Fatal("a failed job without its execution")
+	}
+
+	// Not the owner's: as absent as a job that does not exist.
+	expectProblem(t, f.post(globexKey, "/v1/jobs/"+j.ID+"/retry"), http.StatusNotFound, "")
+	expectProblem(t, f.post(acmeKey, "/v1/jobs/01234567-89ab-7def-8123-456789abcdef/retry"), http.StatusNotFound, "")
+
+	resp := f.post(acmeKey, "/v1/jobs/"+j.ID+"/retry")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry: %s %s", resp.Status, resp.body)
+	}
+	if got := decode[job.Job](t, resp); got.ID != j.ID || got.State != job.StateQueued && got.State != job.StateRunning || got.Attempt > 1 {
+		t.Errorf("retried job: %+v", got)
+	}
+	// A wait ends at the retried run's end, not at the failure before it.
+	done := decode[job.Job](t, f.get(acmeKey, "/v1/jobs/"+j.ID+"?wait=20s"))
+	if done.State != job.StateSucceeded {
+		t.Fatalf("?wait= on a retried job answered %s", done.State)
+	}
+	if done.Execution == nil || done.Execution.FencingToken <= failed.Execution.FencingToken || done.Execution.ID == failed.Execution.ID {
+		t.Errorf("the retry ran as %+v; the failed run was %+v: want a new execution with a higher token", done.Execution, failed.Execution)
+	}
+	if done.Attempt != 1 || string(done.Result) != `"second run"` {
+		t.Errorf("retried job ended %+v", done)
+	}
+	// Its events are kept: queued, running, failed, then again.
+	// The stream replays them all and ends after the last.
+	stream := f.openStream(acmeKey, j.ID, "")
+	var states []job.State
+	for e, ok := stream.next(); ok; e, ok = stream.next() {
+		if e.typ == "state" {
+			var st struct{ State job.State }
+			if err := json.Unmarshal([]byte(e.data), &st); err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, st.State)
+		}
+	}
+	want := []job.State{"queued", "running", "failed", "queued", "running", "succeeded"}
+	if !equalStates(states, want) {
+		t.Errorf("state events %v, want %v", states, want)
+	}
+
+	// A job that succeeded, or has not ended, is not retried: 409 with it.
+	resp = f.post(acmeKey, "/v1/jobs/"+j.ID+"/retry")
+	p := expectProblem(t, resp, http.StatusConflict, "")
+	if got := decode[job.Job](t, resp); got.State != job.StateSucceeded || got.ID != j.ID || p.Detail == "" {
+		t.Errorf("409 body: %s", resp.body)
+	}
+	f.startWorker(nil, func(c *execution.Config) { c.Queues = []string{"elsewhere"} }) // nothing runs "idle"'s jobs
+	q := f.submit(acmeKey, `{"kind":"echo","queue":"idle"}`)
+	expectProblem(t, f.post(acmeKey, "/v1/jobs/"+q.ID+"/retry"), http.StatusConflict, "")
+}
+
+func TestRetryOfAJobCancelledWhileRunning(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var r runs
+	started := make(chan string, 4)
+	f.startWorker(map[string]execution.Handler{"slow": func(ctx context.Context, e *execution.Execution) (any, error) {
+		n := r.next(e.JobID)
+		started <- e.ID
+		if n == 1 {
+			<-ctx.Done() // cancelled
+			return nil, context.Cause(ctx)
+		}
+		// The retried run outlives the watcher's first look at the cancel
+		// flag and a few heartbeats: a stale flag or cancel_requested
+		// would stop it.
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(time.Second):
+			return "done", nil
+		}
+	}})
+	j := f.submit(acmeKey, `{"kind":"slow"}`)
+	<-started
+	if resp := f.post(acmeKey, "/v1/jobs/"+j.ID+"/cancel"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: %s %s", resp.Status, resp.body)
+	}
+	f.awaitState(j.ID, job.StateCancelled)
+	if resp := f.post(adminKey, "/v1/jobs/"+j.ID+"/retry"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry: %s %s", resp.Status, resp.body)
+	}
+	done := f.awaitState(j.ID, job.StateSucceeded)
+	if done.CancelRequested || done.Attempt != 1 {
+		t.Errorf("retried job: %+v", done)
+	}
+}
+
+func TestBulkRetryTwiceMovesOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var r runs
+	stop := f.startWorker(map[string]execution.Handler{"flaky": r.failFirst})
+	var acme []job.Job
+	for range 3 {
+		acme = append(acme, f.submit(acmeKey, `{"kind":"flaky","max_attempts":1}`))
+	}
+	other := f.submit(globexKey, `{"kind":"flaky","max_attempts":1}`)
+	for _, j := range append(acme, other) {
+		f.awaitState(j.ID, job.StateFailed)
+	}
+	stop() // the retried jobs stay queued, to be counted
+
+	bulk := func(key, body string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/retry", key: key, body: body})
+	}
+	for run, want := range []int{3, 0} {
+		resp := bulk(acmeKey, `{}`)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("bulk retry: %s %s", resp.Status, resp.body)
+		}
+		got := decode[struct {
+			Moved  int
+			Queues map[string]int
+		}](t, resp)
+		if got.Moved != want || got.Queues["default"] != want {
+			t.Errorf("run %d moved %+v, want %d", run+1, got, want)
+		}
+	}
+	for _, j := range acme {
+		if got := f.job(j.ID); got.State != job.StateQueued {
+			t.Errorf("acme's job is %s", got.State)
+		}
+	}
+	if got := f.job(other.ID); got.State != job.StateFailed {
+		t.Errorf("acme's bulk retry moved globex's job: %s", got.State)
+	}
+	expectProblem(t, bulk(acmeKey, `{"tenant":"globex"}`), http.StatusBadRequest, "tenant")
+	expectProblem(t, bulk(acmeKey, `{"state":"succeeded"}`), http.StatusBadRequest, "state")
+	expectProblem(t, bulk(acmeKey, `{"colour":"red"}`), http.StatusBadRequest, "colour")
+	expectProblem(t, bulk(acmeKey, ``), http.StatusUnsupportedMediaType, "")
+	resp := bulk(adminKey, `{"tenant":"globex","kind":"flaky","queue":"default"}`)
+	if got := decode[struct{ Moved int }](t, resp); resp.StatusCode != http.StatusOK || got.Moved != 1 {
+		t.Errorf("admin's bulk retry of globex: %s %s", resp.Status, resp.body)
+	}
+	f.startWorker(map[string]execution.Handler{"flaky": r.failFirst})
+	for _, j := range append(acme, other) {
+		f.awaitState(j.ID, job.StateSucceeded)
+	}
+}
+
+func TestDeleteAnEndedJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	del := func(key, id string) response {
+		return f.do(request{method: http.MethodDelete, path: "/v1/jobs/" + id, key: key})
+	}
+	stop := f.startWorker(nil, func(c *execution.Config) { c.Queues = []string{"elsewhere"} })
+	defer stop()
+	j := f.submit(acmeKey, `{"kind":"echo"}`)
+	resp := del(acmeKey, j.ID)
+	expectProblem(t, resp, http.StatusConflict, "")
+	if got := decode[job.Job](t, resp); got.State != job.StateQueued {
+		t.Errorf("409 body: %s", resp.body)
+	}
+	if resp := f.post(acmeKey, "/v1/jobs/"+j.ID+"/cancel"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: %s", resp.Status)
+	}
+	expectProblem(t, del(globexKey, j.ID), http.StatusNotFound, "")
+	if resp := del(acmeKey, j.ID); resp.StatusCode != http.StatusNoContent || len(resp.body) != 0 {
+		t.Fatalf("delete: %s %q", resp.Status, resp.body)
+	}
+	expectProblem(t, f.get(acmeKey, "/v1/jobs/"+j.ID), http.StatusNotFound, "")
+	expectProblem(t, f.get(acmeKey, "/v1/jobs/"+j.ID+"/events"), http.StatusNotFound, "")
+	expectProblem(t, del(acmeKey, j.ID), http.StatusNotFound, "")
+	list := decode[struct{ Jobs []job.Job }](t, f.get(acmeKey, "/v1/jobs"))
+	if len(list.Jobs) != 0 {
+		t.Errorf("the deleted job is still listed: %+v", list.Jobs)
+	}
+}
+
+func TestPausedQueueHoldsItsJobsThroughAWorkerRestart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	expectProblem(t, f.post(acmeKey, "/v1/queues/default/pause"), http.StatusNotFound, "")
+	expectProblem(t, f.post(adminKey, "/v1/queues/%7Bx%7D/pause"), http.StatusBadRequest, "name")
+	resp := f.post(adminKey, "/v1/queues/default/pause")
+	if got := decode[job.QueueStats](t, resp); resp.StatusCode != http.StatusOK || !got.Paused || got.Name != "default" {
+		t.Fatalf("pause: %s %s", resp.Status, resp.body)
+	}
+	held := f.submit(acmeKey, `{"kind":"echo"}`)
+	echo := map[string]execution.Handler{"echo": func(_ context.Context, e *execution.Execution) (any, error) { return e.Input, nil }}
+	both := func(c *execution.Config) { c.Queues = []string{"default", "other"} }
+	for range 2 { // a worker, then another one that starts while the queue is paused
+		stop := f.startWorker(echo, both)
+		// A job of the other queue runs: the worker has claimed, and
+		// claimed nothing from the paused queue.
+		probe := f.submit(acmeKey, `{"kind":"echo","queue":"other"}`)
+		f.awaitState(probe.ID, job.StateSucceeded)
+		if got := f.job(held.ID); got.State != job.StateQueued {
+			t.Fatalf("a job of the paused queue is %s", got.State)
+		}
+		stop()
+	}
+	queues := decode[struct{ Queues []job.QueueStats }](t, f.get(acmeKey, "/v1/queues"))
+	found := false
+	for _, q := range queues.Queues {
+		found = found || q.Name == "default" && q.Paused && q.Queued == 1
+	}
+	if !found {
+		t.Errorf("GET /v1/queues: %+v", queues)
+	}
+	f.startWorker(echo, both)
+	expectProblem(t, f.post(globexKey, "/v1/queues/default/resume"), http.StatusNotFound, "")
+	resp = f.post(adminKey, "/v1/queues/default/resume")
+	if got := decode[job.QueueStats](t, resp); resp.StatusCode != http.StatusOK || got.Paused {
+		t.Fatalf("resume: %s %s", resp.Status, resp.body)
+	}
+	f.awaitState(held.ID, job.StateSucceeded)
+}
+
+func TestQueueStatsCountFinishesPerMinute(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var r runs
+	f.startWorker(map[string]execution.Handler{"flaky": r.failFirst})
+	var ids []string
+	for range 3 {
+		ids = append(ids, f.submit(acmeKey, `{"kind":"flaky","max_attempts":1}`).ID)
+	}
+	for _, id := range ids {
+		f.awaitState(id, job.StateFailed)
+	}
+	expectProblem(t, f.get(acmeKey, "/v1/queues/default/stats"), http.StatusNotFound, "")
+	expectProblem(t, f.get(adminKey, "/v1/queues/nothing/stats"), http.StatusNotFound, "")
+	var failed int64
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		resp := f.get(adminKey, "/v1/queues/default/stats")
+		got := decode[struct {
+			Name    string
+			Minutes []struct{ Failed int64 }
+		}](t, resp)
+		failed = 0
+		for _, m := range got.Minutes {
+			failed += m.Failed
+		}
+		return resp.StatusCode == http.StatusOK && got.Name == "default" && len(got.Minutes) == 60 && failed == 3
+	}, "failed in the last hour: %d, want 3", failed)
+}
+
+func equalStates(a, b []job.State) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,25 @@
+-- Deletes an ended job of one queue: its record, its events, its index
+-- entries and its retired entry, all at once. (Its id → queue lookup lives
+-- in another slot: the caller deletes it after this.)
+-- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
+-- KEYS[5] all index
+-- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
+-- Returns {'missing'} when there is no such job for this caller,
+-- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
+-- has not ended (nothing changed).
+local job, events, retired, tenant_index, all_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id, tenant = ARGV[1], ARGV[2]
+
+local f = redis.call('HMGET', job, 'tenant', 'state')
+local owner, state = f[1], f[2]
+if not state or (tenant ~= '' and owner ~= tenant) then
+  return {'missing'}
+end
+if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' then
+  return {'live', redis.call('HGETALL', job)}
+end
+redis.call('DEL', job, events)
+redis.call('ZREM', retired, id)
+redis.call('ZREM', tenant_index, id)
+redis.call('ZREM', all_index, id)
+return {'deleted'}
