@@ -25,7 +25,7 @@ func layers(t *testing.T) map[string]int {
 	}
 	_, section, _ := strings.Cut(string(doc), "\n## Layers\n")
 	section, _, _ = strings.Cut(section, "\n## ")
-	row := regexp.MustCompile("^\\| ([0-9]+) \\| (.*) \\|$")
+	row := regexp.MustCompile(`^\| ([0-9]+) \| (.*) \|$`)
 	out := map[string]int{}
 	for line := range strings.Lines(section) {
 		m := row.FindStringSubmatch(strings.TrimSpace(line))
