@@ -50,13 +50,15 @@ func startSystem(t *testing.T) *system {
 	t.Cleanup(llm.Close)
 	apiAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	common := []string{"--redis-url", "redis://" + testenv.Redis(t).Addr() + "/0", "--nats-url", testenv.NATS(t).URL(), "--prefix", prefix}
-	start(t, filepath.Join(bin, "api"), append(common, "--addr", apiAddr, "--api-keys", "acme:"+acmeKey+",admin:"+adminKey)...)
+	opsAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	start(t, filepath.Join(bin, "api"), append(common, "--addr", apiAddr, "--api-keys", "acme:"+acmeKey+",admin:"+adminKey,
+		"--queues", "default,slow", "--metrics-addr", opsAddr)...)
 	start(t, filepath.Join(bin, "worker"), append(common, "--queues", "default,slow", "--heartbeat", "100ms", "--lease-ttl", "1s",
 		"--shutdown-grace", "1s", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--llm-base-url", llm.URL+"/v1")...)
 	s := &system{t: t, bin: bin, url: "http://" + apiAddr}
 	t.Cleanup(http.DefaultClient.CloseIdleConnections) // TestMain checks for leaked goroutines
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		resp, err := http.Get(s.url + "/readyz")
+		resp, err := http.Get("http://" + opsAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 		}

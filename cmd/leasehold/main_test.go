@@ -47,7 +47,7 @@ func TestDevModeSmoke(t *testing.T) {
 			if mode == "memory" {
 				args = append(args, "--memory")
 			}
-			data := args[4]
+			data := args[6]
 			cmd := exec.Command(bin, args...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
 			var stderr testenv.Buffer

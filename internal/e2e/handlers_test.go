@@ -82,18 +82,18 @@ func (h *handlerProcess) line(t *testing.T, prefix string) []string {
 }
 
 // TestExampleHandlers runs the Python and Node example handlers behind the
-// real API and worker: the Python client submits a job, follows its event
-// stream and cancels it mid-stream, and the handler sees its request
+// real API and worker: each language's client submits a job, follows its
+// event stream and cancels it mid-stream, and the handler sees its request
 // closed; then a worker killed -9 mid-job leaves its job to another one,
 // whose request carries a higher fencing token.
 func TestExampleHandlers(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		name    string
-		command []string
+		name            string
+		command, client []string
 	}{
-		{"python", []string{"python3", "python-handler/handler.py", "--port", "{port}"}},
-		{"node", []string{"node", "node-handler/handler.js", "{port}"}},
+		{"python", []string{"python3", "python-handler/handler.py", "--port", "{port}"}, []string{"python3", "python-handler/client.py"}},
+		{"node", []string{"node", "node-handler/handler.js", "{port}"}, []string{"node", "node-handler/client.js"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -101,8 +101,8 @@ func TestExampleHandlers(t *testing.T) {
 			s := newSystem(t, "LEASEHOLD_HANDLERS=demo.write="+h.url)
 			first := s.start("worker")
 
-			// Submit, stream, cancel mid-stream: the Python client does it all.
-			client := exec.Command("python3", "python-handler/client.py", "--api", s.base, "--key", s.key, "--steps", "200", "--cancel-after", "2")
+			// Submit, stream, cancel mid-stream: the client does it all.
+			client := exec.Command(c.client[0], append(c.client[1:], "--api", s.base, "--key", s.key, "--steps", "200", "--cancel-after", "2")...)
 			client.Dir = examples(t)
 			out, err := client.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "output line 2") || !strings.HasSuffix(strings.TrimSpace(string(out)), "state cancelled") {
