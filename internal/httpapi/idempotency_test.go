@@ -47,7 +47,7 @@ func TestIdempotencyKey(t *testing.T) {
 		`{"kind": "echo", "input": {"a": 2, "b": [1, 2]}, "metadata": {"x": "y"}}`,
 		`{"kind": "echo", "input": {"a": 1, "b": [2, 1]}, "metadata": {"x": "y"}}`,
 		`{"kind": "echo", "input": {"a": 1, "b": [1, 2]}}`,
-		`{"kind": "sleep", "input": {"a": 1, "b": [1, 2]}, "metadata": {"x": "y"}}`,
+		`{"kind": "summarize", "input": {"a": 1, "b": [1, 2]}, "metadata": {"x": "y"}}`,
 	} {
 		expectProblem(t, submit(acmeKey, "order-1", different), http.StatusUnprocessableEntity, "Idempotency-Key")
 	}
