@@ -108,7 +108,7 @@ func newFixtureOn(t *testing.T, addr string, nc *nats.Conn, configure ...func(*h
 		Logger:        f.log,
 		MeterProvider: meters,
 		Metrics:       promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
-		Queues:        []string{"default", "batch", "gpu"}, // the queues the tests use
+		Queues:        []string{"default", "batch", "gpu", "other", "idle"}, // the queues the tests use
 	}
 	for _, c := range configure {
 		c(&cfg)
