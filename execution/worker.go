@@ -455,8 +455,19 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	}
 	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
 
+	// A claim slower than the TTL (its worker paused between taking the
+	// key slots and the job) ends the trust window before the handler
+	// starts, and the trust timer's own goroutine may not have fired yet:
+	// the handler must not run, not even for the moment until it does.
+	if !r.trusted(time.Now()) {
+		r.stop(lease.ErrLost)
+	}
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
-	result, err := w.call(runCtx, e)
+	var result any
+	err := context.Cause(runCtx)
+	if err == nil {
+		result, err = w.call(runCtx, e)
+	}
 	o := w.outcome(runCtx, result, err)
 	stopRun()
 
