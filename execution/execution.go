@@ -43,6 +43,7 @@ type Execution struct {
 	token   fencing.Token
 	keys    []string // concurrency keys, each holding a lease while this runs
 	lane    string   // the keys as the job stores them: its lane (see internal/scripts/fair.lua)
+	granted time.Time // when its leases were asked for: they were granted after, so its trust window counts from it
 	q       *queue
 	trace   execTrace
 	emitted atomic.Int64 // events emitted so far, against Config.MaxEvents

@@ -185,6 +185,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for i := range execIDs {
 		execIDs[i] = uuid.Must(uuid.NewV7()).String()
 	}
+	// The peek may have waited on a Redis coming back; the leases are
+	// granted only from here on.
+	asked := time.Now()
 	r, err := q.reserve(ctx, want, lanes, ckeys, execIDs)
 	if err != nil {
 		return nil, false, err
@@ -259,6 +262,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			Tenant:  j.tenant,
 			keys:    ckeys[c],
 			lane:    lanes[c],
+			granted: asked,
 			q:       q,
 			trace:   claimedTrace(j.trace, j.prevTrace),
 		})

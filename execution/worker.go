@@ -400,8 +400,8 @@ func (w *Worker) idle(ctx context.Context) {
 	}
 }
 
-// start runs e on a runner. sent is when its claim was sent: the lease was
-// granted after that, so the trust window counts from it.
+// start runs e on a runner. sent is when its claim began, the start of
+// its receive span.
 //
 // Runners are goroutines that run one execution after another, started as
 // needed up to Concurrency: an execution then costs no new goroutine, and
@@ -411,7 +411,7 @@ func (w *Worker) idle(ctx context.Context) {
 func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
 	ctx = w.traceStart(ctx, e, sent)
-	r := &running{e: e, ctx: ctx, stop: stop, trustedUntil: sent.Add(w.cfg.LeaseTTL)}
+	r := &running{e: e, ctx: ctx, stop: stop, trustedUntil: e.granted.Add(w.cfg.LeaseTTL)}
 	r.trust = time.AfterFunc(time.Until(r.trustedUntil), func() { stop(lease.ErrLost) })
 	w.mu.Lock()
 	w.running[e] = r
@@ -455,20 +455,23 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	}
 	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
 
-	// A claim slower than the TTL (its worker paused between taking the
-	// key slots and the job) ends the trust window before the handler
-	// starts, and the trust timer's own goroutine may not have fired yet:
-	// the handler must not run, not even for the moment until it does.
-	if !r.trusted(time.Now()) {
-		r.stop(lease.ErrLost)
-	}
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
-	var result any
-	err := context.Cause(runCtx)
-	if err == nil {
-		result, err = w.call(runCtx, e)
+	var o outcome
+	switch err := context.Cause(runCtx); {
+	case !r.trusted(time.Now()):
+		// A claim slower than the TTL (its worker paused between taking
+		// the key slots and the job) ends the trust window before the
+		// handler starts, and the trust timer's own goroutine may not have
+		// fired yet: the handler must not run, not even for the moment
+		// until it does. It never ran, so the attempt is not spent.
+		w.execLog(e).WarnContext(ctx, "claim took longer than the lease TTL; the job is handed back unrun", "lease_ttl", w.cfg.LeaseTTL)
+		o = outcome{state: StateHandedOff}
+	case err != nil:
+		o = w.outcome(runCtx, nil, err)
+	default:
+		result, err := w.call(runCtx, e)
+		o = w.outcome(runCtx, result, err)
 	}
-	o := w.outcome(runCtx, result, err)
 	stopRun()
 
 	traced := w.traceFinish(ctx, e, o)
