@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -486,7 +487,7 @@ func BenchmarkThroughputFloor(b *testing.B) {
 					if err != nil || len(ids) == 0 {
 						return
 					}
-					keys, args := fixed, []any{job.EventsMaxLen}
+					keys, args := fixed, []any{scripts.EventsMaxLen}
 					for _, z := range ids {
 						id := z.Member.(string)
 						keys = append(keys, ks.Job(q, id), ks.JobEvents(q, id))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // limits is a worker's copy of the concurrency limits Redis holds (the API
@@ -18,11 +18,11 @@ type limits struct {
 	m  map[string]int64 // key or "prefix:*" -> limit
 }
 
-// of returns key's limit, -1 for none (see job.LimitOf).
+// of returns key's limit, -1 for none (see scripts.LimitOf).
 func (l *limits) of(key string) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return job.LimitOf(l.m, key)
+	return scripts.LimitOf(l.m, key)
 }
 
 func (l *limits) refresh(ctx context.Context, rdb redis.UniversalClient, key string) error {

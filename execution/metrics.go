@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -168,7 +169,7 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, e
 	}); err != nil {
 		return 0, 0, err
 	}
-	for _, n := range job.LaneCounts(fair.Val()) {
+	for _, n := range scripts.LaneCounts(fair.Val()) {
 		ready += n
 	}
 	if len(head.Val()) == 0 {

@@ -193,7 +193,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		return nil, false, err
 	}
 	keys := fixed
-	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), job.EventsMaxLen,
+	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
 		q.backoff(1).Milliseconds(), due, len(ids)}
 	for i, id := range ids {
 		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, lanes[i]))
@@ -656,7 +656,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		fs: fs,
 		keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
 			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name)},
-		args: []any{q.retention.Milliseconds(), job.EventsMaxLen, len(fs)},
+		args: []any{q.retention.Milliseconds(), scripts.EventsMaxLen, len(fs)},
 	}
 	for _, f := range fs {
 		id := f.e.JobID
@@ -734,7 +734,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 
 func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {
 	id, err := emitScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.JobEvents(q.name, e.JobID)},
-		e.token.String(), typ, data, job.EventsMaxLen).Text()
+		e.token.String(), typ, data, scripts.EventsMaxLen).Text()
 	if err != nil {
 		return fmt.Errorf("emit %s: %w", e.JobID, err)
 	}

@@ -61,7 +61,7 @@
 //	{q:Q}:stats           hash: number of jobs per state name, and the
 //	                      ring of jobs ended per minute (finished.lua)
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
-//	                      output, log), capped at about EventsMaxLen
+//	                      output, log), capped at about scripts.EventsMaxLen
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms

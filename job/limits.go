@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // MaxLimit is the largest concurrency limit.
@@ -33,24 +35,8 @@ type Limit struct {
 	Waiting int64 `json:"waiting"`
 }
 
-// LimitOf returns key's limit in limits (a key or "prefix:*" to its
-// limit), -1 for none; 0 is a limit: nothing runs. An exact entry wins over
-// the wildcard of its prefix: "tenant:*" gives every tenant a limit of its
-// own.
-func LimitOf(limits map[string]int64, key string) int64 {
-	if n, ok := limits[key]; ok {
-		return n
-	}
-	if i := strings.IndexByte(key, ':'); i >= 0 {
-		if n, ok := limits[key[:i+1]+"*"]; ok {
-			return n
-		}
-	}
-	return -1
-}
-
 // limitsOf reads the limits that apply to keys, exact and wildcard, in one
-// round trip: the slice of the limits hash that LimitOf needs for them.
+// round trip: the slice of the limits hash that scripts.LimitOf needs for them.
 func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, error) {
 	var fields []string
 	for _, k := range keys {
@@ -217,27 +203,12 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	return limits, nil
 }
 
-// LaneCounts reads a queue's fair hash (internal/scripts/fair.lua), where
-// field "#<lane>" counts a lane's ready jobs, into lane → ready jobs. A
-// lane is its jobs' concurrency keys as a JSON array.
-func LaneCounts(fair map[string]string) map[string]int64 {
-	out := map[string]int64{}
-	for field, v := range fair {
-		if lane, ok := strings.CutPrefix(field, "#"); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				out[lane] = n
-			}
-		}
-	}
-	return out
-}
-
 // waitingByKey sums the ready jobs of each key over the queues' fair
 // hashes: one read per queue, of its lanes with jobs waiting.
 func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
 	out := map[string]int64{}
 	for _, f := range fairs {
-		for lane, n := range LaneCounts(f.Val()) {
+		for lane, n := range scripts.LaneCounts(f.Val()) {
 			var keys []string
 			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
 			for _, k := range keys {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // retryChunk is how many jobs one run of the retry script moves at most,
@@ -89,7 +91,7 @@ func (s *Store) runRetry(ctx context.Context, queue, owner string, ids, lanes []
 	if records {
 		flag = "1"
 	}
-	args := []any{owner, EventsMaxLen, flag}
+	args := []any{owner, scripts.EventsMaxLen, flag}
 	for i, id := range ids {
 		keys = append(keys, s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueLane(queue, lanes[i]))
 		args = append(args, id)

@@ -51,10 +51,6 @@ const (
 	DefaultIdempotencyTTL = 24 * time.Hour
 )
 
-// EventsMaxLen caps each job's event stream (XADD MAXLEN ~): every script
-// that appends an event uses it.
-const EventsMaxLen = 1000
-
 // lookupSlack is how much longer than Retention the id → queue lookup lives.
 // It is written at submit, before anyone knows when the job will end; a job
 // that outlives it is still found (see locate).
@@ -195,7 +191,7 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 	args := []any{
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
 		[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
-		millis(n.Delay), EventsMaxLen, telemetry.Encode(span.SpanContext()),
+		millis(n.Delay), scripts.EventsMaxLen, telemetry.Encode(span.SpanContext()),
 		// go-redis resends a script whose reply it lost; the nonce lets
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
@@ -231,7 +227,7 @@ func (s *Store) room(ctx context.Context, keys []string) error {
 		return err
 	}
 	for _, k := range keys {
-		l := LimitOf(limits, k)
+		l := scripts.LimitOf(limits, k)
 		if l < 0 {
 			continue
 		}
@@ -323,7 +319,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
 		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
-	}, owner, s.retention.Milliseconds(), EventsMaxLen).Slice()
+	}, owner, s.retention.Milliseconds(), scripts.EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
 	}

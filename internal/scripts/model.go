@@ -1,0 +1,46 @@
+package scripts
+
+import (
+	"strconv"
+	"strings"
+)
+
+// What Go readers of the queue's data share with the scripts that write
+// it. The job hash's schema and the transition rule are in transition.lua;
+// packages job and execution read the same keys through what is here, so
+// neither reaches into the other.
+
+// EventsMaxLen caps each job's event stream (XADD MAXLEN ~): every script
+// that appends an event is given it.
+const EventsMaxLen = 1000
+
+// LimitOf returns key's limit in limits, the limits hash read into key (or
+// "prefix:*") → limit; -1 for none, and 0 is a limit: nothing runs. An
+// exact entry wins over the wildcard of its prefix: "tenant:*" gives every
+// tenant a limit of its own.
+func LimitOf(limits map[string]int64, key string) int64 {
+	if n, ok := limits[key]; ok {
+		return n
+	}
+	if i := strings.IndexByte(key, ':'); i >= 0 {
+		if n, ok := limits[key[:i+1]+"*"]; ok {
+			return n
+		}
+	}
+	return -1
+}
+
+// LaneCounts reads a queue's fair hash (fair.lua), where field "#<lane>"
+// counts a lane's ready jobs, into lane → ready jobs. A lane is its jobs'
+// concurrency keys as a JSON array.
+func LaneCounts(fair map[string]string) map[string]int64 {
+	out := map[string]int64{}
+	for field, v := range fair {
+		if lane, ok := strings.CutPrefix(field, "#"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[lane] = n
+			}
+		}
+	}
+	return out
+}
