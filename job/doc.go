@@ -71,16 +71,18 @@
 //	{job:<id>}:queue      string: the job's queue, to find a job by id
 //	{idem:<t>}:<key>      string: what tenant t's Idempotency-Key stands for
 //
-// Every script that changes a job's state does, in the same step: the
-// compare-and-set on the state, HINCRBY of stats (-1 old state, +1 new), an
-// XADD of a state event {"state", "attempt"}, and, when the new state is
+// The job hash's fields, who writes each, and the transition rule are
+// written down once, at the top of internal/scripts/transition.lua. Every
+// script that changes a job's state does it there (move), in the same
+// step as its other writes: the compare-and-set on the state, the stats
+// (-1 old state, +1 new), a state event, and, when the new state is
 // terminal, a ZADD to {q:Q}:retired scored by the end of its retention
 // (Config.Retention, DefaultRetention by default). So queue counts are exact
 // and O(1). The workers' reapers (and every claim) delete the hash and
 // event stream of retired jobs past their retention, a batch at a time:
 // one ZADD per batch of finishes instead of two PEXPIREs per job, and no
-// per-key TTL in Redis's expires table. Index entries of deleted jobs are
-// removed lazily, by the listings that meet them.
+// per-key TTL in Redis's expires table. The same step takes them out of the
+// listing indexes (forget, in transition.lua).
 //
 // The id → queue lookup lives Retention + 30 days from submission, since
 // nobody can touch it from the queue's slot when the job ends. A job still

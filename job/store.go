@@ -104,10 +104,10 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
-		submit:    scripts.Load("job_submit.lua", "fair.lua"),
-		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "finished.lua"),
-		retry:     scripts.Load("job_retry.lua", "fair.lua"),
-		delete:    scripts.Load("job_delete.lua"),
+		submit:    scripts.Load("job_submit.lua", "fair.lua", "finished.lua", "transition.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "finished.lua", "transition.lua"),
+		retry:     scripts.Load("job_retry.lua", "fair.lua", "finished.lua", "transition.lua"),
+		delete:    scripts.Load("job_delete.lua", "finished.lua", "transition.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {

@@ -44,228 +44,220 @@
 --   scheduled due    queued | retrying -> queued (into ready)
 -- and for each retired job past its retention: its record is deleted.
 -- The other candidates came from the ready set: they are only checked again.
+-- Every change of a job's state is a move (transition.lua).
+--
+-- In order, one local function each: delete_retired; check, which reads
+-- every candidate and, for those with due work, reaps, expires and
+-- promotes; waiting, the candidates still in their lanes; lanes_of, their
+-- lanes and turns; take, which chooses the jobs (lanes in turn, keys
+-- held); start, which claims them.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fence, fair, stats, retired = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local retention, maxlen, backoff = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
--- Lua numbers would reach Redis as 14 significant digits: format integers.
-local function int(x) return string.format('%.0f', x) end
-
+local now = redis_now()
 -- Each number turned into a string costs a sprintf: the hot path formats
--- now once, and each job's attempt and token once.
-local now_s = int(now)
+-- now once (tx.now_s), and each job's attempt and token once.
+local tx = transitions(stats, retired, now, retention, maxlen)
 
-local function event(events, state, attempt)
-  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-    'type', 'state', 'data', '{"state":"' .. state .. '","attempt":' .. attempt .. '}')
-end
-
--- Per-state counts change once per script, not once per job.
-local counts = {}
-local function move(job, from, to, ...)
-  redis.call('HSET', job, 'state', to, ...)
-  counts[from] = (counts[from] or 0) - 1
-  counts[to] = (counts[to] or 0) + 1
-end
-
--- Terminal jobs join the retired set once per script, not once per job.
-local retiring = {}
-local function retire(id)
-  retiring[#retiring + 1] = int(now + tonumber(retention))
-  retiring[#retiring + 1] = id
-end
+-- What a claim needs of each candidate; those with due work also read what
+-- their moves depend on. One HMGET each.
+local CLAIM_FIELDS = {'token', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id',
+  'concurrency_keys', 'tenant', 'trace', 'exec_trace'}
+local read_ready = job_reader(CLAIM_FIELDS)
+local read_due = job_reader(CLAIM_FIELDS, {'max_attempts', 'cancel_requested', 'priority'})
 
 local function fail(code, message)
   return cjson.encode({code = code, message = message})
 end
 
--- This call's execution ids, to recognise what a lost first run claimed.
-local ours = {}
-for i = 1, n do
-  ours[ARGV[8 + n + i]] = true
-end
-local reclaimed = {}
-local at = 8 + 3 * n
-
--- Retired jobs past their retention (checked again: the peek only read)
--- lose their record, events and listing entries.
-local r = tonumber(ARGV[at + 1] or '0')
-if r > 0 then
-  local ids, dead, gone = {}, {}, {}
-  for j = 1, r do
-    ids[j] = ARGV[at + 1 + j]
+-- delete_retired deletes the retired jobs the peek found past their
+-- retention (checked again: the peek only read): their record, events and
+-- listing entries. The ids follow the candidates' ARGV at at.
+local function delete_retired(at)
+  local r = tonumber(ARGV[at + 1] or '0')
+  if r == 0 then
+    return
+  end
+  local ids = {}
+  for k = 1, r do
+    ids[k] = ARGV[at + 1 + k]
   end
   local due_at = redis.call('ZMSCORE', retired, unpack(ids))
-  for j = 1, r do
-    if due_at[j] and tonumber(due_at[j]) <= now then
-      dead[#dead + 1] = KEYS[5 + 3 * n + 4 * j]
-      dead[#dead + 1] = KEYS[6 + 3 * n + 4 * j]
-      gone[#gone + 1] = ids[j]
-      redis.call('ZREM', KEYS[7 + 3 * n + 4 * j], ids[j])
-      redis.call('ZREM', KEYS[8 + 3 * n + 4 * j], ids[j])
+  local gone, dead, indexes = {}, {}, {}
+  for k = 1, r do
+    if due_at[k] and tonumber(due_at[k]) <= now then
+      local base = 5 + 3 * n + 4 * k
+      gone[#gone + 1] = ids[k]
+      dead[#dead + 1], dead[#dead + 2] = KEYS[base], KEYS[base + 1]
+      indexes[#indexes + 1] = {KEYS[base + 2], KEYS[base + 3]}
     end
   end
   if #gone > 0 then
-    redis.call('DEL', unpack(dead))
-    redis.call('ZREM', retired, unpack(gone))
+    forget(retired, gone, dead, indexes)
   end
 end
 
-local live, lost, expired = {}, {}, {}
-for i = 1, n do
-  local id = ARGV[8 + i]
-  local job, events, lane = KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i]
-  -- What a claim needs; what only due work needs is read below, for the
-  -- candidates that have some.
-  local f = redis.call('HMGET', job, 'state', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-    'timeout_ms', 'exec_id', 'concurrency_keys', 'tenant', 'trace', 'exec_trace')
-  local state, attempt = f[1], f[2]
-
-  if not state then
-    -- The record is gone (retention ran out): drop what still points at it.
-    -- (Only a terminal job's record expires, and those wait in no lane.)
-    redis.call('ZREM', scheduled, id)
-    redis.call('ZREM', leases, id)
-    redis.call('ZREM', deadlines, id)
-  elseif f[1] == 'running' and ours[f[8]] then
-    reclaimed[#reclaimed + 1] = {i = i, id = id, job = job, f = f}
+-- reap finalises c's execution if its lease expired: the owner is gone.
+-- Its job is retried (spending the attempt), or fails on its last attempt,
+-- or, when a cancel was acknowledged, is cancelled, never retried. lost
+-- gets 3 values per execution: its id, the tenant, the job's new state.
+local function reap(c, lost)
+  local lease = redis.call('ZSCORE', leases, c.id)
+  if not lease or tonumber(lease) > now then
+    return
+  end
+  redis.call('ZREM', leases, c.id)
+  local f = c.f
+  if f.state ~= 'running' then
+    return
+  end
+  local next, err
+  if f.cancel_requested == '1' then
+    next, err = 'cancelled', fail('cancelled', 'cancelled; its worker was lost')
+  elseif tonumber(f.attempt) >= tonumber(f.max_attempts) then
+    next, err = 'failed', fail('lease_lost', 'worker lost on the last attempt')
   else
-    if i <= d then
-      local more = redis.call('HMGET', job, 'max_attempts', 'cancel_requested', 'priority')
-      local max_attempts, cancel_requested, priority = more[1], more[2], more[3]
-      local lease = redis.call('ZSCORE', leases, id)
-      if lease and tonumber(lease) <= now then
-        redis.call('ZREM', leases, id)
-        if state == 'running' then
-          -- The owner is gone. An acknowledged cancel is honoured, never retried.
-          local next, err
-          if cancel_requested == '1' then
-            next, err = 'cancelled', fail('cancelled', 'cancelled; its worker was lost')
-          elseif tonumber(attempt) >= tonumber(max_attempts) then
-            next, err = 'failed', fail('lease_lost', 'worker lost on the last attempt')
-          else
-            next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
-            redis.call('ZADD', scheduled, int(now + backoff), id)
-          end
-          move(job, state, next, 'error', err, 'exec_state', 'lost', 'exec_finished_at', int(now))
-          if next ~= 'retrying' then
-            redis.call('HSET', job, 'finished_at', int(now))
-            retire(id)
-          end
-          state = next
-          event(events, state, attempt)
-          for _, v in ipairs({f[8] or '', f[10] or '', next}) do
-            lost[#lost + 1] = v
-          end
-        end
-      end
-
-      local deadline = redis.call('ZSCORE', deadlines, id)
-      if deadline and tonumber(deadline) <= now and (state == 'queued' or state == 'retrying') then
-        fair_remove(fair, ready, lane, f[9], id)
-        redis.call('ZREM', scheduled, id)
-        redis.call('ZREM', deadlines, id)
-        move(job, state, 'expired', 'finished_at', int(now),
-          'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
-        retire(id)
-        state = 'expired'
-        expired[#expired + 1] = f[9]
-        event(events, state, attempt)
-      end
-
-      local due = redis.call('ZSCORE', scheduled, id)
-      if due and tonumber(due) <= now and (state == 'queued' or state == 'retrying') then
-        redis.call('ZREM', scheduled, id)
-        fair_push(fair, ready, lane, f[9], id, priority)
-        if state == 'retrying' then
-          move(job, state, 'queued')
-          state = 'queued'
-          event(events, state, attempt)
-        end
-      end
-    end
-
-    live[#live + 1] = {i = i, id = id, job = job, events = events, lane = lane, f = f, state = state}
+    next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
+    redis.call('ZADD', scheduled, int(now + backoff), c.id)
+  end
+  local exec_id = f.exec_id
+  move(tx, c, next, {'error', err, 'exec_state', 'lost', 'exec_finished_at', tx.now_s})
+  for _, v in ipairs({exec_id or '', f.tenant or '', next}) do
+    lost[#lost + 1] = v
   end
 end
 
--- Which candidates still wait in their lanes: one ZMSCORE per lane.
-local by_lane = {}
-for _, c in ipairs(live) do
-  local g = group(by_lane, c.lane)
-  g[#g + 1] = c
-end
-local claimable = {}
-for set, g in pairs(by_lane) do
-  local ids = {}
-  for j, c in ipairs(g) do
-    ids[j] = c.id
+-- expire ends c as expired if it waited past its max_wait without
+-- starting; expired gets its lane.
+local function expire(c, expired)
+  local deadline = redis.call('ZSCORE', deadlines, c.id)
+  local state = c.f.state
+  if not deadline or tonumber(deadline) > now or (state ~= 'queued' and state ~= 'retrying') then
+    return
   end
-  local places = redis.call('ZMSCORE', set, unpack(ids))
-  for j, c in ipairs(g) do
-    local place = places[j]
-    if place and c.state == 'queued' then
-      c.place = tonumber(place)
-      claimable[#claimable + 1] = c
-    elseif place then
-      fair_remove(fair, ready, set, c.f[9], c.id) -- not waiting any more: never hand it out
+  fair_remove(fair, ready, c.lane, c.f.concurrency_keys, c.id)
+  redis.call('ZREM', scheduled, c.id)
+  redis.call('ZREM', deadlines, c.id)
+  move(tx, c, 'expired', {'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting')})
+  expired[#expired + 1] = c.f.concurrency_keys
+end
+
+-- promote makes c ready if its time came (a delay, a retry's backoff).
+local function promote(c)
+  local due = redis.call('ZSCORE', scheduled, c.id)
+  local state = c.f.state
+  if not due or tonumber(due) > now or (state ~= 'queued' and state ~= 'retrying') then
+    return
+  end
+  redis.call('ZREM', scheduled, c.id)
+  fair_push(fair, ready, c.lane, c.f.concurrency_keys, c.id, c.f.priority)
+  if state == 'retrying' then
+    move(tx, c, 'queued')
+  end
+end
+
+-- check reads every candidate again and does the due work of the first d.
+-- It returns the candidates still alive, those an earlier run of this very
+-- call claimed (recognised by their execution ids, ARGV after the
+-- candidates' ids), and the lost and expired lists of the reply.
+local function check()
+  local ours = {}
+  for i = 1, n do
+    ours[ARGV[8 + n + i]] = true
+  end
+  local live, reclaimed, lost, expired = {}, {}, {}, {}
+  for i = 1, n do
+    local read = i <= d and read_due or read_ready
+    local c = read(KEYS[6 + 3 * i], KEYS[7 + 3 * i], ARGV[8 + i])
+    c.i, c.lane = i, KEYS[8 + 3 * i]
+    if not c.f.state then
+      -- The record is gone (retention ran out): drop what still points at it.
+      -- (Only a terminal job's record is deleted, and those wait in no lane.)
+      redis.call('ZREM', scheduled, c.id)
+      redis.call('ZREM', leases, c.id)
+      redis.call('ZREM', deadlines, c.id)
+    elseif c.f.state == 'running' and ours[c.f.exec_id] then
+      reclaimed[#reclaimed + 1] = c
+    else
+      if i <= d then
+        reap(c, lost)
+        expire(c, expired)
+        promote(c)
+      end
+      live[#live + 1] = c
     end
   end
+  return live, reclaimed, lost, expired
 end
 
--- The claimable jobs by lane, each lane's in its order, and each lane's
--- turn (its score in the ready set).
-local lanes, names = {}, {}
-for _, c in ipairs(claimable) do
-  local l = lanes[c.f[9]]
-  if not l then
-    l = {name = c.f[9], set = c.lane, jobs = {}, next = 1, taken = {}}
-    lanes[c.f[9]] = l
-    names[#names + 1] = l.name
+-- waiting returns the candidates of live still queued in their lanes (one
+-- ZMSCORE per lane), each with its place there; one that is in its lane
+-- but not queued any more is taken out, never handed out.
+local function waiting(live)
+  local by_lane = {}
+  for _, c in ipairs(live) do
+    local g = group(by_lane, c.lane)
+    g[#g + 1] = c
   end
-  l.jobs[#l.jobs + 1] = c
+  local claimable = {}
+  for set, g in pairs(by_lane) do
+    local ids = {}
+    for k, c in ipairs(g) do
+      ids[k] = c.id
+    end
+    local places = redis.call('ZMSCORE', set, unpack(ids))
+    for k, c in ipairs(g) do
+      if places[k] and c.f.state == 'queued' then
+        c.place = tonumber(places[k])
+        claimable[#claimable + 1] = c
+      elseif places[k] then
+        fair_remove(fair, ready, set, c.f.concurrency_keys, c.id)
+      end
+    end
+  end
+  return claimable
 end
-if #names > 0 then
+
+-- lanes_of groups the claimable jobs by lane, each lane's in its order,
+-- with each lane's turn (its score in the ready set).
+local function lanes_of(claimable)
+  local lanes, names = {}, {}
+  for _, c in ipairs(claimable) do
+    local name = c.f.concurrency_keys
+    local l = lanes[name]
+    if not l then
+      l = {name = name, set = c.lane, jobs = {}, next = 1, taken = {}}
+      lanes[name] = l
+      names[#names + 1] = name
+    end
+    l.jobs[#l.jobs + 1] = c
+  end
+  if #names == 0 then
+    return lanes
+  end
   local turns = redis.call('ZMSCORE', ready, unpack(names))
-  for j, name in ipairs(names) do
+  for k, name in ipairs(names) do
     local l = lanes[name]
     -- Candidates arrive in lane order (a lane's first jobs, read in
     -- order): sort only when due work put some out of it.
     local sorted = true
-    for k = 2, #l.jobs do
-      sorted = sorted and l.jobs[k - 1].place < l.jobs[k].place
+    for m = 2, #l.jobs do
+      sorted = sorted and l.jobs[m - 1].place < l.jobs[m].place
     end
     if not sorted then
       table.sort(l.jobs, function(a, b) return a.place < b.place end)
     end
-    l.turn = turns[j] and tonumber(turns[j])
+    l.turn = turns[k] and tonumber(turns[k])
   end
+  return lanes
 end
 
-local blocked = {}
-local claimed = {blocked, lost, expired}
-local function hand_out(id, exec_id, token, attempt, f)
-  local k = #claimed
-  claimed[k + 1], claimed[k + 2], claimed[k + 3], claimed[k + 4], claimed[k + 5] = id, exec_id, token, attempt, f[5]
-  claimed[k + 6], claimed[k + 7], claimed[k + 8], claimed[k + 9], claimed[k + 10] = f[6], f[7], f[10], f[11], f[12]
-end
-
--- now is truncated to the millisecond: round the expiry up, so the lease
--- never ends before the owner's trust window (claim sent + ttl) does.
-local expires = int(now + 1 + ttl)
-for _, r in ipairs(reclaimed) do
-  redis.call('ZADD', leases, 'XX', expires, r.id)
-  hand_out(r.id, r.f[8], tonumber(redis.call('HGET', r.job, 'token')), tonumber(r.f[2]), r.f)
-end
-
--- The lane whose turn comes first (lowest ready score, ties by name), of
--- those with claimable jobs left and room.
-local function first_lane()
+-- first_lane is the lane whose turn comes first (lowest ready score, ties
+-- by name), of those with claimable jobs left and room.
+local function first_lane(lanes)
   local best
   for _, l in pairs(lanes) do
     if l.turn and not l.full and l.jobs[l.next] and
@@ -276,64 +268,74 @@ local function first_lane()
   return best
 end
 
--- Lanes in turn, one job each: after each claim the lane takes the
--- clock's next turn (fair.lua), and the clock moves to the turn taken. A
--- lane's jobs share their keys: when its next job does not fit, none of
--- its jobs does, and the lanes behind it are still served. Only Lua
--- state changes here; the writes follow, a few commands per batch.
-local clock = tonumber(redis.call('HGET', fair, 'clock') or '0')
-local clock_was = clock
-local takes = {}
-while #takes < want - #reclaimed do
-  local l = first_lane()
-  if not l then
-    break
-  end
-  local c = l.jobs[l.next]
-  local slots = ARGV[8 + 2 * n + c.i]
-  if slots == '1' then
-    takes[#takes + 1] = c
-    l.taken[#l.taken + 1] = c.id
-    l.next = l.next + 1
-    clock = math.max(clock, fair_start(l.turn))
-    l.start = clock + 1
-    l.turn = l.jobs[l.next] and l.start
-  else
-    l.full = true -- this claim serves the lane no further
-    if slots == '0' then
-      blocked[#blocked + 1] = l.name
+-- take chooses up to room jobs, lanes in turn, one job each: after each
+-- take the lane takes the clock's next turn (fair.lua), and the clock
+-- moves to the turn taken. A job is taken only if it holds a slot of
+-- every one of its keys (ARGV after the execution ids): a lane's jobs
+-- share their keys, so when its next job does not fit none does, and the
+-- lanes behind it are still served. Only Lua state changes here. It
+-- returns the jobs taken, the lanes left waiting for a full key, and the
+-- clock.
+local function take(lanes, room, clock)
+  local takes, blocked = {}, {}
+  while #takes < room do
+    local l = first_lane(lanes)
+    if not l then
+      break
+    end
+    local c = l.jobs[l.next]
+    local slots = ARGV[8 + 2 * n + c.i]
+    if slots == '1' then
+      takes[#takes + 1] = c
+      l.taken[#l.taken + 1] = c.id
+      l.next = l.next + 1
+      clock = math.max(clock, fair_start(l.turn))
+      l.start = clock + 1
+      l.turn = l.jobs[l.next] and l.start
+    else
+      l.full = true -- this claim serves the lane no further
+      if slots == '0' then
+        blocked[#blocked + 1] = l.name
+      end
     end
   end
+  return takes, blocked, clock
 end
 
--- The claimed jobs' executions, one HSET and one event each; their
--- leases, tokens and lanes in a few commands for the whole batch.
-if #takes > 0 then
+-- The reply: blocked, lost, expired, then 10 values per job handed out.
+local function hand_out(reply, c, token, attempt)
+  local f, k = c.f, #reply
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = c.id, f.exec_id, token, attempt, f.kind
+  reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9], reply[k + 10] = f.input, f.timeout_ms, f.tenant, f.trace, f.exec_trace
+end
+
+-- start claims the jobs taken: a new execution each (one move: one HSET
+-- and one event), their leases, tokens and lanes in a few commands for the
+-- whole batch. expires is the leases' expiry.
+local function start(takes, lanes, expires, reply)
   local token = redis.call('INCRBY', fence, #takes) - #takes
   local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
-    local exec_id = ARGV[8 + n + c.i]
     token = token + 1
-    local n_attempt = tonumber(c.f[2]) + 1
+    local n_attempt = tonumber(c.f.attempt) + 1
     local attempt = tostring(n_attempt)
-    if c.f[4] ~= '0' then
+    if c.f.max_wait_ms ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
     end
     lease_args[#lease_args + 1] = expires
     lease_args[#lease_args + 1] = c.id
-    local fields = {'attempt', attempt, 'token', int(token), 'exec_id', exec_id, 'exec_worker', worker,
-      'exec_attempt', attempt, 'exec_started_at', now_s, 'exec_heartbeat_at', now_s, 'exec_state', 'running'}
+    local fields = {'attempt', attempt, 'token', int(token), 'exec_id', ARGV[8 + n + c.i], 'exec_worker', worker,
+      'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running'}
     -- Fields still as the submit wrote them are left alone: the job's
     -- first start is kept, and a job that never ran has no end to clear.
-    if c.f[3] == '' then
-      fields[#fields + 1], fields[#fields + 2] = 'started_at', now_s
+    if c.f.started_at == '' then
+      fields[#fields + 1], fields[#fields + 2] = 'started_at', tx.now_s
     end
-    if c.f[8] ~= '' then
+    if c.f.exec_id ~= '' then
       fields[#fields + 1], fields[#fields + 2] = 'exec_finished_at', ''
     end
-    move(c.job, 'queued', 'running', unpack(fields))
-    event(c.events, 'running', attempt)
-    hand_out(c.id, exec_id, token, n_attempt, c.f)
+    move(tx, c, 'running', fields)
+    hand_out(reply, c, token, n_attempt)
   end
   redis.call('ZADD', leases, unpack(lease_args))
   if #waited > 0 then
@@ -346,16 +348,27 @@ if #takes > 0 then
   end
 end
 
-if #retiring > 0 then
-  redis.call('ZADD', retired, unpack(retiring))
+delete_retired(8 + 3 * n)
+local live, reclaimed, lost, expired = check()
+local lanes = lanes_of(waiting(live))
+
+-- now is truncated to the millisecond: round the expiry up, so the lease
+-- never ends before the owner's trust window (claim sent + ttl) does.
+local expires = int(now + 1 + ttl)
+local reply = {{}, lost, expired}
+for _, c in ipairs(reclaimed) do
+  redis.call('ZADD', leases, 'XX', expires, c.id)
+  hand_out(reply, c, tonumber(c.f.token), tonumber(c.f.attempt))
+end
+
+local clock_was = fair_clock(fair)
+local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was)
+reply[1] = blocked
+if #takes > 0 then
+  start(takes, lanes, expires, reply)
 end
 if clock ~= clock_was then
   redis.call('HSET', fair, 'clock', int(clock))
 end
-for state, delta in pairs(counts) do
-  if delta ~= 0 then
-    redis.call('HINCRBY', stats, state, delta)
-    count_finished(stats, now, state, delta)
-  end
-end
-return claimed
+settle(tx)
+return reply

@@ -1,4 +1,5 @@
--- Cancels a job: at once when it waits in its queue, by request when it runs.
+-- Cancels a job: at once when it waits in its queue (a move, transition.lua),
+-- by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] stats (and finished.lua's ring)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
@@ -12,35 +13,29 @@
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
-local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'attempt', 'concurrency_keys')
-local id, owner, state, requested, attempt = f[1], f[2], f[3], f[4], f[5]
+local j = job_reader({'id', 'tenant', 'cancel_requested', 'concurrency_keys'})(job, events)
+local f = j.f
+j.id = f.id -- the caller names the job by its key
 -- Another tenant's job is as absent as one that never existed.
-if not id or (tenant ~= '' and owner ~= tenant) then
+if not f.id or (tenant ~= '' and f.tenant ~= tenant) then
   return {'missing'}
 end
 
-if state == 'queued' or state == 'retrying' then
-  fair_remove(fair, ready, KEYS[8], f[6], id)
-  redis.call('ZREM', scheduled, id)
-  redis.call('ZREM', deadlines, id)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', job, 'state', 'cancelled', 'finished_at', now,
-    'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'}))
-  redis.call('HINCRBY', stats, state, -1)
-  redis.call('HINCRBY', stats, 'cancelled', 1)
-  count_finished(stats, now, 'cancelled', 1)
-  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-    'type', 'state', 'data', cjson.encode({state = 'cancelled', attempt = tonumber(attempt)}))
-  redis.call('ZADD', KEYS[9], string.format('%.0f', now + tonumber(retention_ms)), id)
+if f.state == 'queued' or f.state == 'retrying' then
+  fair_remove(fair, ready, KEYS[8], f.concurrency_keys, f.id)
+  redis.call('ZREM', scheduled, f.id)
+  redis.call('ZREM', deadlines, f.id)
+  local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen)
+  move(tx, j, 'cancelled', {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'})})
+  settle(tx)
   return {'cancelled', redis.call('HGETALL', job)}
 end
 
-if state == 'cancelled' or (state == 'running' and requested == '1') then
+if f.state == 'cancelled' or (f.state == 'running' and f.cancel_requested == '1') then
   return {'unchanged', redis.call('HGETALL', job)}
 end
 
-if state == 'running' then
+if f.state == 'running' then
   -- The owner (or the reaper, if the owner is gone) finishes it as cancelled.
   redis.call('HSET', job, 'cancel_requested', '1')
   return {'requested', redis.call('HGETALL', job)}

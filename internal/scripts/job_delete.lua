@@ -1,5 +1,5 @@
 -- Deletes an ended job of one queue: its record, its events, its index
--- entries and its retired entry, all at once. (Its id → queue lookup lives
+-- entries and its retired entry, all at once (forget, transition.lua). (Its id → queue lookup lives
 -- in another slot: the caller deletes it after this.)
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
 -- KEYS[5] all index
@@ -18,8 +18,5 @@ end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' then
   return {'live', redis.call('HGETALL', job)}
 end
-redis.call('DEL', job, events)
-redis.call('ZREM', retired, id)
-redis.call('ZREM', tenant_index, id)
-redis.call('ZREM', all_index, id)
+forget(retired, {id}, {job, events}, {{tenant_index, all_index}})
 return {'deleted'}

@@ -1,5 +1,6 @@
 -- Puts ended jobs of one queue back in it: each failed, cancelled or expired
--- job becomes queued again, with its id, events and last execution kept.
+-- job moves to queued (transition.lua), with its id, events and last
+-- execution kept.
 -- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats   KEYS[4] retired
 -- KEYS[5] deadlines
 -- KEYS[3 + 3i] job hash, KEYS[4 + 3i] events and KEYS[5 + 3i] lane
@@ -19,38 +20,34 @@
 local ready, fair, stats, retired, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
+local tx = transitions(stats, retired, now, nil, maxlen)
+local read = job_reader({'tenant', 'concurrency_keys', 'priority', 'max_wait_ms'})
 
 local out = {}
 for i = 1, #ARGV - 3 do
   local id = ARGV[3 + i]
-  local job, events, lane = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
-  local f = redis.call('HMGET', job, 'tenant', 'state', 'concurrency_keys', 'priority', 'max_wait_ms')
-  local owner, state = f[1], f[2]
+  local j = read(KEYS[3 + 3 * i], KEYS[4 + 3 * i], id)
+  local f = j.f
   local outcome
-  if not state or (tenant ~= '' and owner ~= tenant) then
+  if not f.state or (tenant ~= '' and f.tenant ~= tenant) then
     -- Another tenant's job is as absent as one that never existed.
     outcome = 'missing'
-  elseif state == 'failed' or state == 'cancelled' or state == 'expired' then
-    redis.call('HSET', job, 'state', 'queued', 'attempt', '0', 'cancel_requested', '0', 'finished_at', '')
-    redis.call('ZREM', retired, id)
-    fair_push(fair, ready, lane, f[3], id, f[4])
-    if tonumber(f[5]) > 0 then
-      redis.call('ZADD', deadlines, string.format('%.0f', now + tonumber(f[5])), id)
+  elseif f.state == 'failed' or f.state == 'cancelled' or f.state == 'expired' then
+    move(tx, j, 'queued', {'attempt', '0', 'cancel_requested', '0'})
+    fair_push(fair, ready, KEYS[5 + 3 * i], f.concurrency_keys, id, f.priority)
+    if tonumber(f.max_wait_ms) > 0 then
+      redis.call('ZADD', deadlines, int(now + tonumber(f.max_wait_ms)), id)
     end
-    redis.call('HINCRBY', stats, state, -1)
-    redis.call('HINCRBY', stats, 'queued', 1)
-    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
-      'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
     outcome = 'retried'
   else
-    outcome = state
+    outcome = f.state
   end
   if records and outcome ~= 'missing' then
-    out[i] = {outcome, redis.call('HGETALL', job)}
+    out[i] = {outcome, redis.call('HGETALL', j.key)}
   else
     out[i] = {outcome}
   end
 end
+settle(tx)
 return out

@@ -1,4 +1,4 @@
--- Creates a job, unless it already exists.
+-- Creates a job, unless it already exists: its first move (transition.lua).
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
@@ -27,21 +27,22 @@ if redis.call('EXISTS', job) == 1 then
   return {created, redis.call('HGETALL', job)}
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
+local tx = transitions(stats, nil, now, nil, ARGV[14])
 
 -- A small hash is a listpack that Redis searches from the front: the
 -- fields claims and finishes read or write come first, in about the order
 -- they are used, and those only due work, cancels and reads use come last.
-redis.call('HSET', job,
-  'state', 'queued', 'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '',
+-- The move writes state first. (The fields: transition.lua.)
+move(tx, {key = job, events = events, id = id, f = {}}, 'queued', {
+  'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '',
   'started_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7], 'kind', ARGV[4],
   'input', ARGV[8], 'timeout_ms', ARGV[10], 'tenant', ARGV[2], 'trace', ARGV[15], 'exec_trace', '',
   'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
   'exec_finished_at', '', 'result', '', 'error', '', 'finished_at', '',
   'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'id', id, 'queue', ARGV[3], 'created_at', now, 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16])
+  'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
+  'nonce', ARGV[16]})
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
@@ -55,8 +56,6 @@ end
 
 redis.call('ZADD', tenant_index, now, id)
 redis.call('ZADD', all_index, now, id)
-redis.call('HINCRBY', stats, 'queued', 1)
-redis.call('XADD', events, 'MAXLEN', '~', ARGV[14], '*',
-  'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
+settle(tx)
 
 return {1, redis.call('HGETALL', job)}

@@ -1,0 +1,166 @@
+-- The queue's data model and its one transition rule (Load prepends it,
+-- after finished.lua). Every script that changes a job's state does it
+-- with move; none writes state, the stats, a state event or the retired
+-- index itself.
+--
+-- The job hash, {q:Q}:job:<id>: one string per field, "" for none, times in
+-- unix ms of the Redis clock. Who writes each field (submit creates them
+-- all; move writes state and finished_at in every script):
+--
+--   field              holds                                   written by
+--   state              see MOVES                               move
+--   token              the latest execution's fencing token    submit ("0"), claim
+--   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
+--                                                              finish (-1 on a hand-off), retry ("0")
+--   exec_id            the latest execution's id               claim
+--   exec_state         running | succeeded | failed | timed_out | cancelled
+--                      | handed_off | lost                     claim, finish, reap
+--   exec_worker, exec_attempt, exec_started_at                 claim
+--   exec_heartbeat_at  its last renewal                        claim, heartbeat
+--   exec_finished_at                                           claim (""), finish, reap
+--   exec_trace         traceparent of the last finished
+--                      execution's span                        finish
+--   started_at         the job's first start                   claim (the first one)
+--   finished_at        when it became terminal                 move ("" when it leaves one)
+--   result             JSON, on success only                   finish
+--   error              JSON {code, message}: why it ended, or
+--                      the last attempt's error                finish, reap, expire, cancel
+--   cancel_requested   "1": a cancel asked it to stop          cancel (running), retry ("0")
+--   id, queue, tenant, kind, input, priority, max_attempts, concurrency_keys (the
+--   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
+--   created_at, nonce                                          submit only: they never change
+--
+-- (claim is execution_claim.lua, which also reaps lost executions, expires
+-- jobs at max_wait and promotes due ones; finish execution_finish.lua;
+-- heartbeat execution_heartbeat.lua; submit, cancel and retry job_*.lua.)
+-- result is written by the move to succeeded alone, and MOVES has no way
+-- out of succeeded: it is "" in every other state, before and after.
+--
+-- A move, in one step with the caller's other writes: the new state
+-- (checked against MOVES) and the caller's fields in one HSET, finished_at
+-- set on reaching a terminal state and cleared on leaving one, the stats
+-- hash's count per state (and finished.lua's per-minute ring), a state
+-- event on the job's stream, and the retired index: a terminal job joins
+-- {q:Q}:retired scored by the end of its retention, and leaves it when it
+-- is retried; forget takes a terminal job out of everything.
+
+-- MOVES[from][to]: every move a job may make. '' is a job not yet created.
+local MOVES = {
+  [''] = {queued = true},
+  queued = {running = true, cancelled = true, expired = true},
+  running = {succeeded = true, failed = true, cancelled = true, retrying = true, queued = true},
+  retrying = {queued = true, cancelled = true, expired = true},
+  failed = {queued = true},
+  cancelled = {queued = true},
+  expired = {queued = true},
+  succeeded = {},
+}
+local TERMINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
+
+-- Lua numbers would reach Redis as 14 significant digits: format integers.
+local function int(x) return string.format('%.0f', x) end
+
+-- redis_now is the Redis clock in ms.
+local function redis_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- job_reader returns a function that reads, in one HMGET, the fields a
+-- move needs and those of the lists given, into a job: {key, events, id,
+-- f = field -> value (false when missing)}; f.state is false when the job
+-- does not exist.
+local function job_reader(...)
+  local fields = {'state', 'attempt'}
+  for _, list in ipairs({...}) do
+    for _, name in ipairs(list) do
+      fields[#fields + 1] = name
+    end
+  end
+  return function(key, events, id)
+    local vals = redis.call('HMGET', key, unpack(fields))
+    local f = {}
+    for i = 1, #fields do
+      f[fields[i]] = vals[i]
+    end
+    return {key = key, events = events, id = id, f = f}
+  end
+end
+
+-- transitions starts the moves of one script: what they change in the
+-- queue's stats and retired index is written once, by settle.
+-- retention_ms is how long a job that turns terminal is kept (nil when
+-- none can); maxlen caps event streams.
+local function transitions(stats, retired, now, retention_ms, maxlen)
+  return {stats = stats, retired = retired, now = now, now_s = int(now),
+    retire_at = retention_ms and int(now + tonumber(retention_ms)),
+    maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
+end
+
+local function state_event(tx, j)
+  redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state',
+    'data', '{"state":"' .. j.f.state .. '","attempt":' .. j.f.attempt .. '}')
+end
+
+-- move moves job j (read by a job_reader) from its state to state to,
+-- writing fields (a flat list: name, value, ...) with it, and keeps j.f as
+-- the hash now is. A move MOVES does not list is a bug in the caller,
+-- which decided on it: it raises, before anything of j is written.
+local function move(tx, j, to, fields)
+  local from = j.f.state or ''
+  if not MOVES[from][to] then
+    error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
+  end
+  local args = {'state', to}
+  for i = 1, #(fields or {}), 2 do
+    args[#args + 1], args[#args + 2] = fields[i], fields[i + 1]
+    j.f[fields[i]] = fields[i + 1]
+  end
+  if TERMINAL[to] or TERMINAL[from] then
+    local at = TERMINAL[to] and tx.now_s or ''
+    args[#args + 1], args[#args + 2] = 'finished_at', at
+    j.f.finished_at = at
+  end
+  redis.call('HSET', j.key, unpack(args))
+  j.f.state = to
+  if from ~= '' then
+    tx.counts[from] = (tx.counts[from] or 0) - 1
+  end
+  tx.counts[to] = (tx.counts[to] or 0) + 1
+  if TERMINAL[to] then
+    tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
+  elseif TERMINAL[from] then
+    tx.unretiring[#tx.unretiring + 1] = j.id
+  end
+  state_event(tx, j)
+end
+
+-- forget deletes terminal jobs ids: their records and events (keys, a
+-- flat list), their listing entries (indexes[k]: the sorted sets that list
+-- ids[k]) and their entries in retired.
+local function forget(retired, ids, keys, indexes)
+  redis.call('DEL', unpack(keys))
+  redis.call('ZREM', retired, unpack(ids))
+  for k, id in ipairs(ids) do
+    for _, index in ipairs(indexes[k]) do
+      redis.call('ZREM', index, id)
+    end
+  end
+end
+
+-- settle writes what the moves of tx changed in the stats hash and the
+-- retired index: a few commands for the whole script.
+local function settle(tx)
+  for state, delta in pairs(tx.counts) do
+    if delta ~= 0 then
+      redis.call('HINCRBY', tx.stats, state, delta)
+      count_finished(tx.stats, tx.now, state, delta)
+    end
+  end
+  if #tx.retiring > 0 then
+    redis.call('ZADD', tx.retired, unpack(tx.retiring))
+  end
+  if #tx.unretiring > 0 then
+    redis.call('ZREM', tx.retired, unpack(tx.unretiring))
+  end
+end
