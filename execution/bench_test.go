@@ -521,7 +521,9 @@ for i = 3, #KEYS, 2 do
   redis.call('HSET', KEYS[i], 'state', 'running', 'attempt', '1', 'token', '1000000', 'exec_id',
     '0193a4f2-7c1e-7d2a-9b1e-0123456789ab', 'exec_worker', 'bench-worker', 'exec_attempt', '1',
     'exec_started_at', now, 'exec_heartbeat_at', now, 'exec_state', 'running', 'started_at', now)
-  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"running","attempt":1}')
+  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"running","attempt":1,"job":' ..
+    '{"token":"1000000","cancel_requested":"0","started_at":"' .. now .. '","exec_id":"0193a4f2-7c1e-7d2a-9b1e-0123456789ab",' ..
+    '"exec_worker":"bench-worker","exec_attempt":"1","exec_started_at":"' .. now .. '","exec_heartbeat_at":"' .. now .. '"}}')
   leases[#leases + 1], leases[#leases + 2] = now, ARGV[(i + 1) / 2]
 end
 return redis.call('ZADD', KEYS[1], unpack(leases))`)
@@ -532,7 +534,10 @@ local released, retired = {}, {}
 for i = 3, #KEYS, 2 do
   redis.call('HSET', KEYS[i], 'exec_state', 'succeeded', 'exec_finished_at', now, 'exec_trace', '',
     'result', 'null', 'error', '', 'state', 'succeeded', 'finished_at', now)
-  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"succeeded","attempt":1}')
+  redis.call('XADD', KEYS[i + 1], 'MAXLEN', '~', ARGV[1], '*', 'type', 'state', 'data', '{"state":"succeeded","attempt":1,"job":' ..
+    '{"token":"1000000","cancel_requested":"0","started_at":"' .. now .. '","exec_id":"0193a4f2-7c1e-7d2a-9b1e-0123456789ab",' ..
+    '"exec_worker":"bench-worker","exec_attempt":"1","exec_started_at":"' .. now .. '","exec_heartbeat_at":"' .. now .. '",' ..
+    '"exec_finished_at":"' .. now .. '","finished_at":"' .. now .. '"}}')
   released[#released + 1] = ARGV[(i + 1) / 2]
   retired[#retired + 1], retired[#retired + 2] = now, ARGV[(i + 1) / 2]
 end

@@ -155,42 +155,56 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 
 // ParseRecord builds a Job from the fields of its Redis hash (HGETALL). The
 // execution package reads the same hash, so this is the one place that knows
-// how each field is encoded.
+// how each field is encoded. (The fields, and who writes each:
+// internal/scripts/transition.lua.)
 func ParseRecord(h map[string]string) (Job, error) {
 	if h["id"] == "" {
 		return Job{}, fmt.Errorf("job: record has no id")
 	}
 	r := record{h: h}
 	j := Job{
-		ID:              h["id"],
-		Tenant:          h["tenant"],
-		Queue:           h["queue"],
-		Kind:            h["kind"],
-		State:           State(h["state"]),
-		Attempt:         int(r.int("attempt")),
-		MaxAttempts:     int(r.int("max_attempts")),
-		Priority:        int(r.int("priority")),
-		CreatedAt:       r.time("created_at"),
-		StartedAt:       r.optTime("started_at"),
-		FinishedAt:      r.optTime("finished_at"),
-		CancelRequested: h["cancel_requested"] == "1",
-		Result:          r.raw("result"),
-		Metadata:        r.raw("metadata"),
-		Input:           r.raw("input"),
-		Timeout:         time.Duration(r.int("timeout_ms")) * time.Millisecond,
-		MaxWait:         time.Duration(r.int("max_wait_ms")) * time.Millisecond,
-		OnBusy:          OnBusy(h["on_busy"]),
-		Trace:           telemetry.Decode(h["trace"]),
+		ID:          h["id"],
+		Tenant:      h["tenant"],
+		Queue:       h["queue"],
+		Kind:        h["kind"],
+		State:       State(h["state"]),
+		Attempt:     int(r.int("attempt")),
+		MaxAttempts: int(r.int("max_attempts")),
+		Priority:    int(r.int("priority")),
+		CreatedAt:   r.time("created_at"),
+		Result:      r.raw("result"),
+		Metadata:    r.raw("metadata"),
+		Input:       r.raw("input"),
+		Timeout:     time.Duration(r.int("timeout_ms")) * time.Millisecond,
+		MaxWait:     time.Duration(r.int("max_wait_ms")) * time.Millisecond,
+		OnBusy:      OnBusy(h["on_busy"]),
+		Trace:       telemetry.Decode(h["trace"]),
 	}
 	r.json("concurrency_keys", &j.ConcurrencyKeys)
-	if h["error"] != "" {
+	r.moved(&j)
+	if r.err != nil {
+		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)
+	}
+	return j, nil
+}
+
+// moved decodes into j the fields that moves change and that a state event
+// carries as they were (besides state and attempt): SHOWN in
+// internal/scripts/transition.lua.
+func (r *record) moved(j *Job) {
+	j.StartedAt = r.optTime("started_at")
+	j.FinishedAt = r.optTime("finished_at")
+	j.CancelRequested = r.h["cancel_requested"] == "1"
+	j.Error = nil
+	if r.h["error"] != "" {
 		j.Error = &Error{}
 		r.json("error", j.Error)
 	}
-	if h["exec_id"] != "" {
+	j.Execution = nil
+	if r.h["exec_id"] != "" {
 		j.Execution = &Execution{
-			ID:           h["exec_id"],
-			Worker:       h["exec_worker"],
+			ID:           r.h["exec_id"],
+			Worker:       r.h["exec_worker"],
 			FencingToken: fencing.Token(r.int("token")),
 			Attempt:      int(r.int("exec_attempt")),
 			StartedAt:    r.time("exec_started_at"),
@@ -198,8 +212,43 @@ func ParseRecord(h map[string]string) (Job, error) {
 			FinishedAt:   r.optTime("exec_finished_at"),
 		}
 	}
+}
+
+// stateData is a state event's data as the stream stores it.
+type stateData struct {
+	State   State `json:"state"`
+	Attempt int   `json:"attempt"`
+	// Job holds the fields record.moved reads, as they were at the move,
+	// those that were "" left out; nil in events written before state
+	// events carried them.
+	Job map[string]string `json:"job"`
+}
+
+// At returns the job as it was at its state event e, given j, the job as
+// it is now: e's state, attempt and the fields moves change, with the
+// fields that never change from j. result is j's for a succeeded job, and
+// none at any other state: only the move to succeeded writes it, and
+// nothing leaves succeeded. An event written before state events carried
+// their fields shows j in the event's state and attempt.
+func (j Job) At(e Event) (Job, error) {
+	var d stateData
+	if e.Type != "state" {
+		return Job{}, fmt.Errorf("job: event %s is a %s event, not a state event", e.ID, e.Type)
+	}
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, err)
+	}
+	j.State, j.Attempt = d.State, d.Attempt
+	if d.Job == nil {
+		return j, nil
+	}
+	if j.State != StateSucceeded {
+		j.Result = nil
+	}
+	r := record{h: d.Job}
+	r.moved(&j)
 	if r.err != nil {
-		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)
+		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, r.err)
 	}
 	return j, nil
 }

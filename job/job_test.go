@@ -83,3 +83,54 @@ func TestParseRecordAndJSON(t *testing.T) {
 		t.Error("an empty record parsed")
 	}
 }
+
+// A state event shows the job as it was at its move: the fields moves
+// change come from the event, the others from the job as it is now, and
+// result only at succeeded. An event written before state events carried
+// those fields shows the job now, in the event's state and attempt.
+func TestJobAtStateEvent(t *testing.T) {
+	t.Parallel()
+	now := job.Job{
+		ID: "0190b6a0-0000-7000-8000-000000000001", Tenant: "acme", Queue: "default", Kind: "llm.chat",
+		State: job.StateSucceeded, Attempt: 2, MaxAttempts: 3, Result: json.RawMessage(`{"ok":true}`),
+		Execution: &job.Execution{ID: "0190b6a0-0000-7000-8000-0000000000e2", Attempt: 2},
+		Error:     &job.Error{Code: job.CodeHandlerError, Message: "old"},
+	}
+	at := func(data string) job.Job {
+		t.Helper()
+		j, err := now.At(job.Event{ID: "1-0", Type: "state", Data: json.RawMessage(data)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	if j := at(`{"state":"queued","attempt":0,"job":{"token":"0","cancel_requested":"0"}}`); j.State != job.StateQueued ||
+		j.Attempt != 0 || j.Execution != nil || j.Error != nil || j.Result != nil || j.StartedAt != nil ||
+		j.ID != now.ID || j.MaxAttempts != 3 {
+		t.Errorf("queued: %+v", j)
+	}
+	j := at(`{"state":"retrying","attempt":1,"job":{"token":"7","cancel_requested":"0","started_at":"1795953600250",` +
+		`"error":"{\"code\":\"timeout\",\"message\":\"slow\"}","exec_id":"e1","exec_worker":"w-1","exec_attempt":"1",` +
+		`"exec_started_at":"1795953600250","exec_heartbeat_at":"1795953601005","exec_finished_at":"1795953601500"}}`)
+	if j.State != job.StateRetrying || j.Result != nil || j.Error.Code != job.CodeTimeout || j.FinishedAt != nil ||
+		j.Execution.ID != "e1" || j.Execution.FencingToken != 7 || j.Execution.FinishedAt == nil {
+		t.Errorf("retrying: %+v %+v", j, j.Execution)
+	}
+	if j := at(`{"state":"succeeded","attempt":2,"job":{"token":"8","cancel_requested":"0","exec_id":"e2",` +
+		`"exec_attempt":"2","exec_started_at":"1","exec_heartbeat_at":"1"}}`); string(j.Result) != `{"ok":true}` || j.Error != nil {
+		t.Errorf("succeeded: %+v", j)
+	}
+	if j := at(`{"state":"queued","attempt":0}`); j.State != job.StateQueued || j.Attempt != 0 ||
+		j.Execution != now.Execution || string(j.Result) != `{"ok":true}` {
+		t.Errorf("an event without fields: %+v", j)
+	}
+	for _, e := range []job.Event{
+		{ID: "1-0", Type: "progress", Data: json.RawMessage(`{}`)},
+		{ID: "1-0", Type: "state", Data: json.RawMessage(`[]`)},
+		{ID: "1-0", Type: "state", Data: json.RawMessage(`{"state":"running","attempt":1,"job":{"exec_id":"e1","exec_attempt":"x"}}`)},
+	} {
+		if _, err := now.At(e); err == nil {
+			t.Errorf("%s event %s was read", e.Type, e.Data)
+		}
+	}
+}

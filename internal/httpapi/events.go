@@ -102,9 +102,10 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 
 // send writes events, each flushed at once, and reports whether the
 // terminal state event was among them: the last state event, and terminal
-// (an earlier terminal one was followed by a retry). State events carry
-// the job object, read once for the batch, with the state and attempt of
-// the event.
+// (an earlier terminal one was followed by a retry). A state event carries
+// the job object as it was at its move (job.Job.At): the job is read once
+// for the batch, for the fields that never change, so a replay sends the
+// bytes the live stream sent.
 func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err error) {
 	var current *job.Job
 	last := lastState(events)
@@ -118,8 +119,10 @@ func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err 
 				}
 				current = &j
 			}
-			j := *current
-			j.State, j.Attempt = state.State, state.Attempt
+			j, err := current.At(e)
+			if err != nil {
+				return false, err
+			}
 			if data, err = json.Marshal(j); err != nil {
 				return false, err
 			}

@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -226,10 +228,98 @@ func TestEventsLiveAndResumed(t *testing.T) {
 			t.Errorf("after event %d: %v, want %v", i, got, want)
 		}
 	}
-	// A replayed old state event shows the current job in that event's state.
+	// A replayed old state event shows the job as it was then.
 	replayed := stateOf(t, f.openStream(acmeKey, id, "").rest()[0])
-	if replayed.State != job.StateQueued || replayed.Attempt != 0 || replayed.ID != id {
+	if replayed.State != job.StateQueued || replayed.Attempt != 0 || replayed.ID != id || replayed.Execution != nil {
 		t.Errorf("replayed first state %+v", replayed)
+	}
+}
+
+// A state event is the job as it was at that move, live and replayed
+// alike: a client that resumes with Last-Event-ID never sees a state that
+// did not exist, such as a queued job with the execution of a later
+// attempt.
+func TestReplayedStateEventsAreTheLiveOnes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.submit(acmeKey, `{"kind": "flaky", "max_attempts": 2}`).ID
+	s := f.openStream(acmeKey, id, "")
+	var live []sseEvent
+	expect := func(state job.State, attempt int) job.Job {
+		t.Helper()
+		e, ok := s.next()
+		if !ok {
+			t.Fatalf("the stream ended; want %s", state)
+		}
+		live = append(live, e)
+		j := stateOf(t, e)
+		if j.State != state || j.Attempt != attempt {
+			t.Fatalf("live event %s, want %s at attempt %d", e.data, state, attempt)
+		}
+		return j
+	}
+	// The first event comes before any worker runs: live, the job is queued.
+	if j := expect(job.StateQueued, 0); j.Execution != nil || j.StartedAt != nil {
+		t.Errorf("the first queued event has an execution or a start: %+v", j)
+	}
+
+	// Each attempt hands the test the channel of its outcome, and waits.
+	attempts := make(chan chan error)
+	f.startWorker(map[string]execution.Handler{"flaky": func(ctx context.Context, _ *execution.Execution) (any, error) {
+		outcome := make(chan error)
+		select {
+		case attempts <- outcome:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		select {
+		case err := <-outcome:
+			return map[string]int{"n": 2}, err
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}}, func(c *execution.Config) { c.Backoff = func(int) time.Duration { return 10 * time.Millisecond } })
+	first := <-attempts
+	running := expect(job.StateRunning, 1)
+	first <- errors.New("upstream said 500")
+	if j := expect(job.StateRetrying, 1); j.Error == nil || j.Execution == nil || j.Execution.FinishedAt == nil ||
+		j.Execution.ID != running.Execution.ID || j.FinishedAt != nil {
+		t.Errorf("retrying %+v", j)
+	}
+	expect(job.StateQueued, 1)
+	second := <-attempts
+	if j := expect(job.StateRunning, 2); j.Execution == nil || j.Execution.Attempt != 2 || j.Execution.FinishedAt != nil ||
+		j.Error == nil || !j.StartedAt.Equal(*running.StartedAt) {
+		t.Errorf("second running %+v", j)
+	}
+	second <- nil
+	if j := expect(job.StateSucceeded, 2); string(j.Result) != `{"n":2}` || j.Error != nil || j.FinishedAt == nil {
+		t.Errorf("succeeded %+v", j)
+	}
+	if e, ok := s.next(); ok {
+		t.Fatalf("an event after the terminal state: %+v", e)
+	}
+
+	// A replay from the start, and one after each event, send the bytes
+	// the live stream sent.
+	for i := -1; i < len(live); i++ {
+		after := ""
+		if i >= 0 {
+			after = live[i].id
+		}
+		got := f.openStream(acmeKey, id, after).rest()
+		if len(got) != len(live)-i-1 {
+			t.Fatalf("after %q: %d events, want %d", after, len(got), len(live)-i-1)
+		}
+		for k, e := range got {
+			if want := live[i+1+k]; e != want {
+				t.Errorf("after %q: replayed\n%+v\nlive\n%+v", after, e, want)
+			}
+		}
+	}
+	// The last event is the job as it stands.
+	if body := f.get(acmeKey, "/v1/jobs/"+id).body; string(bytes.TrimSpace(body)) != live[len(live)-1].data {
+		t.Errorf("the job %s\nits last state event %s", body, live[len(live)-1].data)
 	}
 }
 

@@ -57,6 +57,16 @@ local MOVES = {
 }
 local TERMINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
 
+-- SHOWN are the fields the API shows that moves change, besides state and
+-- attempt. Each state event carries them as they were at its move (a
+-- snapshot), so that a replay shows the job as it was then, not as it is
+-- now: the API takes the fields that never change from the hash, and
+-- result, which only succeeded has (see above), from the hash of a
+-- succeeded job. exec_heartbeat_at changes between moves too; an event
+-- holds the last one before it.
+local SHOWN = {'started_at', 'finished_at', 'cancel_requested', 'error', 'token', 'exec_id',
+  'exec_worker', 'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
+
 -- Lua numbers would reach Redis as 14 significant digits: format integers.
 local function int(x) return string.format('%.0f', x) end
 
@@ -67,14 +77,17 @@ local function redis_now()
 end
 
 -- job_reader returns a function that reads, in one HMGET, the fields a
--- move needs and those of the lists given, into a job: {key, events, id,
--- f = field -> value (false when missing)}; f.state is false when the job
--- does not exist.
+-- move needs (state, attempt, SHOWN) and those of the lists given, into a
+-- job: {key, events, id, f = field -> value (false when missing)}; f.state
+-- is false when the job does not exist.
 local function job_reader(...)
-  local fields = {'state', 'attempt'}
-  for _, list in ipairs({...}) do
+  local fields, seen = {}, {}
+  for _, list in ipairs({{'state', 'attempt'}, SHOWN, ...}) do
     for _, name in ipairs(list) do
-      fields[#fields + 1] = name
+      if not seen[name] then
+        seen[name] = true
+        fields[#fields + 1] = name
+      end
     end
   end
   return function(key, events, id)
@@ -97,9 +110,18 @@ local function transitions(stats, retired, now, retention_ms, maxlen)
     maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
 end
 
+-- state_event appends j's state event: {"state", "attempt", "job": the
+-- SHOWN fields as they are now, those that are "" left out}.
 local function state_event(tx, j)
+  local shown = {}
+  for _, name in ipairs(SHOWN) do
+    local v = j.f[name]
+    if v and v ~= '' then
+      shown[name] = v
+    end
+  end
   redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state',
-    'data', '{"state":"' .. j.f.state .. '","attempt":' .. j.f.attempt .. '}')
+    'data', cjson.encode({state = j.f.state, attempt = tonumber(j.f.attempt), job = shown}))
 end
 
 -- move moves job j (read by a job_reader) from its state to state to,
@@ -108,7 +130,7 @@ end
 -- which decided on it: it raises, before anything of j is written.
 local function move(tx, j, to, fields)
   local from = j.f.state or ''
-  if not MOVES[from][to] then
+  if not (MOVES[from] and MOVES[from][to]) then
     error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
   end
   local args = {'state', to}
