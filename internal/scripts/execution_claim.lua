@@ -62,12 +62,15 @@ local now = redis_now()
 -- now once (tx.now_s), and each job's attempt and token once.
 local tx = transitions(stats, retired, now, retention, maxlen)
 
--- What a claim needs of each candidate; those with due work also read what
--- their moves depend on. One HMGET each.
+-- What a claim needs of each candidate, with the SHOWN fields
+-- (transition.lua) the claim's move does not write; those with due work
+-- also read what their moves depend on, and the execution's fields they
+-- keep. One HMGET each.
 local CLAIM_FIELDS = {'token', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id',
-  'concurrency_keys', 'tenant', 'trace', 'exec_trace'}
+  'concurrency_keys', 'tenant', 'trace', 'exec_trace', 'error', 'cancel_requested'}
 local read_ready = job_reader(CLAIM_FIELDS)
-local read_due = job_reader(CLAIM_FIELDS, {'max_attempts', 'cancel_requested', 'priority'})
+local read_due = job_reader(CLAIM_FIELDS, {'max_attempts', 'priority', 'exec_worker', 'exec_attempt',
+  'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'})
 
 local function fail(code, message)
   return cjson.encode({code = code, message = message})
@@ -325,14 +328,11 @@ local function start(takes, lanes, expires, reply)
     lease_args[#lease_args + 1] = expires
     lease_args[#lease_args + 1] = c.id
     local fields = {'attempt', attempt, 'token', int(token), 'exec_id', ARGV[8 + n + c.i], 'exec_worker', worker,
-      'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running'}
-    -- Fields still as the submit wrote them are left alone: the job's
-    -- first start is kept, and a job that never ran has no end to clear.
+      'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running',
+      'exec_finished_at', ''}
+    -- The job's first start is kept.
     if c.f.started_at == '' then
       fields[#fields + 1], fields[#fields + 2] = 'started_at', tx.now_s
-    end
-    if c.f.exec_id ~= '' then
-      fields[#fields + 1], fields[#fields + 2] = 'exec_finished_at', ''
     end
     move(tx, c, 'running', fields)
     hand_out(reply, c, token, n_attempt)

@@ -24,9 +24,11 @@ local leases, ready, scheduled, fair, stats, retired = KEYS[1], KEYS[2], KEYS[3]
 local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local tx = transitions(stats, retired, redis_now(), retention, maxlen)
--- What the owner's check, the cancel a success yields to, and a failure's
--- next state depend on: one read.
-local read = job_reader({'token', 'exec_state', 'cancel_requested', 'max_attempts', 'priority', 'concurrency_keys'})
+-- What the owner's check and the cancel a success yields to depend on,
+-- and the SHOWN fields (transition.lua) the move does not write: one read.
+-- A failure or a hand-off reads what its next state depends on below.
+local read = job_reader({'token', 'exec_state', 'cancel_requested', 'started_at', 'error', 'exec_id',
+  'exec_worker', 'exec_attempt', 'exec_started_at', 'exec_heartbeat_at'})
 
 -- released holds the ids whose leases end: removed once per batch.
 local out, released = {}, {}
@@ -63,10 +65,11 @@ for i = 1, n do
       -- A graceful shutdown does not spend the attempt; the job is ready again now.
       next = 'queued'
       fields[#fields + 1], fields[#fields + 2] = 'attempt', tostring(tonumber(attempt_s) - 1)
-      fair_push(fair, ready, KEYS[6 + 3 * i], f.concurrency_keys, id, tonumber(f.priority))
+      local g = redis.call('HMGET', j.key, 'priority', 'concurrency_keys')
+      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
     else
       fields[#fields + 1], fields[#fields + 2] = 'error', err
-      if retryable and tonumber(attempt_s) < tonumber(f.max_attempts) then
+      if retryable and tonumber(attempt_s) < tonumber(redis.call('HGET', j.key, 'max_attempts')) then
         next = 'retrying'
         redis.call('ZADD', scheduled, int(tx.now + tonumber(backoff)), id)
       else

@@ -13,7 +13,7 @@
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
-local j = job_reader({'id', 'tenant', 'cancel_requested', 'concurrency_keys'})(job, events)
+local j = job_reader({'id', 'tenant', 'cancel_requested', 'concurrency_keys'}, SHOWN)(job, events)
 local f = j.f
 j.id = f.id -- the caller names the job by its key
 -- Another tenant's job is as absent as one that never existed.

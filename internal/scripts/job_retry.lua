@@ -22,7 +22,7 @@ local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
 
 local now = redis_now()
 local tx = transitions(stats, retired, now, nil, maxlen)
-local read = job_reader({'tenant', 'concurrency_keys', 'priority', 'max_wait_ms'})
+local read = job_reader({'tenant', 'concurrency_keys', 'priority', 'max_wait_ms'}, SHOWN)
 
 local out = {}
 for i = 1, #ARGV - 3 do

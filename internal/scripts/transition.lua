@@ -76,13 +76,14 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- job_reader returns a function that reads, in one HMGET, the fields a
--- move needs (state, attempt, SHOWN) and those of the lists given, into a
--- job: {key, events, id, f = field -> value (false when missing)}; f.state
--- is false when the job does not exist.
+-- job_reader returns a function that reads, in one HMGET, state, attempt
+-- and the fields of the lists given, into a job: {key, events, id, f =
+-- field -> value (false when missing)}; f.state is false when the job does
+-- not exist. Each field costs the read a scan of the hash: a caller reads
+-- the SHOWN fields its moves do not write, and what it decides on.
 local function job_reader(...)
   local fields, seen = {}, {}
-  for _, list in ipairs({{'state', 'attempt'}, SHOWN, ...}) do
+  for _, list in ipairs({{'state', 'attempt'}, ...}) do
     for _, name in ipairs(list) do
       if not seen[name] then
         seen[name] = true
@@ -111,12 +112,16 @@ local function transitions(stats, retired, now, retention_ms, maxlen)
 end
 
 -- state_event appends j's state event: {"state", "attempt", "job": the
--- SHOWN fields as they are now, those that are "" left out}.
+-- SHOWN fields as they are now, those that are "" left out}. A SHOWN field
+-- its script neither read nor wrote is a bug in the script: it raises.
 local function state_event(tx, j)
   local shown = {}
   for _, name in ipairs(SHOWN) do
     local v = j.f[name]
-    if v and v ~= '' then
+    if v == nil then
+      error('transition: job ' .. j.id .. ' moved without reading or writing ' .. name)
+    end
+    if v ~= false and v ~= '' then
       shown[name] = v
     end
   end
@@ -125,25 +130,24 @@ local function state_event(tx, j)
 end
 
 -- move moves job j (read by a job_reader) from its state to state to,
--- writing fields (a flat list: name, value, ...) with it, and keeps j.f as
--- the hash now is. A move MOVES does not list is a bug in the caller,
+-- writing fields (a flat list: name, value, ...; move adds to it) with it,
+-- and keeps j.f as the hash now is. A move MOVES does not list is a bug in the caller,
 -- which decided on it: it raises, before anything of j is written.
 local function move(tx, j, to, fields)
   local from = j.f.state or ''
   if not (MOVES[from] and MOVES[from][to]) then
     error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
   end
-  local args = {'state', to}
-  for i = 1, #(fields or {}), 2 do
-    args[#args + 1], args[#args + 2] = fields[i], fields[i + 1]
+  fields = fields or {}
+  if TERMINAL[to] or TERMINAL[from] then
+    fields[#fields + 1], fields[#fields + 2] = 'finished_at', TERMINAL[to] and tx.now_s or ''
+  elseif from ~= '' then
+    j.f.finished_at = '' -- a job that has not ended has none: no need to read it
+  end
+  for i = 1, #fields, 2 do
     j.f[fields[i]] = fields[i + 1]
   end
-  if TERMINAL[to] or TERMINAL[from] then
-    local at = TERMINAL[to] and tx.now_s or ''
-    args[#args + 1], args[#args + 2] = 'finished_at', at
-    j.f.finished_at = at
-  end
-  redis.call('HSET', j.key, unpack(args))
+  redis.call('HSET', j.key, 'state', to, unpack(fields))
   j.f.state = to
   if from ~= '' then
     tx.counts[from] = (tx.counts[from] or 0) - 1
