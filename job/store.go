@@ -108,9 +108,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
-		submit:    scripts.Load("job_submit.lua", "fair.lua"),
-		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "finished.lua"),
-		retry:     scripts.Load("job_retry.lua", "fair.lua"),
+		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua"),
+		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua"),
 		delete:    scripts.Load("job_delete.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
@@ -405,18 +405,33 @@ func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.stats(ctx, queues)
+	return s.stats(ctx, queues, "")
 }
 
-// stats reads the counts of queues and whether each is paused, in one
-// round trip.
-func (s *Store) stats(ctx context.Context, queues []string) ([]QueueStats, error) {
+// TenantStats is Stats of tenant's jobs alone: every queue, with the
+// counts of tenant's jobs in it. The scripts that move a job count it in
+// its queue's stats hash for its tenant too, in the same step.
+func (s *Store) TenantStats(ctx context.Context, tenant string) ([]QueueStats, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	queues, err := s.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.stats(ctx, queues, tenant)
+}
+
+// stats reads the counts of queues, of tenant's jobs ("" = of all jobs),
+// and whether each is paused, in one round trip.
+func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]QueueStats, error) {
+	fields := countedFields(tenant)
 	cmds := make([]*redis.SliceCmd, len(queues))
 	var paused *redis.StringSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		paused = p.SMembers(ctx, s.keys.PausedQueues())
 		for i, q := range queues {
-			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), string(StateQueued), string(StateRunning), string(StateRetrying))
+			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
 		}
 		return nil
 	}); err != nil {
@@ -424,18 +439,45 @@ func (s *Store) stats(ctx context.Context, queues []string) ([]QueueStats, error
 	}
 	stats := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		var n [3]int64
-		for k, v := range cmds[i].Val() {
-			if v != nil {
-				var err error
-				if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
-					return nil, fmt.Errorf("job: stats of %s: %w", q, err)
-				}
-			}
+		n, err := parseCounts(cmds[i])
+		if err != nil {
+			return nil, fmt.Errorf("job: stats of %s: %w", q, err)
 		}
 		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Paused: slices.Contains(paused.Val(), q)}
 	}
 	return stats, nil
+}
+
+// countedFields names the stats hash fields that count the jobs queued,
+// running and retrying, of tenant ("" = of every tenant), as
+// internal/scripts/stats.lua writes them: a tenant's are <state>/<tenant>
+// (a tenant name has no '/').
+func countedFields(tenant string) []string {
+	fields := []string{string(StateQueued), string(StateRunning), string(StateRetrying)}
+	if tenant != "" {
+		for i := range fields {
+			fields[i] += "/" + tenant
+		}
+	}
+	return fields
+}
+
+// parseCounts reads the reply of an HMGET of countedFields; a field never
+// written counts 0.
+func parseCounts(cmd *redis.SliceCmd) ([3]int64, error) {
+	var n [3]int64
+	vals, err := cmd.Result()
+	if err != nil {
+		return n, err
+	}
+	for k, v := range vals {
+		if v != nil {
+			if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // queues returns the names of every queue that has received a job, sorted.

@@ -1,6 +1,6 @@
 -- Creates a job, unless it already exists.
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
+-- KEYS[5] fair (fair.lua)   KEYS[6] stats (stats.lua)   KEYS[7] events   KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
@@ -55,7 +55,9 @@ end
 
 redis.call('ZADD', tenant_index, now, id)
 redis.call('ZADD', all_index, now, id)
-redis.call('HINCRBY', stats, 'queued', 1)
+local counts = {}
+count(counts, ARGV[2], 'queued', 1)
+write_counts(stats, counts)
 redis.call('XADD', events, 'MAXLEN', '~', ARGV[14], '*',
   'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
 
