@@ -346,11 +346,18 @@ type queueList struct {
 	Queues []job.QueueStats `json:"queues"`
 }
 
-// GET /v1/queues
-func (s *server) listQueues(w http.ResponseWriter, r *http.Request, _ caller) {
+// GET /v1/queues: a tenant sees the counts of its own jobs, the admin
+// everyone's.
+func (s *server) listQueues(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	stats, err := s.store.Stats(ctx)
+	var stats []job.QueueStats
+	var err error
+	if c.admin {
+		stats, err = s.store.Stats(ctx)
+	} else {
+		stats, err = s.store.TenantStats(ctx, c.tenant)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
