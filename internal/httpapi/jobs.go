@@ -51,7 +51,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	j, created, err := s.store.Submit(ctx, c.tenant, sub, idemKey)
+	j, created, err := s.store.SubmitWithin(ctx, c.tenant, sub, idemKey, job.Cap{Max: s.tenantCap, Queues: s.queues})
 	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
 		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
 	}

@@ -26,3 +26,10 @@ local function write_counts(stats, counts)
     end
   end
 end
+
+-- unended returns how many of tenant's jobs in the queue of stats have not
+-- ended.
+local function unended(stats, tenant)
+  local n = redis.call('HMGET', stats, 'queued/' .. tenant, 'running/' .. tenant, 'retrying/' .. tenant)
+  return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0)
+end
