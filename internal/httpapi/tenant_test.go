@@ -47,7 +47,10 @@ func TestQueuesShowEachTenantItsOwnJobs(t *testing.T) {
 			return nil, execution.RetryAfter(errors.New("not yet"), time.Hour)
 		},
 		"echo": func(_ context.Context, e *execution.Execution) (any, error) { return e.Input, nil },
-	}, func(c *execution.Config) { c.Queues = []string{"batch", "gpu"} })
+	}, func(c *execution.Config) {
+		c.Queues = []string{"batch", "gpu"}
+		c.ShutdownGrace = 50 * time.Millisecond // the blocked handlers end at the test's end
+	})
 
 	jobs := map[string][]struct {
 		body  string
