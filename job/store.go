@@ -545,6 +545,13 @@ func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]Qu
 		if err != nil {
 			return nil, fmt.Errorf("job: stats of %s: %w", q, err)
 		}
+		if tenant != "" {
+			// A job submitted before tenants were counted takes one off
+			// its tenant's count when it moves: below 0 means none left.
+			for k := range n {
+				n[k] = max(n[k], 0)
+			}
+		}
 		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Paused: slices.Contains(paused.Val(), q)}
 	}
 	return stats, nil
