@@ -3,7 +3,7 @@
 -- releases its execution lease, all in one step. (The caller releases the slots of its
 -- concurrency keys, which live in the keys' own slots.)
 -- KEYS[1] leases   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] fair (fair.lua)
--- KEYS[5] stats    KEYS[6] retired
+-- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] retired
 -- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
 -- (fair.lua) of execution i (1..n)
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN

@@ -1,7 +1,7 @@
 -- Cancels a job: at once when it waits in its queue (a move, transition.lua),
 -- by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] stats (and finished.lua's ring)   KEYS[6] events   KEYS[7] fair
+-- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)

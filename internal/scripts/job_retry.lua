@@ -1,7 +1,7 @@
 -- Puts ended jobs of one queue back in it: each failed, cancelled or expired
 -- job moves to queued (transition.lua), with its id, events and last
 -- execution kept.
--- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats   KEYS[4] retired
+-- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats (stats.lua)   KEYS[4] retired
 -- KEYS[5] deadlines
 -- KEYS[3 + 3i] job hash, KEYS[4 + 3i] events and KEYS[5 + 3i] lane
 -- (fair.lua) of job i (1..n)

@@ -1,5 +1,5 @@
 -- The queue's data model and its one transition rule (Load prepends it,
--- after finished.lua). Every script that changes a job's state does it
+-- after stats.lua and finished.lua). Every script that changes a job's state does it
 -- with move; none writes state, the stats, a state event or the retired
 -- index itself.
 --
@@ -39,7 +39,8 @@
 -- A move, in one step with the caller's other writes: the new state
 -- (checked against MOVES) and the caller's fields in one HSET, finished_at
 -- set on reaching a terminal state and cleared on leaving one, the stats
--- hash's count per state (and finished.lua's per-minute ring), a state
+-- hash's counts per state and per tenant (stats.lua; and finished.lua's
+-- per-minute ring), a state
 -- event on the job's stream, and the retired index: a terminal job joins
 -- {q:Q}:retired scored by the end of its retention, and leaves it when it
 -- is retried; forget takes a terminal job out of everything.
@@ -76,14 +77,14 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- job_reader returns a function that reads, in one HMGET, state, attempt
--- and the fields of the lists given, into a job: {key, events, id, f =
+-- job_reader returns a function that reads, in one HMGET, state, attempt,
+-- tenant (whose counts a move keeps) and the fields of the lists given, into a job: {key, events, id, f =
 -- field -> value (false when missing)}; f.state is false when the job does
 -- not exist. Each field costs the read a scan of the hash: a caller reads
 -- the SHOWN fields its moves do not write, and what it decides on.
 local function job_reader(...)
   local fields, seen = {}, {}
-  for _, list in ipairs({{'state', 'attempt'}, ...}) do
+  for _, list in ipairs({{'state', 'attempt', 'tenant'}, ...}) do
     for _, name in ipairs(list) do
       if not seen[name] then
         seen[name] = true
@@ -150,9 +151,9 @@ local function move(tx, j, to, fields)
   redis.call('HSET', j.key, 'state', to, unpack(fields))
   j.f.state = to
   if from ~= '' then
-    tx.counts[from] = (tx.counts[from] or 0) - 1
+    count(tx.counts, j.f.tenant, from, -1)
   end
-  tx.counts[to] = (tx.counts[to] or 0) + 1
+  count(tx.counts, j.f.tenant, to, 1)
   if TERMINAL[to] then
     tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
   elseif TERMINAL[from] then
@@ -177,11 +178,9 @@ end
 -- settle writes what the moves of tx changed in the stats hash and the
 -- retired index: a few commands for the whole script.
 local function settle(tx)
+  write_counts(tx.stats, tx.counts)
   for state, delta in pairs(tx.counts) do
-    if delta ~= 0 then
-      redis.call('HINCRBY', tx.stats, state, delta)
-      count_finished(tx.stats, tx.now, state, delta)
-    end
+    count_finished(tx.stats, tx.now, state, delta) -- the ended states only
   end
   if #tx.retiring > 0 then
     redis.call('ZADD', tx.retired, unpack(tx.retiring))
