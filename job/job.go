@@ -219,10 +219,16 @@ type stateData struct {
 	State   State `json:"state"`
 	Attempt int   `json:"attempt"`
 	// Job holds the fields record.moved reads, as they were at the move,
-	// those that were "" left out; nil in events written before state
-	// events carried them.
-	Job map[string]string `json:"job"`
+	// in eventFields' order ("" for none); nil in events written before
+	// state events carried them.
+	Job []string `json:"job"`
 }
+
+// eventFields name the values of a state event's job array: SHOWN in
+// internal/scripts/transition.lua, in its order. (An array: a table keyed
+// by name cost the move that writes it about as much as the rest of it.)
+var eventFields = []string{"started_at", "finished_at", "cancel_requested", "error", "token", "exec_id",
+	"exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at", "exec_finished_at"}
 
 // At returns the job as it was at its state event e, given j, the job as
 // it is now: e's state, attempt and the fields moves change, with the
@@ -245,7 +251,13 @@ func (j Job) At(e Event) (Job, error) {
 	if j.State != StateSucceeded {
 		j.Result = nil
 	}
-	r := record{h: d.Job}
+	if len(d.Job) != len(eventFields) {
+		return Job{}, fmt.Errorf("job: state event %s: %d fields, want %d", e.ID, len(d.Job), len(eventFields))
+	}
+	r := record{h: make(map[string]string, len(eventFields))}
+	for k, name := range eventFields {
+		r.h[name] = d.Job[k]
+	}
 	r.moved(&j)
 	if r.err != nil {
 		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, r.err)

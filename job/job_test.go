@@ -104,20 +104,18 @@ func TestJobAtStateEvent(t *testing.T) {
 		}
 		return j
 	}
-	if j := at(`{"state":"queued","attempt":0,"job":{"token":"0","cancel_requested":"0"}}`); j.State != job.StateQueued ||
+	if j := at(`{"state":"queued","attempt":0,"job":["","","0","","0","","","","","",""]}`); j.State != job.StateQueued ||
 		j.Attempt != 0 || j.Execution != nil || j.Error != nil || j.Result != nil || j.StartedAt != nil ||
 		j.ID != now.ID || j.MaxAttempts != 3 {
 		t.Errorf("queued: %+v", j)
 	}
-	j := at(`{"state":"retrying","attempt":1,"job":{"token":"7","cancel_requested":"0","started_at":"1795953600250",` +
-		`"error":"{\"code\":\"timeout\",\"message\":\"slow\"}","exec_id":"e1","exec_worker":"w-1","exec_attempt":"1",` +
-		`"exec_started_at":"1795953600250","exec_heartbeat_at":"1795953601005","exec_finished_at":"1795953601500"}}`)
+	j := at(`{"state":"retrying","attempt":1,"job":["1795953600250","","0","{\"code\":\"timeout\",\"message\":\"slow\"}",` +
+		`"7","e1","w-1","1","1795953600250","1795953601005","1795953601500"]}`)
 	if j.State != job.StateRetrying || j.Result != nil || j.Error.Code != job.CodeTimeout || j.FinishedAt != nil ||
 		j.Execution.ID != "e1" || j.Execution.FencingToken != 7 || j.Execution.FinishedAt == nil {
 		t.Errorf("retrying: %+v %+v", j, j.Execution)
 	}
-	if j := at(`{"state":"succeeded","attempt":2,"job":{"token":"8","cancel_requested":"0","exec_id":"e2",` +
-		`"exec_attempt":"2","exec_started_at":"1","exec_heartbeat_at":"1"}}`); string(j.Result) != `{"ok":true}` || j.Error != nil {
+	if j := at(`{"state":"succeeded","attempt":2,"job":["","","0","","8","e2","","2","1","1",""]}`); string(j.Result) != `{"ok":true}` || j.Error != nil {
 		t.Errorf("succeeded: %+v", j)
 	}
 	if j := at(`{"state":"queued","attempt":0}`); j.State != job.StateQueued || j.Attempt != 0 ||
@@ -127,7 +125,8 @@ func TestJobAtStateEvent(t *testing.T) {
 	for _, e := range []job.Event{
 		{ID: "1-0", Type: "progress", Data: json.RawMessage(`{}`)},
 		{ID: "1-0", Type: "state", Data: json.RawMessage(`[]`)},
-		{ID: "1-0", Type: "state", Data: json.RawMessage(`{"state":"running","attempt":1,"job":{"exec_id":"e1","exec_attempt":"x"}}`)},
+		{ID: "1-0", Type: "state", Data: json.RawMessage(`{"state":"running","attempt":1,"job":["","","0","","1","e1","","x","1","1",""]}`)},
+		{ID: "1-0", Type: "state", Data: json.RawMessage(`{"state":"running","attempt":1,"job":["","","0"]}`)},
 	} {
 		if _, err := now.At(e); err == nil {
 			t.Errorf("%s event %s was read", e.Type, e.Data)

@@ -42,16 +42,17 @@ local now = redis_now()
 local tx = transitions(stats, nil, now, nil, ARGV[14])
 
 -- A small hash is a listpack that Redis searches from the front: the
--- fields claims and finishes read or write come first, in about the order
--- they are used, and those only due work, cancels and reads use come last.
+-- fields claims and finishes read come first (each field HMGET reads costs
+-- a scan up to it: what both read, then the execution's fields a finish's
+-- event carries, then what only claims read), then those only written, and
+-- those only due work, cancels and reads use come last.
 -- The move writes state first. (The fields: transition.lua.)
 move(tx, {key = job, events = events, id = id, f = {}}, 'queued', {
-  'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '',
-  'started_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7], 'kind', ARGV[4],
-  'input', ARGV[8], 'timeout_ms', ARGV[10], 'tenant', ARGV[2], 'trace', ARGV[15], 'exec_trace', '',
-  'exec_worker', '', 'exec_attempt', '', 'exec_started_at', '', 'exec_heartbeat_at', '',
-  'exec_finished_at', '', 'result', '', 'error', '', 'finished_at', '',
-  'cancel_requested', '0', 'max_attempts', ARGV[6], 'priority', ARGV[5],
+  'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
+  'started_at', '', 'error', '', 'tenant', ARGV[2], 'exec_worker', '', 'exec_attempt', '',
+  'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7],
+  'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
+  'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
   'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
   'nonce', ARGV[16]})
 
