@@ -65,11 +65,12 @@ local tx = transitions(stats, retired, now, retention, maxlen)
 -- What a claim needs of each candidate, with the SHOWN fields
 -- (transition.lua) the claim's move does not write; those with due work
 -- also read what their moves depend on, and the execution's fields they
--- keep. One HMGET each.
-local CLAIM_FIELDS = {'token', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id',
+-- keep, and token (the claim's move writes it; a reclaimed job, rare,
+-- reads it apart). One HMGET each.
+local CLAIM_FIELDS = {'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id',
   'concurrency_keys', 'tenant', 'trace', 'exec_trace', 'error', 'cancel_requested'}
 local read_ready = job_reader(CLAIM_FIELDS)
-local read_due = job_reader(CLAIM_FIELDS, {'max_attempts', 'priority', 'exec_worker', 'exec_attempt',
+local read_due = job_reader(CLAIM_FIELDS, {'token', 'max_attempts', 'priority', 'exec_worker', 'exec_attempt',
   'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'})
 
 local function fail(code, message)
@@ -358,7 +359,7 @@ local expires = int(now + 1 + ttl)
 local reply = {{}, lost, expired}
 for _, c in ipairs(reclaimed) do
   redis.call('ZADD', leases, 'XX', expires, c.id)
-  hand_out(reply, c, tonumber(c.f.token), tonumber(c.f.attempt))
+  hand_out(reply, c, tonumber(redis.call('HGET', c.key, 'token')), tonumber(c.f.attempt))
 end
 
 local clock_was = fair_clock(fair)

@@ -26,9 +26,11 @@ local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local tx = transitions(stats, retired, redis_now(), retention, maxlen)
 -- What the owner's check and the cancel a success yields to depend on,
 -- and the SHOWN fields (transition.lua) the move does not write: one read.
--- A failure or a hand-off reads what its next state depends on below.
-local read = job_reader({'token', 'exec_state', 'cancel_requested', 'started_at', 'error', 'exec_id',
-  'exec_worker', 'exec_attempt', 'exec_started_at', 'exec_heartbeat_at'})
+-- A failure or a hand-off reads what its next state depends on below, and
+-- a hand-off the error it keeps (every other move writes one). A running
+-- job's exec_attempt is its attempt: the claim writes both.
+local read = job_reader({'token', 'exec_state', 'cancel_requested', 'started_at', 'exec_id',
+  'exec_worker', 'exec_started_at', 'exec_heartbeat_at'})
 
 -- released holds the ids whose leases end: removed once per batch.
 local out, released = {}, {}
@@ -48,6 +50,7 @@ for i = 1, n do
     out[i] = ''
   else
     released[#released + 1] = id
+    f.exec_attempt = f.attempt
 
     -- Every field changes in the move's one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', tx.now_s, 'exec_trace', trace}
@@ -65,7 +68,8 @@ for i = 1, n do
       -- A graceful shutdown does not spend the attempt; the job is ready again now.
       next = 'queued'
       fields[#fields + 1], fields[#fields + 2] = 'attempt', tostring(tonumber(attempt_s) - 1)
-      local g = redis.call('HMGET', j.key, 'priority', 'concurrency_keys')
+      local g = redis.call('HMGET', j.key, 'priority', 'concurrency_keys', 'error')
+      f.error = g[3]
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
     else
       fields[#fields + 1], fields[#fields + 2] = 'error', err
