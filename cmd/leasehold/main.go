@@ -33,6 +33,7 @@ import (
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/kinds/remote"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
 )
 
@@ -120,6 +121,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with, besides loopback, which the dev mode allows")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
+	handlers := fs.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -127,6 +129,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	remotes, err := remote.ParseHandlers(*handlers)
+	if err != nil {
+		return err
 	}
 	notifyAllow.Loopback = true
 	log := cli.Logger(stderr)
@@ -205,6 +211,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		g.Add(cli.Serve(ctx, fake, fakellm.New(fakellm.Config{Tokens: 40, Delay: 100 * time.Millisecond}), log))
 	}
 	kinds.Register(worker, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, llm)
+	remote.Register(worker, remotes, remote.Config{Logger: log})
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 )
 
 // TestDevModeSmoke builds the dev binary, starts it as `make run` does,
-// runs an echo job through the API and stops it as Ctrl-C does, with
+// runs an echo job and a remote handler's job through the API and stops it as Ctrl-C does, with
 // SIGINT to its whole process group — with a redis-server child and with
 // the in-process stand-in. The stop is quiet and clean: exit 0, no WARN or
 // ERROR line after the signal, and the redis-server child, which Ctrl-C
@@ -35,6 +36,15 @@ func TestDevModeSmoke(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	// A remote handler (LEASEHOLD_HANDLERS): the kind "shout" answers its
+	// input's text in capitals.
+	shout := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Text string }
+		json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"text": strings.ToUpper(in.Text)})
+	}))
+	t.Cleanup(shout.Close)
 	for _, mode := range []string{"redis-server", "memory"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -49,6 +59,7 @@ func TestDevModeSmoke(t *testing.T) {
 			}
 			data := args[6]
 			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "LEASEHOLD_HANDLERS=shout="+shout.URL)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground group
 			var stderr testenv.Buffer
 			cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
@@ -84,33 +95,38 @@ func TestDevModeSmoke(t *testing.T) {
 			}
 			resp.Body.Close()
 
-			req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"echo","input":{"n":7}}`))
-			req.Header.Set("Authorization", "Bearer "+key)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err = client.Do(req)
-			if err != nil || resp.StatusCode != http.StatusCreated {
-				t.Fatalf("submit: %v %v", resp, err)
-			}
 			var j struct{ ID, State string }
-			json.NewDecoder(resp.Body).Decode(&j)
-			resp.Body.Close()
-			resp, err = get("/v1/jobs/" + j.ID + "?wait=30s")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var done struct {
-				State  string
-				Result json.RawMessage
-			}
-			json.NewDecoder(resp.Body).Decode(&done)
-			resp.Body.Close()
-			if done.State != "succeeded" || string(done.Result) != `{"n":7}` {
-				t.Fatalf("job ended %s with %s", done.State, done.Result)
+			for body, want := range map[string]string{
+				`{"kind":"echo","input":{"n":7}}`:           `{"n":7}`,
+				`{"kind":"shout","input":{"text":"hello"}}`: `{"text":"HELLO"}`,
+			} {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err = client.Do(req)
+				if err != nil || resp.StatusCode != http.StatusCreated {
+					t.Fatalf("submit %s: %v %v", body, resp, err)
+				}
+				json.NewDecoder(resp.Body).Decode(&j)
+				resp.Body.Close()
+				resp, err = get("/v1/jobs/" + j.ID + "?wait=30s")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var done struct {
+					State  string
+					Result json.RawMessage
+				}
+				json.NewDecoder(resp.Body).Decode(&done)
+				resp.Body.Close()
+				if done.State != "succeeded" || strings.TrimSpace(string(done.Result)) != want {
+					t.Fatalf("job %s ended %s with %s, want %s", body, done.State, done.Result, want)
+				}
 			}
 
 			// A job runs when Ctrl-C comes: the worker finishes it during
 			// its shutdown, which needs Redis until the end.
-			req, _ = http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"sleep","input":{"duration":"2s","tick":"1s"}}`))
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"sleep","input":{"duration":"2s","tick":"1s"}}`))
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
