@@ -221,7 +221,12 @@ func TestRetriedExecutionIsNotFinishedWhileItRuns(t *testing.T) {
 	f := newFixture(t)
 	release := make(chan struct{})
 	retryAtOnce := func(int) time.Duration { return 10 * time.Millisecond }
-	f.startWorker(t, execution.Config{Backoff: retryAtOnce}, map[string]execution.Handler{
+	// The second attempt must run until the test has read it. Under the
+	// fixture's 500 ms TTL, a claim slowed by a loaded machine left it
+	// little trust, it ended as lost before the test could see it run, and
+	// the test waited for it in vain; 5 s covers such a claim.
+	cfg := execution.Config{Backoff: retryAtOnce, LeaseTTL: 5 * time.Second}
+	f.startWorker(t, cfg, map[string]execution.Handler{
 		"flaky": func(ctx context.Context, e *execution.Execution) (any, error) {
 			if e.Attempt() == 1 {
 				return nil, errors.New("first attempt fails")
