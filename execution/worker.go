@@ -614,10 +614,11 @@ func (w *Worker) finisher(ctx context.Context) {
 }
 
 // heartbeats renews every running execution's lease each interval, one
-// round trip per queue, until ctx is done. The queues' heartbeats run side
-// by side: each may wait on Redis for up to a TTL (see heartbeat), and a
-// queue on a slow or unreachable Cluster node must not hold back those
-// of queues on others.
+// round trip per queue, until ctx is done. The queues' heartbeats of an
+// interval run side by side: each may wait on Redis for up to a TTL (see
+// heartbeat), and one waiting on a slow Cluster node must not delay the
+// sending of the others'. (The next interval's wait for it: the queues'
+// executions renewed in this one stay trusted for a TTL after their send.)
 func (w *Worker) heartbeats(ctx context.Context) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
