@@ -21,9 +21,9 @@ import (
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua", "finished.lua")
+	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
-	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "finished.lua")
+	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
 )
 

@@ -58,8 +58,10 @@
 //	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
 //	                      they expire unless started: created_at + delay +
 //	                      max_wait (a delay does not eat into max_wait)
-//	{q:Q}:stats           hash: number of jobs per state name, and the
-//	                      ring of jobs ended per minute (finished.lua)
+//	{q:Q}:stats           hash: number of jobs per state name, of each
+//	                      tenant's not ended per <state>/<tenant>
+//	                      (stats.lua), and the ring of jobs ended per
+//	                      minute (finished.lua)
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
 //	                      output, log), capped at about EventsMaxLen
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
@@ -72,7 +74,8 @@
 //	{idem:<t>}:<key>      string: what tenant t's Idempotency-Key stands for
 //
 // Every script that changes a job's state does, in the same step: the
-// compare-and-set on the state, HINCRBY of stats (-1 old state, +1 new), an
+// compare-and-set on the state, HINCRBY of stats (-1 old state, +1 new,
+// for all tenants and, while not ended, for the job's tenant), an
 // XADD of a state event {"state", "attempt"}, and, when the new state is
 // terminal, a ZADD to {q:Q}:retired scored by the end of its retention
 // (Config.Retention, DefaultRetention by default). So queue counts are exact

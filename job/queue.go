@@ -47,7 +47,7 @@ func (s *Store) Pause(ctx context.Context, queue string, paused bool) (QueueStat
 	}); err != nil {
 		return QueueStats{}, fmt.Errorf("job: pause %s: %w", queue, err)
 	}
-	stats, err := s.stats(ctx, []string{queue})
+	stats, err := s.stats(ctx, []string{queue}, "")
 	if err != nil {
 		return QueueStats{}, err
 	}

@@ -46,7 +46,7 @@ func TestRetry(t *testing.T) {
 				if got.State != job.StateQueued || got.Attempt != 0 || got.CancelRequested || got.FinishedAt != nil || got.ID != j.ID {
 					t.Errorf("retried job: %+v", got)
 				}
-				if want := bump(statsBefore, string(end), -1, "queued", +1); !mapsEqual(fx.stats(t, q), want) {
+				if want := bump(statsBefore, string(end), -1, "queued", +1, "queued/acme", +1); !mapsEqual(fx.stats(t, q), want) {
 					t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 				}
 				if err := fx.rdb.ZScore(ctx, fx.keys.QueueRetired(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
@@ -74,7 +74,7 @@ func TestRetry(t *testing.T) {
 				if !errors.Is(err, job.ErrNotRetryable) || again.State != job.StateQueued {
 					t.Errorf("second retry: %+v, %v", again, err)
 				}
-				if want := bump(statsBefore, string(end), -1, "queued", +1); !mapsEqual(fx.stats(t, q), want) {
+				if want := bump(statsBefore, string(end), -1, "queued", +1, "queued/acme", +1); !mapsEqual(fx.stats(t, q), want) {
 					t.Errorf("stats after a refused retry %v, want %v", fx.stats(t, q), want)
 				}
 				fx.rdb.ZRem(ctx, fx.keys.QueueLane(q, `["tenant:acme"]`), j.ID) // out of the next subtests' way

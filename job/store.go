@@ -37,6 +37,8 @@ var (
 	ErrBadCursor = errors.New("job: bad cursor")
 	// ErrBusy is wrapped by *BusyError.
 	ErrBusy = errors.New("job: a concurrency key is full")
+	// ErrOverCap is wrapped by *CapError.
+	ErrOverCap = errors.New("job: tenant over its cap of jobs not ended")
 	// ErrNotRetryable: only a failed, cancelled or expired job can be
 	// retried. Retry returns the job with it.
 	ErrNotRetryable = errors.New("job: only a failed, cancelled or expired job can be retried")
@@ -108,9 +110,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
-		submit:    scripts.Load("job_submit.lua", "fair.lua"),
-		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "finished.lua"),
-		retry:     scripts.Load("job_retry.lua", "fair.lua"),
+		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua"),
+		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua"),
 		delete:    scripts.Load("job_delete.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
@@ -140,6 +142,29 @@ func (e *BusyError) Error() string {
 
 func (e *BusyError) Unwrap() error { return ErrBusy }
 
+// Cap bounds how many of one tenant's jobs may be not ended (queued,
+// running or retrying) at once, over some queues.
+type Cap struct {
+	// Max is the most jobs not ended a tenant may have; 0 = no cap.
+	Max int64
+	// Queues are the queues whose jobs count; the submission's own queue
+	// counts whether named or not.
+	Queues []string
+}
+
+// CapError refuses a submission that would take its tenant past Cap.Max
+// jobs not ended. Nothing a client can see was stored.
+type CapError struct {
+	Jobs int64 // the tenant's jobs not ended, as counted
+	Max  int64
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("job: tenant has %d jobs not ended, the cap is %d", e.Jobs, e.Max)
+}
+
+func (e *CapError) Unwrap() error { return ErrOverCap }
+
 // idempotencyRecord is what an Idempotency-Key stands for.
 type idempotencyRecord struct {
 	Job   string `json:"job"`
@@ -152,6 +177,20 @@ type idempotencyRecord struct {
 // one created, with created false. Invalid input returns a
 // *ValidationError and writes nothing.
 func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemKey string) (j Job, created bool, err error) {
+	return s.SubmitWithin(ctx, tenant, sub, idemKey, Cap{})
+}
+
+// SubmitWithin is Submit under limit, a cap on tenant's jobs not ended: a
+// new job that would take the tenant to more than limit.Max is refused
+// with a *CapError. A replay of an idempotent request is answered with the
+// job it created, whatever the count.
+//
+// The job's own queue is counted atomically with its creation, so
+// concurrent submissions to one queue never pass the cap. The other
+// queues live in other Redis Cluster slots: their counts are read in one
+// round trip before, so concurrent submissions to different queues may
+// pass it by as many as are in flight at once.
+func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission, idemKey string, limit Cap) (j Job, created bool, err error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return Job{}, false, err
 	}
@@ -162,6 +201,21 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 	n, err := sub.normalize(tenant)
 	if err != nil {
 		return Job{}, false, err
+	}
+	room := "" // how many of the tenant's jobs not ended its queue may hold; "" = no cap
+	var others int64
+	if limit.Max > 0 {
+		own, elsewhere, replay, err := s.unended(ctx, tenant, n.Queue, idemKey, limit.Queues)
+		if err != nil {
+			return Job{}, false, err
+		}
+		// Over the cap already: refused before anything is written. A
+		// request whose key has a record may be a replay, which the
+		// script answers with its job before it counts.
+		if own+elsewhere >= limit.Max && !replay {
+			return Job{}, false, &CapError{Jobs: own + elsewhere, Max: limit.Max}
+		}
+		others, room = elsewhere, strconv.FormatInt(limit.Max-elsewhere, 10)
 	}
 	fresh := uuid.Must(uuid.NewV7()).String()
 	id := fresh
@@ -199,27 +253,75 @@ func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemK
 		// go-redis resends a script whose reply it lost; the nonce lets
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
+		room,
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {
 		if err := s.room(ctx, n.ConcurrencyKeys); err != nil {
-			if idemKey == "" {
-				// Nobody else knows this id: drop its lookup, so a refusal
-				// leaves nothing behind. (An idempotency record keeps its id,
-				// which a retry that finds room creates.)
-				if derr := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); derr != nil {
-					return Job{}, false, fmt.Errorf("job: submit %s: drop lookup: %w", id, derr)
-				}
-			}
-			return Job{}, false, err
+			return Job{}, false, s.refuse(ctx, id, idemKey, err)
 		}
 	}
 	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: submit %s: %w", id, err)
 	}
+	if len(res) != 2 {
+		return Job{}, false, fmt.Errorf("job: submit %s: %d values in the reply, want 2", id, len(res))
+	}
+	if res[0] == int64(-1) {
+		own, _ := res[1].(int64)
+		return Job{}, false, s.refuse(ctx, id, idemKey, &CapError{Jobs: others + own, Max: limit.Max})
+	}
 	j, err = parseReply(res[1])
 	return j, res[0] == int64(1), err
+}
+
+// refuse returns err, the refusal of the new job id, after dropping the
+// lookup written for it when no idempotency key stands for it: nobody
+// else knows the id, so a refusal leaves nothing behind. (An idempotency
+// record keeps its id, which a retry that finds room creates.)
+func (s *Store) refuse(ctx context.Context, id, idemKey string, err error) error {
+	if idemKey == "" {
+		if derr := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); derr != nil {
+			return fmt.Errorf("job: submit %s: drop lookup: %w", id, derr)
+		}
+	}
+	return err
+}
+
+// unended reads, in one round trip, how many of tenant's jobs have not
+// ended in queue (own) and in the other queues of queues (elsewhere), and
+// whether idemKey ("" = none) has a record for tenant: then the request
+// may be a replay, which is answered whatever the count.
+func (s *Store) unended(ctx context.Context, tenant, queue, idemKey string, queues []string) (own, elsewhere int64, replay bool, err error) {
+	fields := countedFields(tenant)
+	counts := map[string]*redis.SliceCmd{}
+	var record *redis.IntCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range append([]string{queue}, queues...) {
+			if counts[q] == nil {
+				counts[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			}
+		}
+		if idemKey != "" {
+			record = p.Exists(ctx, s.keys.Idempotency(tenant, idemKey))
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, false, fmt.Errorf("job: count jobs not ended: %w", err)
+	}
+	for q, cmd := range counts {
+		n, err := parseCounts(cmd)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
+		}
+		if q == queue {
+			own = n[0] + n[1] + n[2]
+		} else {
+			elsewhere += n[0] + n[1] + n[2]
+		}
+	}
+	return own, elsewhere, record != nil && record.Val() > 0, nil
 }
 
 // room returns a *BusyError when one of keys has a limit and no free slot
@@ -405,18 +507,33 @@ func (s *Store) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.stats(ctx, queues)
+	return s.stats(ctx, queues, "")
 }
 
-// stats reads the counts of queues and whether each is paused, in one
-// round trip.
-func (s *Store) stats(ctx context.Context, queues []string) ([]QueueStats, error) {
+// TenantStats is Stats of tenant's jobs alone: every queue, with the
+// counts of tenant's jobs in it. The scripts that move a job count it in
+// its queue's stats hash for its tenant too, in the same step.
+func (s *Store) TenantStats(ctx context.Context, tenant string) ([]QueueStats, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	queues, err := s.queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.stats(ctx, queues, tenant)
+}
+
+// stats reads the counts of queues, of tenant's jobs ("" = of all jobs),
+// and whether each is paused, in one round trip.
+func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]QueueStats, error) {
+	fields := countedFields(tenant)
 	cmds := make([]*redis.SliceCmd, len(queues))
 	var paused *redis.StringSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		paused = p.SMembers(ctx, s.keys.PausedQueues())
 		for i, q := range queues {
-			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), string(StateQueued), string(StateRunning), string(StateRetrying))
+			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
 		}
 		return nil
 	}); err != nil {
@@ -424,18 +541,45 @@ func (s *Store) stats(ctx context.Context, queues []string) ([]QueueStats, error
 	}
 	stats := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		var n [3]int64
-		for k, v := range cmds[i].Val() {
-			if v != nil {
-				var err error
-				if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
-					return nil, fmt.Errorf("job: stats of %s: %w", q, err)
-				}
-			}
+		n, err := parseCounts(cmds[i])
+		if err != nil {
+			return nil, fmt.Errorf("job: stats of %s: %w", q, err)
 		}
 		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Paused: slices.Contains(paused.Val(), q)}
 	}
 	return stats, nil
+}
+
+// countedFields names the stats hash fields that count the jobs queued,
+// running and retrying, of tenant ("" = of every tenant), as
+// internal/scripts/stats.lua writes them: a tenant's are <state>/<tenant>
+// (a tenant name has no '/').
+func countedFields(tenant string) []string {
+	fields := []string{string(StateQueued), string(StateRunning), string(StateRetrying)}
+	if tenant != "" {
+		for i := range fields {
+			fields[i] += "/" + tenant
+		}
+	}
+	return fields
+}
+
+// parseCounts reads the reply of an HMGET of countedFields; a field never
+// written counts 0.
+func parseCounts(cmd *redis.SliceCmd) ([3]int64, error) {
+	var n [3]int64
+	vals, err := cmd.Result()
+	if err != nil {
+		return n, err
+	}
+	for k, v := range vals {
+		if v != nil {
+			if n[k], err = strconv.ParseInt(v.(string), 10, 64); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // queues returns the names of every queue that has received a job, sorted.

@@ -217,7 +217,7 @@ func TestDelayedJobIsScheduled(t *testing.T) {
 		if n := fx.rdb.ZCard(ctx, fx.keys.QueueDeadlines(q)).Val(); n != 2 {
 			t.Errorf("a job without max_wait got a deadline")
 		}
-		if got := fx.stats(t, q); got["queued"] != "3" || len(got) != 1 {
+		if got := fx.stats(t, q); got["queued"] != "3" || got["queued/acme"] != "3" || len(got) != 2 {
 			t.Errorf("stats %v", got)
 		}
 	})
@@ -404,7 +404,7 @@ func TestCancel(t *testing.T) {
 					t.Errorf("still in %s: %v", name, err)
 				}
 			}
-			if want := bump(statsBefore, "queued", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "queued", -1, "queued/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 			}
 			// Retention: the job is retired, to be deleted 48h after it ended.
@@ -420,7 +420,7 @@ func TestCancel(t *testing.T) {
 			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 2 {
 				t.Errorf("%d events, want queued and cancelled", n)
 			}
-			if want := bump(statsBefore, "queued", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "queued", -1, "queued/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats after a second cancel %v, want %v", fx.stats(t, q), want)
 			}
 		})
@@ -447,7 +447,7 @@ func TestCancel(t *testing.T) {
 			if err := fx.rdb.ZScore(ctx, fx.keys.QueueScheduled(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
 				t.Errorf("still scheduled: %v", err)
 			}
-			if want := bump(statsBefore, "retrying", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "retrying", -1, "retrying/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 			}
 		})
@@ -498,14 +498,19 @@ func TestCancel(t *testing.T) {
 }
 
 // setState moves j from one state to another the way the execution
-// package's scripts do: the field and the stats together.
+// package's scripts do: the field and the stats together, a state not
+// ended counted for the job's tenant too.
 func (fx fixture) setState(t testing.TB, j job.Job, from, to job.State) {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := fx.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, fx.keys.Job(j.Queue, j.ID), "state", string(to))
-		p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(from), -1)
-		p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(to), 1)
+		for state, delta := range map[job.State]int64{from: -1, to: 1} {
+			p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(state), delta)
+			if !state.Terminal() {
+				p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(state)+"/"+j.Tenant, delta)
+			}
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	j, created, err := s.store.Submit(ctx, c.tenant, sub, idemKey)
+	j, created, err := s.store.SubmitWithin(ctx, c.tenant, sub, idemKey, job.Cap{Max: s.tenantCap, Queues: s.queues})
 	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
 		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
 	}
@@ -346,11 +346,18 @@ type queueList struct {
 	Queues []job.QueueStats `json:"queues"`
 }
 
-// GET /v1/queues
-func (s *server) listQueues(w http.ResponseWriter, r *http.Request, _ caller) {
+// GET /v1/queues: a tenant sees the counts of its own jobs, the admin
+// everyone's.
+func (s *server) listQueues(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	stats, err := s.store.Stats(ctx)
+	var stats []job.QueueStats
+	var err error
+	if c.admin {
+		stats, err = s.store.Stats(ctx)
+	} else {
+		stats, err = s.store.TenantStats(ctx, c.tenant)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

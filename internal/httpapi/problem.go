@@ -25,6 +25,11 @@ const retryAfter = 2
 // seconds: streams and waits last long, so a client should not spin.
 const streamRetryAfter = 5
 
+// capRetryAfter is the Retry-After of a 429 for a tenant at its cap of
+// jobs not ended, in seconds: jobs end in their own time, which the API
+// cannot tell, so a client should not spin.
+const capRetryAfter = 5
+
 // problem is an RFC 9457 problem detail, the body of every error. Type is
 // always about:blank, so Title is the status's own phrase; Errors lists
 // the fields at fault (empty when no field is).
@@ -114,6 +119,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var invalid *job.ValidationError
 	var tooLarge *http.MaxBytesError
 	var busy *job.BusyError
+	var capped *job.CapError
 	switch {
 	case errors.Is(err, errUnsupportedMedia):
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
@@ -139,6 +145,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
 			job.FieldError{Field: "concurrency_keys", Message: busy.Key + " is full"})
+	case errors.As(err, &capped):
+		w.Header().Set("Retry-After", strconv.Itoa(capRetryAfter))
+		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("tenant has %d jobs not ended, the cap is %d; retry once some have ended", capped.Jobs, capped.Max))
 	case errors.Is(err, errTooManyStreams):
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")

@@ -91,6 +91,12 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
+	// TenantMaxJobs caps each tenant's jobs not ended (queued, running or
+	// retrying), summed over Queues; default 0: no cap. A submission over
+	// it is answered 429 with Retry-After; an idempotent replay is still
+	// answered with its job. Concurrent submissions to different queues may
+	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).
+	TenantMaxJobs int64
 	// NotifyAllow says where a sleep job's notify_url may point; a job
 	// whose notify_url it does not allow is refused (400). Default nowhere.
 	NotifyAllow kinds.NotifyAllow
@@ -144,6 +150,7 @@ type server struct {
 	maxBody      int64
 	notifyAllow  kinds.NotifyAllow
 	queues       []string
+	tenantCap    int64
 	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -159,8 +166,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0:
-		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout, KeepAlive or MaxStreams")
+	case cfg.MaxBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0:
+		return nil, errors.New("httpapi: negative MaxBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams or TenantMaxJobs")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -175,6 +182,7 @@ func New(cfg Config) (http.Handler, error) {
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		notifyAllow:  cfg.NotifyAllow,
 		queues:       cfg.Queues,
+		tenantCap:    cfg.TenantMaxJobs,
 		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),

@@ -376,21 +376,3 @@ func (l listBody) ids() []string {
 	}
 	return ids
 }
-
-func TestQueues(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	if body := string(bytes.TrimSpace(f.get(acmeKey, "/v1/queues").body)); body != `{"queues":[]}` {
-		t.Errorf("no queues: %s", body)
-	}
-	f.submit(acmeKey, `{"kind": "echo"}`)
-	f.submit(globexKey, `{"kind": "echo"}`)
-	f.submit(acmeKey, `{"kind": "echo", "queue": "batch"}`)
-	got := decode[struct {
-		Queues []job.QueueStats `json:"queues"`
-	}](t, f.get(globexKey, "/v1/queues"))
-	want := []job.QueueStats{{Name: "batch", Queued: 1}, {Name: "default", Queued: 2}}
-	if !slices.Equal(got.Queues, want) {
-		t.Errorf("queues %+v, want %+v", got.Queues, want)
-	}
-}

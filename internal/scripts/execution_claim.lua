@@ -3,7 +3,7 @@
 -- lanes at the head of the ready set (fair.lua), lanes taking turns. Every
 -- candidate is checked again here: one another worker took since is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
--- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats
+-- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats (stats.lua, finished.lua)
 -- KEYS[8] retired
 -- KEYS[6 + 3i] job hash, KEYS[7 + 3i] events and KEYS[8 + 3i] lane
 -- (fair.lua) of candidate i (1..n)
@@ -67,10 +67,10 @@ end
 
 -- Per-state counts change once per script, not once per job.
 local counts = {}
-local function move(job, from, to, ...)
+local function move(job, tenant, from, to, ...)
   redis.call('HSET', job, 'state', to, ...)
-  counts[from] = (counts[from] or 0) - 1
-  counts[to] = (counts[to] or 0) + 1
+  count(counts, tenant, from, -1)
+  count(counts, tenant, to, 1)
 end
 
 -- Terminal jobs join the retired set once per script, not once per job.
@@ -152,7 +152,7 @@ for i = 1, n do
             next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
             redis.call('ZADD', scheduled, int(now + backoff), id)
           end
-          move(job, state, next, 'error', err, 'exec_state', 'lost', 'exec_finished_at', int(now))
+          move(job, f[10], state, next, 'error', err, 'exec_state', 'lost', 'exec_finished_at', int(now))
           if next ~= 'retrying' then
             redis.call('HSET', job, 'finished_at', int(now))
             retire(id)
@@ -170,7 +170,7 @@ for i = 1, n do
         fair_remove(fair, ready, lane, f[9], id)
         redis.call('ZREM', scheduled, id)
         redis.call('ZREM', deadlines, id)
-        move(job, state, 'expired', 'finished_at', int(now),
+        move(job, f[10], state, 'expired', 'finished_at', int(now),
           'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting'))
         retire(id)
         state = 'expired'
@@ -183,7 +183,7 @@ for i = 1, n do
         redis.call('ZREM', scheduled, id)
         fair_push(fair, ready, lane, f[9], id, priority)
         if state == 'retrying' then
-          move(job, state, 'queued')
+          move(job, f[10], state, 'queued')
           state = 'queued'
           event(events, state, attempt)
         end
@@ -331,7 +331,7 @@ if #takes > 0 then
     if c.f[8] ~= '' then
       fields[#fields + 1], fields[#fields + 2] = 'exec_finished_at', ''
     end
-    move(c.job, 'queued', 'running', unpack(fields))
+    move(c.job, c.f[10], 'queued', 'running', unpack(fields))
     event(c.events, 'running', attempt)
     hand_out(c.id, exec_id, token, n_attempt, c.f)
   end
@@ -352,10 +352,8 @@ end
 if clock ~= clock_was then
   redis.call('HSET', fair, 'clock', int(clock))
 end
+write_counts(stats, counts)
 for state, delta in pairs(counts) do
-  if delta ~= 0 then
-    redis.call('HINCRBY', stats, state, delta)
-    count_finished(stats, now, state, delta)
-  end
+  count_finished(stats, now, state, delta) -- the ended states only
 end
 return claimed

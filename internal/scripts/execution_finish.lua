@@ -3,7 +3,7 @@
 -- lease, all in one step. (The caller releases the slots of its
 -- concurrency keys, which live in the keys' own slots.)
 -- KEYS[1] leases   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] fair (fair.lua)
--- KEYS[5] stats    KEYS[6] retired
+-- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] retired
 -- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
 -- (fair.lua) of execution i (1..n)
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
@@ -42,7 +42,7 @@ for i = 1, n do
 
   -- Only the owner's check (and the cancel a success yields to) is read
   -- here; a failure reads what its next state depends on below.
-  local f = redis.call('HMGET', job, 'token', 'state', 'exec_state', 'cancel_requested')
+  local f = redis.call('HMGET', job, 'token', 'state', 'exec_state', 'cancel_requested', 'tenant')
   if f[1] == token and f[2] ~= 'running' and f[3] == outcome then
     out[i] = f[2] -- a retry whose first run was written (its reply was lost)
   elseif f[1] ~= token or f[2] ~= 'running' then
@@ -88,8 +88,8 @@ for i = 1, n do
       fields[#fields + 1], fields[#fields + 2] = 'finished_at', now_s
     end
     redis.call('HSET', job, unpack(fields))
-    counts[next] = (counts[next] or 0) + 1
-    counts.running = (counts.running or 0) - 1
+    count(counts, f[5], next, 1)
+    count(counts, f[5], 'running', -1)
     if terminal then
       retiring[#retiring + 1] = retire_at
       retiring[#retiring + 1] = id
@@ -103,9 +103,9 @@ end
 if #released > 0 then
   redis.call('ZREM', leases, unpack(released))
 end
+write_counts(stats, counts)
 for state, delta in pairs(counts) do
-  redis.call('HINCRBY', stats, state, delta)
-  count_finished(stats, now, state, delta)
+  count_finished(stats, now, state, delta) -- the ended states only
 end
 if #retiring > 0 then
   redis.call('ZADD', retired, unpack(retiring))

@@ -1,6 +1,6 @@
 -- Cancels a job: at once when it waits in its queue, by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] stats (and finished.lua's ring)   KEYS[6] events   KEYS[7] fair
+-- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
@@ -27,8 +27,10 @@ if state == 'queued' or state == 'retrying' then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('HSET', job, 'state', 'cancelled', 'finished_at', now,
     'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'}))
-  redis.call('HINCRBY', stats, state, -1)
-  redis.call('HINCRBY', stats, 'cancelled', 1)
+  local counts = {}
+  count(counts, owner, state, -1)
+  count(counts, owner, 'cancelled', 1)
+  write_counts(stats, counts)
   count_finished(stats, now, 'cancelled', 1)
   redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
     'type', 'state', 'data', cjson.encode({state = 'cancelled', attempt = tonumber(attempt)}))

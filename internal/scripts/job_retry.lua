@@ -1,6 +1,6 @@
 -- Puts ended jobs of one queue back in it: each failed, cancelled or expired
 -- job becomes queued again, with its id, events and last execution kept.
--- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats   KEYS[4] retired
+-- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats (stats.lua)   KEYS[4] retired
 -- KEYS[5] deadlines
 -- KEYS[3 + 3i] job hash, KEYS[4 + 3i] events and KEYS[5 + 3i] lane
 -- (fair.lua) of job i (1..n)
@@ -22,7 +22,7 @@ local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local out = {}
+local out, counts = {}, {}
 for i = 1, #ARGV - 3 do
   local id = ARGV[3 + i]
   local job, events, lane = KEYS[3 + 3 * i], KEYS[4 + 3 * i], KEYS[5 + 3 * i]
@@ -39,8 +39,8 @@ for i = 1, #ARGV - 3 do
     if tonumber(f[5]) > 0 then
       redis.call('ZADD', deadlines, string.format('%.0f', now + tonumber(f[5])), id)
     end
-    redis.call('HINCRBY', stats, state, -1)
-    redis.call('HINCRBY', stats, 'queued', 1)
+    count(counts, owner, state, -1)
+    count(counts, owner, 'queued', 1)
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*',
       'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
     outcome = 'retried'
@@ -53,4 +53,5 @@ for i = 1, #ARGV - 3 do
     out[i] = {outcome}
   end
 end
+write_counts(stats, counts)
 return out

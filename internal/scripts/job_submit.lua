@@ -1,6 +1,6 @@
 -- Creates a job, unless it already exists.
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] fair (fair.lua)   KEYS[6] stats       KEYS[7] events      KEYS[8] tenant index
+-- KEYS[5] fair (fair.lua)   KEYS[6] stats (stats.lua)   KEYS[7] events   KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
@@ -10,8 +10,12 @@
 -- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
 -- ARGV[15] traceparent of the submit span ("" when tracing is off)
 -- ARGV[16] nonce of this call (the same when the client resends it)
+-- ARGV[17] how many of the tenant's jobs not ended this queue may hold
+-- before this one ("" = no cap)
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
--- had created it: its nonce is the job's), {0, HGETALL} when it existed.
+-- had created it: its nonce is the job's), {0, HGETALL} when it existed,
+-- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
+-- ended (nothing written).
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
@@ -25,6 +29,13 @@ if redis.call('EXISTS', job) == 1 then
     created = 1
   end
   return {created, redis.call('HGETALL', job)}
+end
+
+if ARGV[17] ~= '' then
+  local n = unended(stats, ARGV[2])
+  if n >= tonumber(ARGV[17]) then
+    return {-1, n}
+  end
 end
 
 local t = redis.call('TIME')
@@ -55,7 +66,9 @@ end
 
 redis.call('ZADD', tenant_index, now, id)
 redis.call('ZADD', all_index, now, id)
-redis.call('HINCRBY', stats, 'queued', 1)
+local counts = {}
+count(counts, ARGV[2], 'queued', 1)
+write_counts(stats, counts)
 redis.call('XADD', events, 'MAXLEN', '~', ARGV[14], '*',
   'type', 'state', 'data', cjson.encode({state = 'queued', attempt = 0}))
 

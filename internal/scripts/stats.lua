@@ -1,0 +1,35 @@
+-- Counts a queue's jobs per state in its stats hash (Load prepends it):
+-- field <state> counts every job in that state, and for the states not
+-- ended (queued, running, retrying) field <state>/<tenant> counts each
+-- tenant's (a tenant name has no '/'). job.Store reads both: what a tenant
+-- sees of its queues, and the cap on its jobs not ended. Ended states are
+-- counted for all tenants only: they only grow, and nothing reads them per
+-- tenant. Every script that moves a job between states counts the move
+-- with count, in a table it writes once at its end with write_counts.
+local OWN_COUNTED = {queued = true, running = true, retrying = true}
+
+-- count adds delta to the count of jobs in state, and to tenant's own.
+local function count(counts, tenant, state, delta)
+  counts[state] = (counts[state] or 0) + delta
+  if OWN_COUNTED[state] then
+    local own = state .. '/' .. tenant
+    counts[own] = (counts[own] or 0) + delta
+  end
+end
+
+-- write_counts adds counts to the stats hash, one HINCRBY per field that
+-- changed.
+local function write_counts(stats, counts)
+  for field, delta in pairs(counts) do
+    if delta ~= 0 then
+      redis.call('HINCRBY', stats, field, delta)
+    end
+  end
+end
+
+-- unended returns how many of tenant's jobs in the queue of stats have not
+-- ended.
+local function unended(stats, tenant)
+  local n = redis.call('HMGET', stats, 'queued/' .. tenant, 'running/' .. tenant, 'retrying/' .. tenant)
+  return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0)
+end
