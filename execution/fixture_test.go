@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -138,13 +139,24 @@ func (f *fixture) get(t *testing.T, id string) job.Job {
 func (f *fixture) waitState(t *testing.T, id string, timeout time.Duration, states ...job.State) job.Job {
 	t.Helper()
 	var j job.Job
+	var err error
 	testenv.Eventually(t, timeout, func() bool {
-		var err error
 		j, err = f.store.Get(t.Context(), "acme", id, false)
 		return err == nil && slices.Contains(states, j.State)
-	}, "job %s never reached %v", id, states)
+	}, "job %s never reached %v; last read: %v", id, states, lazy(func() string {
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%s on attempt %d, error %+v", j.State, j.Attempt, j.Error)
+	}))
 	return j
 }
+
+// lazy is a message argument computed when it is printed: what a wait
+// saw last, only once it has failed.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
 
 // cancelJob does what the API does: the job's state first, then the flag
 // and the NATS message.
