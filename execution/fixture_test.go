@@ -60,7 +60,9 @@ func subjectSafe(s string) string {
 	return string(b)
 }
 
-// config is a worker config for tests: fast heartbeats and polls.
+// config is a worker config for tests: fast heartbeats and polls, and
+// leases of 5 s, which a loaded machine's stalls do not outlast. A test
+// that waits for a lease to run out sets a short one of its own.
 func (f *fixture) config(cfg execution.Config) execution.Config {
 	cfg.Prefix = f.prefix
 	cfg.CancelSubject = f.subject
@@ -71,7 +73,7 @@ func (f *fixture) config(cfg execution.Config) execution.Config {
 		cfg.Heartbeat = 50 * time.Millisecond
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 500 * time.Millisecond
+		cfg.LeaseTTL = 5 * time.Second
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
