@@ -24,6 +24,10 @@ type claimLog struct {
 	tokens map[string]fencing.Token
 }
 
+// fairLease is the lease TTL of the workers whose claims the fairness
+// tests count (see claimsUntilAllRan).
+const fairLease = 5 * time.Second
+
 func (l *claimLog) handler(_ context.Context, e *execution.Execution) (any, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -41,6 +45,12 @@ func (l *claimLog) token(id string) (fencing.Token, bool) {
 // claimsUntilAllRan waits until every job of ids ran and returns how many
 // claims were made from before (the queue's fence counter then) until the
 // last of them.
+//
+// The fence counts every execution claimed, also one handed back because
+// its claim took longer than the lease TTL, or retried after its lease was
+// lost: the worker counting claims runs under fairLease, long enough that
+// neither happens on a loaded machine, where claims of over 500 ms (the
+// fixture's TTL) were seen and added a dozen "claims" to the count.
 func (l *claimLog) claimsUntilAllRan(t *testing.T, before int64, ids []string) int64 {
 	t.Helper()
 	var last fencing.Token
@@ -88,7 +98,7 @@ func TestSmallTenantIsNotStarvedByAFlood(t *testing.T) {
 	f.submitMany(t, "flood", flood, job.Submission{Kind: "noop"})
 
 	log := &claimLog{tokens: map[string]fencing.Token{}}
-	f.startWorker(t, execution.Config{Concurrency: concurrency},
+	f.startWorker(t, execution.Config{Concurrency: concurrency, LeaseTTL: fairLease},
 		map[string]execution.Handler{"noop": log.handler})
 	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
 	testenv.Eventually(t, 30*time.Second, func() bool {
@@ -123,7 +133,7 @@ func TestPriorityDoesNotPassOtherTenants(t *testing.T) {
 	f.submitMany(t, "flood", flood, job.Submission{Kind: "slow", Priority: 100, ConcurrencyKeys: []string{"model:x"}})
 
 	log := &claimLog{tokens: map[string]fencing.Token{}}
-	f.startWorker(t, execution.Config{Concurrency: concurrency},
+	f.startWorker(t, execution.Config{Concurrency: concurrency, LeaseTTL: fairLease},
 		map[string]execution.Handler{"slow": func(ctx context.Context, e *execution.Execution) (any, error) {
 			_, _ = log.handler(ctx, e)
 			time.Sleep(2 * time.Millisecond) // long enough that the key is full at every claim
@@ -190,7 +200,7 @@ func TestALateLaneTakesTurnsWithTheWaitingOnes(t *testing.T) {
 	f := newFixture(t)
 	early := f.submitMany(t, "early", 3000, job.Submission{Kind: "noop"})
 	log := &claimLog{tokens: map[string]fencing.Token{}}
-	f.startWorker(t, execution.Config{Concurrency: 8}, map[string]execution.Handler{"noop": log.handler})
+	f.startWorker(t, execution.Config{Concurrency: 8, LeaseTTL: fairLease}, map[string]execution.Handler{"noop": log.handler})
 	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		n, _ := f.rdb.Get(t.Context(), fence).Int64()

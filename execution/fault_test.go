@@ -141,35 +141,52 @@ var transitions = map[job.State][]job.State{
 // checkStream checks the invariants of one job's event stream and returns
 // what is wrong, "" if nothing: state events follow the allowed
 // transitions; exactly one terminal state event, and it is the last event;
-// running events count attempts 1, 2, … up to the job's attempt (a stream
-// without hand-offs, which give an attempt back); every
+// each running event takes the attempt after the one of the state event
+// before it, and a hand-off (running → queued) gives that attempt back; every
 // progress event comes while the job is running and carries the attempt of
-// that running event (no execution but the current one ever wrote).
+// that running event, and the progress of one run comes from one execution,
+// never one that wrote in another run (no execution but the current one
+// ever wrote: a handed-off execution shares its attempt with the next one).
 func checkStream(events []event, j job.Job) string {
-	terminals, running := 0, 0
+	terminals := 0
 	var state job.State // as of the latest state event
+	attempt := 0        // the job's attempt, as of the latest state event
+	running := 0        // the attempt of the latest running event
+	writer := ""        // the execution whose progress the current run has seen
+	wrote := map[string]bool{}
 	for i, ev := range events {
 		switch ev.typ {
 		case "state":
 			if !slices.Contains(transitions[state], ev.state) {
 				return fmt.Sprintf("state %s after %s (event %d)", ev.state, cmp.Or(state, "nothing"), i+1)
 			}
-			state = ev.state
+			switch {
+			case ev.state == job.StateRunning && ev.attempt != attempt+1:
+				return fmt.Sprintf("running event %d has attempt %d after attempt %d", i+1, ev.attempt, attempt)
+			case ev.state == job.StateRunning:
+				running, writer = ev.attempt, ""
+			case state == job.StateRunning && ev.state == job.StateQueued && ev.attempt != running-1:
+				return fmt.Sprintf("hand-off of attempt %d left attempt %d (event %d)", running, ev.attempt, i+1)
+			}
+			state, attempt = ev.state, ev.attempt
 			if ev.state.Terminal() {
 				terminals++
 				if i != len(events)-1 {
 					return fmt.Sprintf("event %d of %d appended after the terminal state %s: %+v", i+1, len(events), ev.state, events[i+1:])
 				}
 			}
-			if ev.state == job.StateRunning {
-				running++
-				if ev.attempt != running {
-					return fmt.Sprintf("running event %d has attempt %d", running, ev.attempt)
-				}
-			}
 		case execution.EventProgress:
 			if state != job.StateRunning || ev.attempt != running {
 				return fmt.Sprintf("progress of attempt %d written while the job is %s after attempt %d started (event %d)", ev.attempt, state, running, i+1)
+			}
+			switch {
+			case ev.exec == "" || ev.exec == writer:
+			case writer != "":
+				return fmt.Sprintf("progress of executions %s and %s in one run (event %d)", writer, ev.exec, i+1)
+			case wrote[ev.exec]:
+				return fmt.Sprintf("execution %s wrote progress in two runs (event %d)", ev.exec, i+1)
+			default:
+				writer, wrote[ev.exec] = ev.exec, true
 			}
 		}
 	}
@@ -180,7 +197,7 @@ func checkStream(events []event, j job.Job) string {
 		return fmt.Sprintf("last event %+v, but the job is %s at attempt %d", last, j.State, j.Attempt)
 	}
 	if running != j.Attempt {
-		return fmt.Sprintf("%d running events, but the job is at attempt %d", running, j.Attempt)
+		return fmt.Sprintf("the last running event has attempt %d, but the job is at attempt %d", running, j.Attempt)
 	}
 	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -59,7 +60,9 @@ func subjectSafe(s string) string {
 	return string(b)
 }
 
-// config is a worker config for tests: fast heartbeats and polls.
+// config is a worker config for tests: fast heartbeats and polls, and
+// leases of 5 s, which a loaded machine's stalls do not outlast. A test
+// that waits for a lease to run out sets a short one of its own.
 func (f *fixture) config(cfg execution.Config) execution.Config {
 	cfg.Prefix = f.prefix
 	cfg.CancelSubject = f.subject
@@ -70,7 +73,7 @@ func (f *fixture) config(cfg execution.Config) execution.Config {
 		cfg.Heartbeat = 50 * time.Millisecond
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 500 * time.Millisecond
+		cfg.LeaseTTL = 5 * time.Second
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
@@ -138,13 +141,24 @@ func (f *fixture) get(t *testing.T, id string) job.Job {
 func (f *fixture) waitState(t *testing.T, id string, timeout time.Duration, states ...job.State) job.Job {
 	t.Helper()
 	var j job.Job
+	var err error
 	testenv.Eventually(t, timeout, func() bool {
-		var err error
 		j, err = f.store.Get(t.Context(), "acme", id, false)
 		return err == nil && slices.Contains(states, j.State)
-	}, "job %s never reached %v", id, states)
+	}, "job %s never reached %v; last read: %v", id, states, lazy(func() string {
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%s on attempt %d, error %+v", j.State, j.Attempt, j.Error)
+	}))
 	return j
 }
+
+// lazy is a message argument computed when it is printed: what a wait
+// saw last, only once it has failed.
+type lazy func() string
+
+func (l lazy) String() string { return l() }
 
 // cancelJob does what the API does: the job's state first, then the flag
 // and the NATS message.

@@ -73,3 +73,82 @@ func TestClaimSlowerThanTheTTLRunsNoHandler(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want once: slow claims ran it", n)
 	}
 }
+
+// slowLink delays every round trip of a client by delay, as a slow
+// network or a loaded Redis would; a round trip whose context ends first
+// fails with the context's error.
+type slowLink struct{ delay time.Duration }
+
+func (slowLink) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h slowLink) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h slowLink) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.wait(ctx); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h slowLink) wait(ctx context.Context) error {
+	select {
+	case <-time.After(h.delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A heartbeat slower than its interval, but well within the TTL, keeps
+// its execution's lease: the handler runs for 1.5 TTLs, unstopped,
+// and its job succeeds on its first attempt.
+//
+// Fails when a heartbeat times out after one interval: every heartbeat
+// over this link then fails, and the handler is stopped as lost at the
+// end of its first TTL.
+func TestHeartbeatSlowerThanItsIntervalKeepsTheLease(t *testing.T) {
+	t.Parallel()
+	// A round trip takes 100ms, twice the heartbeat interval; a heartbeat
+	// (two round trips) a tenth of the TTL, which leaves well over a
+	// second for a loaded machine's own delays before a trust window
+	// could end.
+	const (
+		ttl   = 2 * time.Second
+		every = 50 * time.Millisecond
+		delay = 100 * time.Millisecond
+	)
+	rdb := testenv.Redis(t).Client(t)
+	rdb.AddHook(slowLink{delay: delay})
+	f := newFixtureOn(t, rdb, testenv.NATS(t).Conn(t))
+	stopped := make(chan error, 1)
+	f.startWorker(t, execution.Config{Heartbeat: every, LeaseTTL: ttl}, map[string]execution.Handler{
+		faultKind: func(ctx context.Context, _ *execution.Execution) (any, error) {
+			select {
+			case <-time.After(ttl + ttl/2): // past the TTL: only heartbeats keep it running that long
+				return nil, nil
+			case <-ctx.Done():
+				stopped <- context.Cause(ctx)
+				return nil, context.Cause(ctx)
+			}
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: faultKind, MaxAttempts: 1})
+	done := f.waitState(t, j.ID, 30*time.Second, job.StateSucceeded, job.StateFailed)
+	select {
+	case cause := <-stopped:
+		t.Fatalf("the handler was stopped: %v", cause)
+	default:
+	}
+	if done.State != job.StateSucceeded || done.Attempt != 1 {
+		t.Fatalf("job ended %s on attempt %d (%+v), want succeeded on 1", done.State, done.Attempt, done.Error)
+	}
+}

@@ -68,7 +68,8 @@ func testUsageLost(t *testing.T, countsStart bool) {
 	// usage, if any, goes through the shared client.
 	aRDB := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr(), MaxRetries: -1})
 	t.Cleanup(func() { aRDB.Close() })
-	var aCfg execution.Config
+	// Its lease, lost when its client closes, must run out soon.
+	aCfg := execution.Config{LeaseTTL: 500 * time.Millisecond}
 	if countsStart {
 		aCfg.Usage = counters
 	}

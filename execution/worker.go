@@ -150,6 +150,12 @@ func (r *running) trusted(at time.Time) bool {
 	return at.Before(r.trustedUntil)
 }
 
+func (r *running) trustEnds() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.trustedUntil
+}
+
 // NewWorker returns a worker on rdb. Register handlers with Handle, then
 // call Run.
 func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
@@ -608,7 +614,11 @@ func (w *Worker) finisher(ctx context.Context) {
 }
 
 // heartbeats renews every running execution's lease each interval, one
-// round trip per queue, until ctx is done.
+// round trip per queue, until ctx is done. The queues' heartbeats of an
+// interval run side by side: each may wait on Redis for up to a TTL (see
+// heartbeat), and one waiting on a slow Cluster node must not delay the
+// sending of the others'. (The next interval's wait for it: the queues'
+// executions renewed in this one stay trusted for a TTL after their send.)
 func (w *Worker) heartbeats(ctx context.Context) {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
@@ -624,19 +634,31 @@ func (w *Worker) heartbeats(ctx context.Context) {
 			byQueue[r.e.q] = append(byQueue[r.e.q], r)
 		}
 		w.mu.Unlock()
+		var beats sync.WaitGroup
 		for q, rs := range byQueue {
-			w.heartbeat(ctx, q, rs)
+			beats.Go(func() { w.heartbeat(ctx, q, rs) })
 		}
+		beats.Wait()
 	}
 }
 
 func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 	execs := make([]*Execution, len(rs))
+	until := time.Now()
 	for i, r := range rs {
 		execs[i] = r.e
+		if end := r.trustEnds(); end.After(until) {
+			until = end
+		}
 	}
+	// A reply after the last of these trust windows ends renews nothing
+	// the worker still trusts (as lease.Keeper's renew); until then a slow
+	// heartbeat is still worth its wait. A timeout of one interval failed
+	// every heartbeat of a Redis slower than that (a loaded machine, a
+	// slow fsync), and handlers whose leases Redis renewed all along were
+	// stopped at the end of their TTL as lost.
 	sent := time.Now()
-	hctx, stop := context.WithTimeout(ctx, w.cfg.Heartbeat)
+	hctx, stop := context.WithDeadline(ctx, until)
 	defer stop()
 	statuses, err := q.heartbeat(hctx, execs)
 	if err != nil {

@@ -221,7 +221,12 @@ func TestRetriedExecutionIsNotFinishedWhileItRuns(t *testing.T) {
 	f := newFixture(t)
 	release := make(chan struct{})
 	retryAtOnce := func(int) time.Duration { return 10 * time.Millisecond }
-	f.startWorker(t, execution.Config{Backoff: retryAtOnce}, map[string]execution.Handler{
+	// The second attempt must run until the test has read it. Under the
+	// fixture's 500 ms TTL, a claim slowed by a loaded machine left it
+	// little trust, it ended as lost before the test could see it run, and
+	// the test waited for it in vain; 5 s covers such a claim.
+	cfg := execution.Config{Backoff: retryAtOnce, LeaseTTL: 5 * time.Second}
+	f.startWorker(t, cfg, map[string]execution.Handler{
 		"flaky": func(ctx context.Context, e *execution.Execution) (any, error) {
 			if e.Attempt() == 1 {
 				return nil, errors.New("first attempt fails")
@@ -323,39 +328,55 @@ func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
 // Redis Cluster: batched claims and finishes, a limited key, retries and
 // the deletion of retired jobs. Every script must take each key it touches
 // through KEYS, in its queue's slot, or the cluster refuses it.
+//
+// The jobs whose success it checks one by one run under the default
+// retention: a job deleted before the test reads it could not be told
+// from one that never succeeded (under load, jobs ahead in the test's
+// order, such as those of the limited key, can take seconds longer than
+// the ones behind). The deletion is then checked on jobs run by a second
+// worker with a short retention.
 func TestWorkerOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	f := newFixtureOn(t, testenv.Cluster(t).Client(t), testenv.NATS(t).Conn(t))
 	f.setLimit(t, "model:a", 2)
-	const retention = 300 * time.Millisecond
-	f.startWorker(t, execution.Config{Queues: []string{"default", "other"}, Concurrency: 16, Retention: retention},
-		map[string]execution.Handler{
-			"echo": echo,
-			"flaky": func(_ context.Context, e *execution.Execution) (any, error) {
-				if e.Attempt() == 1 {
-					return nil, errBoom
-				}
-				return "ok", nil
-			},
-		})
-	var ids []string
-	for i := range 30 {
-		s := job.Submission{Kind: "echo", Queue: []string{"default", "other"}[i%2]}
-		switch i % 3 {
-		case 1:
-			s.ConcurrencyKeys = []string{"model:a"}
-		case 2:
-			s.Kind = "flaky"
-		}
-		ids = append(ids, f.submit(t, s).ID)
+	queues := []string{"default", "other"}
+	handlers := map[string]execution.Handler{
+		"echo": echo,
+		"flaky": func(_ context.Context, e *execution.Execution) (any, error) {
+			if e.Attempt() == 1 {
+				return nil, errBoom
+			}
+			return "ok", nil
+		},
 	}
-	for _, id := range ids {
+	// submit sends n jobs over both queues: echo, echo on the limited
+	// key, and flaky (it fails its first attempt), in turn.
+	submit := func(n int) (ids []string) {
+		for i := range n {
+			s := job.Submission{Kind: "echo", Queue: queues[i%2]}
+			switch i % 3 {
+			case 1:
+				s.ConcurrencyKeys = []string{"model:a"}
+			case 2:
+				s.Kind = "flaky"
+			}
+			ids = append(ids, f.submit(t, s).ID)
+		}
+		return ids
+	}
+
+	_, stop := f.startWorker(t, execution.Config{Queues: queues, Concurrency: 16}, handlers)
+	for _, id := range submit(30) {
 		f.waitState(t, id, 20*time.Second, job.StateSucceeded)
 	}
+	stop()
+
+	const retention = 300 * time.Millisecond
+	f.startWorker(t, execution.Config{Queues: queues, Concurrency: 16, Retention: retention}, handlers)
 	ks := keys.New(f.prefix)
-	for i, id := range ids {
-		q := []string{"default", "other"}[i%2]
-		testenv.Eventually(t, 10*time.Second, func() bool {
+	for i, id := range submit(6) {
+		q := queues[i%2]
+		testenv.Eventually(t, 20*time.Second, func() bool {
 			return f.rdb.Exists(t.Context(), ks.Job(q, id)).Val() == 0 && f.rdb.Exists(t.Context(), ks.JobEvents(q, id)).Val() == 0
 		}, "job %s was never deleted after its retention", id)
 	}

@@ -62,7 +62,12 @@ func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMC
 	}
 	wcfg.Prefix, wcfg.CancelSubject, wcfg.NATS = prefix, subject, nc
 	if wcfg.Heartbeat == 0 {
-		wcfg.Heartbeat, wcfg.LeaseTTL = 50*time.Millisecond, 500*time.Millisecond
+		// No test here loses a lease on purpose. Under -race on two
+		// loaded cores a claim or a heartbeat can take hundreds of
+		// milliseconds, and a 500 ms TTL then lost leases of jobs with
+		// one attempt; 5 s covers such stalls. Heartbeats stay frequent
+		// for the tests that see a cancel through them.
+		wcfg.Heartbeat, wcfg.LeaseTTL = 50*time.Millisecond, 5*time.Second
 	}
 	wcfg.Poll = 50 * time.Millisecond
 	wcfg.ShutdownGrace = 5 * time.Second

@@ -91,13 +91,10 @@ func TestModelLimitHoldsWithManyJobsAndAKilledWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var workers []*testenv.Process
-	var victim string
+	names := map[string]int{} // worker id -> index in workers
 	for i := range 3 {
 		p := testenv.StartHelper(t, "llmworker", envPrefix+"="+prefix, envSubject+"="+subject, envLLMURL+"="+srv.URL+"/v1")
-		id := p.Line(t, "ready ", 20*time.Second)
-		if i == 0 {
-			victim = id
-		}
+		names[p.Line(t, "ready ", 20*time.Second)] = i
 		workers = append(workers, p)
 	}
 
@@ -122,10 +119,11 @@ func TestModelLimitHoldsWithManyJobsAndAKilledWorker(t *testing.T) {
 		return j
 	}
 
-	// Kill the victim while it streams, once some jobs are done. It is
-	// paused first, so that the jobs read as running on it cannot finish
-	// before the kill.
-	var killed []string
+	// Kill a worker while it streams, once some jobs are done: one that a
+	// read shows running a job. It is paused first, so that the jobs read
+	// as running on it cannot finish before the kill. (A victim chosen in
+	// advance was paused at every look while it had no job, and under load
+	// the others ran every job while it stood still.)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		done := 0
 		for _, id := range ids {
@@ -133,22 +131,36 @@ func TestModelLimitHoldsWithManyJobsAndAKilledWorker(t *testing.T) {
 				done++
 			}
 		}
-		if done < 5 {
+		return done >= 5
+	}, "fewer than 5 jobs were done")
+	var victim *testenv.Process
+	var killed []string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		on := ""
+		for _, id := range ids {
+			if j := get(id); j.State == job.StateRunning && j.Execution != nil {
+				on = j.Execution.Worker
+				break
+			}
+		}
+		i, ok := names[on]
+		if !ok {
 			return false
 		}
-		workers[0].Stop(t)
+		victim = workers[i]
+		victim.Stop(t)
 		killed = killed[:0]
 		for _, id := range ids {
-			if j := get(id); j.State == job.StateRunning && j.Execution != nil && j.Execution.Worker == victim {
+			if j := get(id); j.State == job.StateRunning && j.Execution != nil && j.Execution.Worker == on {
 				killed = append(killed, id)
 			}
 		}
 		if len(killed) == 0 {
-			workers[0].Cont(t)
+			victim.Cont(t)
 		}
 		return len(killed) > 0
-	}, "the victim never ran a job after the first ones were done")
-	workers[0].Kill(t)
+	}, "no worker was ever seen running a job after the first ones were done")
+	victim.Kill(t)
 
 	for _, id := range ids {
 		testenv.Eventually(t, 60*time.Second, func() bool {

@@ -135,6 +135,11 @@ func waitExpired(t testing.TB, rdb redis.UniversalClient, ks keys.Space, key, ho
 	t.Helper()
 	set := ks.LeaseSet(key)
 	score, err := rdb.ZScore(t.Context(), set, holder).Result()
+	if errors.Is(err, redis.Nil) {
+		// Expired already, and the set with it (it lives as long as its
+		// latest lease): a loaded machine stalled past the TTL.
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

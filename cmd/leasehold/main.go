@@ -121,7 +121,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with, besides loopback, which the dev mode allows")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
-	handlers := fs.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
+	handlers := fs.Handlers()
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err

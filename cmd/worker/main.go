@@ -39,7 +39,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API for llm.chat, e.g. https://api.openai.com/v1")
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
-	handlers := fs.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
+	handlers := fs.Handlers()
 	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	if err := fs.Parse(args); err != nil {

@@ -109,6 +109,12 @@ func (f *Flags) Retention() *time.Duration {
 		"how long a job is kept after it ends; the API's must be at least the 24h an Idempotency-Key lives")
 }
 
+// Handlers defines the flag the worker and the dev mode share: the kinds
+// served by remote HTTP handlers, read with remote.ParseHandlers.
+func (f *Flags) Handlers() *string {
+	return f.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
+}
+
 // Parse parses args and reports bad environment values too.
 func (f *Flags) Parse(args []string) error {
 	if err := f.FlagSet.Parse(args); err != nil {

@@ -295,6 +295,28 @@ func show(hash string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// holdCancelAnswerUntil makes the page's next cancel request hand its
+// answer to the page only once the element's text contains want, as a
+// slow network would.
+func holdCancelAnswerUntil(sel, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](fmt.Sprintf(`((sel, want) => {
+			const fetch = window.fetch;
+			const shown = () => (document.querySelector(sel)?.textContent || '').includes(want);
+			window.fetch = async (url, opts) => {
+				const resp = await fetch(url, opts);
+				if (String(url).endsWith('/cancel')) {
+					window.fetch = fetch;
+					while (!shown()) await new Promise((r) => setTimeout(r, 20));
+				}
+				return resp;
+			};
+			return true;
+		})(%q, %q)`, sel, want))(ctx, t)
+		return err
+	})
+}
+
 // until waits until the JavaScript condition holds.
 func until(cond string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -342,10 +364,18 @@ func TestConsole(t *testing.T) {
 			show("#/jobs/"+j.ID),
 			textHas("#output", "token-3 "),
 			textHas("#stream-status", "following live"),
+			// The worker can stop the job before the cancel's answer (the
+			// job as it was: running, cancel requested) reaches the page.
+			// Here the answer is held until the stream has shown the end,
+			// and must not undo it.
+			holdCancelAnswerUntil("#state", "cancelled"),
 			chromedp.Click(chromedp.ID("cancel")),
-			textHas("#state", "cancelled"),
+			textHas("[role=status]", "Cancel requested"),
 			textIs("#stream-status", "ended"),
 		)
+		if state := get(tb, chromedp.Evaluate[string](`document.querySelector('#state').textContent`)); state != "cancelled" {
+			t.Fatalf("after the cancel's answer the page shows %q, want cancelled", state)
+		}
 		if got := s.await(j.ID); got.State != job.StateCancelled {
 			t.Fatalf("job ended %s", got.State)
 		}

@@ -149,7 +149,9 @@ export function render(root, id) {
 
   const base = `/v1/jobs/${encodeURIComponent(id)}`;
   cancelBtn.addEventListener('click', () => act('Cancel', 'POST', `${base}/cancel`, (j) => {
-    show(j);
+    // The worker may stop the job before this answer arrives, and the
+    // stream show it ended: the job as of the request must not undo that.
+    if (!job || !isTerminal(job.state)) show(j);
     message(status, j.state === 'cancelled' ? 'Cancelled.' : 'Cancel requested: the worker stops it now.');
   }));
   retryBtn.addEventListener('click', () => act('Retry', 'POST', `${base}/retry`, (j) => {
