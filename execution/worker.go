@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,9 @@ type Config struct {
 	// DefaultMaxEvents. Past it Emit fails (ErrTooManyEvents), so a handler
 	// cannot loop on Redis writes for the whole of its timeout.
 	MaxEvents int
-	// ID names the worker in executions; default host-pid-random.
+	// ID names the worker in executions; default host-pid-random. At most
+	// 128 letters, digits and . _ - : @ (the scripts write it into state
+	// events' JSON as it is).
 	ID string
 	// NATS carries wake-ups and fast cancels; nil means polling alone.
 	NATS *nats.Conn
@@ -177,7 +180,13 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
-		cfg.ID = fmt.Sprintf("%s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.N(1<<16))
+		host = strings.Map(func(r rune) rune {
+			if validID(string(r)) {
+				return r
+			}
+			return '-'
+		}, host)
+		cfg.ID = fmt.Sprintf("%.100s-%d-%04x", cmp.Or(host, "worker"), os.Getpid(), rand.N(1<<16))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -194,6 +203,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		return nil, errors.New("execution: negative duration in config")
 	case cfg.MaxEvents < 0:
 		return nil, fmt.Errorf("execution: max events %d: must not be negative", cfg.MaxEvents)
+	case !validID(cfg.ID):
+		return nil, fmt.Errorf("execution: worker id %q: use at most 128 letters, digits and . _ - : @", cfg.ID)
 	}
 	w := &Worker{
 		cfg:      cfg,
@@ -248,6 +259,19 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 
 // ID is the worker's name, as it appears in executions.
 func (w *Worker) ID() string { return w.cfg.ID }
+
+// validID reports whether id is a worker id Config.ID allows.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("._-:@", r)) {
+			return false
+		}
+	}
+	return true
+}
 
 // Handle registers h for jobs of kind. Call it before Run.
 func (w *Worker) Handle(kind string, h Handler) { w.handlers[kind] = h }

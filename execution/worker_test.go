@@ -686,3 +686,23 @@ func TestSuccessAfterAnAcknowledgedCancelEndsCancelled(t *testing.T) {
 		t.Errorf("job ended %s, result %s, error %+v; want cancelled", done.State, done.Result, done.Error)
 	}
 }
+
+// A worker's id goes into state events as it is: one that JSON would have
+// to escape is refused, and the default one, from the host name, passes.
+func TestWorkerIDIsChecked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, id := range []string{`w"1`, `w\1`, "w 1", "w\n1", "wörker", strings.Repeat("w", 129)} {
+		if _, err := execution.NewWorker(f.rdb, f.config(execution.Config{ID: id})); err == nil {
+			t.Errorf("worker id %q accepted", id)
+		}
+	}
+	for _, id := range []string{"", "worker-1.example.com:8080@eu_west", strings.Repeat("w", 128)} {
+		w, err := execution.NewWorker(f.rdb, f.config(execution.Config{ID: id}))
+		if err != nil {
+			t.Errorf("worker id %q: %v", id, err)
+		} else if w.ID() == "" {
+			t.Errorf("worker id %q: the worker has none", id)
+		}
+	}
+}

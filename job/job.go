@@ -224,10 +224,11 @@ type stateData struct {
 	Job []string `json:"job"`
 }
 
-// eventFields name the values of a state event's job array: SHOWN in
-// internal/scripts/transition.lua, in its order. (An array: a table keyed
-// by name cost the move that writes it about as much as the rest of it.)
-var eventFields = []string{"started_at", "finished_at", "cancel_requested", "error", "token", "exec_id",
+// eventFields name the values of a state event's job array: finished_at,
+// then SHOWN in internal/scripts/transition.lua, in its order. (An array
+// concatenated in one expression: a table keyed by name, or cjson, cost a
+// move as much as the rest of it.)
+var eventFields = []string{"finished_at", "started_at", "cancel_requested", "error", "token", "exec_id",
 	"exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at", "exec_finished_at"}
 
 // At returns the job as it was at its state event e, given j, the job as

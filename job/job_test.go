@@ -109,7 +109,7 @@ func TestJobAtStateEvent(t *testing.T) {
 		j.ID != now.ID || j.MaxAttempts != 3 {
 		t.Errorf("queued: %+v", j)
 	}
-	j := at(`{"state":"retrying","attempt":1,"job":["1795953600250","","0","{\"code\":\"timeout\",\"message\":\"slow\"}",` +
+	j := at(`{"state":"retrying","attempt":1,"job":["","1795953600250","0","{\"code\":\"timeout\",\"message\":\"slow\"}",` +
 		`"7","e1","w-1","1","1795953600250","1795953601005","1795953601500"]}`)
 	if j.State != job.StateRetrying || j.Result != nil || j.Error.Code != job.CodeTimeout || j.FinishedAt != nil ||
 		j.Execution.ID != "e1" || j.Execution.FencingToken != 7 || j.Execution.FinishedAt == nil {

@@ -280,7 +280,26 @@ func TestReplayedStateEventsAreTheLiveOnes(t *testing.T) {
 		}
 	}}, func(c *execution.Config) { c.Backoff = func(int) time.Duration { return 10 * time.Millisecond } })
 	first := <-attempts
+	// While a handler runs, its job stands as the running event showed it
+	// but for the execution's heartbeats.
+	standsAsShown := func(shown job.Job) {
+		t.Helper()
+		var now job.Job
+		if err := json.Unmarshal(f.get(acmeKey, "/v1/jobs/"+id).body, &now); err != nil {
+			t.Fatal(err)
+		}
+		if now.Execution == nil || shown.Execution == nil {
+			t.Fatalf("no execution: now %+v, shown %+v", now, shown)
+		}
+		now.Execution.HeartbeatAt = shown.Execution.HeartbeatAt
+		a, _ := json.Marshal(now)
+		b, _ := json.Marshal(shown)
+		if !bytes.Equal(a, b) {
+			t.Errorf("the job while it runs\n%s\nits running event\n%s", a, b)
+		}
+	}
 	running := expect(job.StateRunning, 1)
+	standsAsShown(running)
 	first <- errors.New("upstream said 500")
 	if j := expect(job.StateRetrying, 1); j.Error == nil || j.Execution == nil || j.Execution.FinishedAt == nil ||
 		j.Execution.ID != running.Execution.ID || j.FinishedAt != nil {
@@ -288,7 +307,9 @@ func TestReplayedStateEventsAreTheLiveOnes(t *testing.T) {
 	}
 	expect(job.StateQueued, 1)
 	second := <-attempts
-	if j := expect(job.StateRunning, 2); j.Execution == nil || j.Execution.Attempt != 2 || j.Execution.FinishedAt != nil ||
+	secondRun := expect(job.StateRunning, 2)
+	standsAsShown(secondRun)
+	if j := secondRun; j.Execution == nil || j.Execution.Attempt != 2 || j.Execution.FinishedAt != nil ||
 		j.Error == nil || !j.StartedAt.Equal(*running.StartedAt) {
 		t.Errorf("second running %+v", j)
 	}

@@ -62,16 +62,24 @@ local now = redis_now()
 -- now once (tx.now_s), and each job's attempt and token once.
 local tx = transitions(stats, retired, now, retention, maxlen)
 
--- What a claim needs of each candidate, with the SHOWN fields
--- (transition.lua) the claim's move does not write; those with due work
--- also read what their moves depend on, and the execution's fields they
--- keep, and token (the claim's move writes it; a reclaimed job, rare,
--- reads it apart). One HMGET each.
-local CLAIM_FIELDS = {'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms', 'exec_id',
-  'concurrency_keys', 'tenant', 'trace', 'exec_trace', 'error', 'cancel_requested'}
-local read_ready = job_reader(CLAIM_FIELDS)
-local read_due = job_reader(CLAIM_FIELDS, {'token', 'max_attempts', 'priority', 'exec_worker', 'exec_attempt',
-  'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'})
+-- read reads candidate i (its id, job hash, events and lane) in one
+-- HMGET: what a claim decides on and hands out, and error, the one SHOWN
+-- field (transition.lua) the claim's move neither writes nor knows (a job
+-- waiting to run has no cancel request: a cancel ends a waiting job, a
+-- retry clears it). A candidate with due work (due) also reads what its
+-- moves depend on. The fields are in c.f at the places named below (a
+-- table keyed by name would cost a claim a tenth of its work); c.state is
+-- false when the job does not exist.
+local READY = {'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms',
+  'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error'}
+local DUE = {'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms',
+  'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'max_attempts', 'priority', 'cancel_requested'}
+local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
+local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 10, 11, 12, 13, 14, 15, 16
+local function read(i, id, key, events, lane, due)
+  local f = redis.call('HMGET', key, unpack(due and DUE or READY))
+  return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2], f = f}
+end
 
 local function fail(code, message)
   return cjson.encode({code = code, message = message})
@@ -114,22 +122,21 @@ local function reap(c, lost)
     return
   end
   redis.call('ZREM', leases, c.id)
-  local f = c.f
-  if f.state ~= 'running' then
+  if c.state ~= 'running' then
     return
   end
   local next, err
-  if f.cancel_requested == '1' then
+  if c.f[CANCEL_REQUESTED] == '1' then
     next, err = 'cancelled', fail('cancelled', 'cancelled; its worker was lost')
-  elseif tonumber(f.attempt) >= tonumber(f.max_attempts) then
+  elseif tonumber(c.f[ATTEMPT]) >= tonumber(c.f[MAX_ATTEMPTS]) then
     next, err = 'failed', fail('lease_lost', 'worker lost on the last attempt')
   else
     next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
     redis.call('ZADD', scheduled, int(now + backoff), c.id)
   end
-  local exec_id = f.exec_id
-  move(tx, c, next, {'error', err, 'exec_state', 'lost', 'exec_finished_at', tx.now_s})
-  for _, v in ipairs({exec_id or '', f.tenant or '', next}) do
+  local fields = {'error', err, 'exec_state', 'lost', 'exec_finished_at', tx.now_s}
+  move(tx, c, next, fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
+  for _, v in ipairs({c.f[EXEC_ID] or '', c.tenant or '', next}) do
     lost[#lost + 1] = v
   end
 end
@@ -138,28 +145,29 @@ end
 -- starting; expired gets its lane.
 local function expire(c, expired)
   local deadline = redis.call('ZSCORE', deadlines, c.id)
-  local state = c.f.state
+  local state = c.state
   if not deadline or tonumber(deadline) > now or (state ~= 'queued' and state ~= 'retrying') then
     return
   end
-  fair_remove(fair, ready, c.lane, c.f.concurrency_keys, c.id)
+  fair_remove(fair, ready, c.lane, c.f[LANE_KEYS], c.id)
   redis.call('ZREM', scheduled, c.id)
   redis.call('ZREM', deadlines, c.id)
-  move(tx, c, 'expired', {'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting')})
-  expired[#expired + 1] = c.f.concurrency_keys
+  local fields = {'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting')}
+  move(tx, c, 'expired', fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
+  expired[#expired + 1] = c.f[LANE_KEYS]
 end
 
 -- promote makes c ready if its time came (a delay, a retry's backoff).
 local function promote(c)
   local due = redis.call('ZSCORE', scheduled, c.id)
-  local state = c.f.state
+  local state = c.state
   if not due or tonumber(due) > now or (state ~= 'queued' and state ~= 'retrying') then
     return
   end
   redis.call('ZREM', scheduled, c.id)
-  fair_push(fair, ready, c.lane, c.f.concurrency_keys, c.id, c.f.priority)
+  fair_push(fair, ready, c.lane, c.f[LANE_KEYS], c.id, c.f[PRIORITY])
   if state == 'retrying' then
-    move(tx, c, 'queued')
+    move(tx, c, 'queued', {}, c.f[ATTEMPT], shown_of(c.key))
   end
 end
 
@@ -174,16 +182,14 @@ local function check()
   end
   local live, reclaimed, lost, expired = {}, {}, {}, {}
   for i = 1, n do
-    local read = i <= d and read_due or read_ready
-    local c = read(KEYS[6 + 3 * i], KEYS[7 + 3 * i], ARGV[8 + i])
-    c.i, c.lane = i, KEYS[8 + 3 * i]
-    if not c.f.state then
+    local c = read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], i <= d)
+    if not c.state then
       -- The record is gone (retention ran out): drop what still points at it.
       -- (Only a terminal job's record is deleted, and those wait in no lane.)
       redis.call('ZREM', scheduled, c.id)
       redis.call('ZREM', leases, c.id)
       redis.call('ZREM', deadlines, c.id)
-    elseif c.f.state == 'running' and ours[c.f.exec_id] then
+    elseif c.state == 'running' and ours[c.f[EXEC_ID]] then
       reclaimed[#reclaimed + 1] = c
     else
       if i <= d then
@@ -214,11 +220,11 @@ local function waiting(live)
     end
     local places = redis.call('ZMSCORE', set, unpack(ids))
     for k, c in ipairs(g) do
-      if places[k] and c.f.state == 'queued' then
+      if places[k] and c.state == 'queued' then
         c.place = tonumber(places[k])
         claimable[#claimable + 1] = c
       elseif places[k] then
-        fair_remove(fair, ready, set, c.f.concurrency_keys, c.id)
+        fair_remove(fair, ready, set, c.f[LANE_KEYS], c.id)
       end
     end
   end
@@ -230,7 +236,7 @@ end
 local function lanes_of(claimable)
   local lanes, names = {}, {}
   for _, c in ipairs(claimable) do
-    local name = c.f.concurrency_keys
+    local name = c.f[LANE_KEYS]
     local l = lanes[name]
     if not l then
       l = {name = name, set = c.lane, jobs = {}, next = 1, taken = {}}
@@ -307,10 +313,10 @@ local function take(lanes, room, clock)
 end
 
 -- The reply: blocked, lost, expired, then 10 values per job handed out.
-local function hand_out(reply, c, token, attempt)
-  local f, k = c.f, #reply
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = c.id, f.exec_id, token, attempt, f.kind
-  reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9], reply[k + 10] = f.input, f.timeout_ms, f.tenant, f.trace, f.exec_trace
+local function hand_out(reply, c, exec_id, token, attempt)
+  local k = #reply
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = c.id, exec_id, token, attempt, c.f[KIND]
+  reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9], reply[k + 10] = c.f[INPUT], c.f[TIMEOUT_MS], c.tenant, c.f[TRACE], c.f[EXEC_TRACE]
 end
 
 -- start claims the jobs taken: a new execution each (one move: one HSET
@@ -321,22 +327,26 @@ local function start(takes, lanes, expires, reply)
   local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
     token = token + 1
-    local n_attempt = tonumber(c.f.attempt) + 1
+    local n_attempt = tonumber(c.f[ATTEMPT]) + 1
     local attempt = tostring(n_attempt)
-    if c.f.max_wait_ms ~= '0' then
+    if c.f[MAX_WAIT_MS] ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
     end
     lease_args[#lease_args + 1] = expires
     lease_args[#lease_args + 1] = c.id
-    local fields = {'attempt', attempt, 'token', int(token), 'exec_id', ARGV[8 + n + c.i], 'exec_worker', worker,
+    local exec_id, token_s = ARGV[8 + n + c.i], int(token)
+    local fields = {'attempt', attempt, 'token', token_s, 'exec_id', exec_id, 'exec_worker', worker,
       'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running',
       'exec_finished_at', ''}
     -- The job's first start is kept.
-    if c.f.started_at == '' then
-      fields[#fields + 1], fields[#fields + 2] = 'started_at', tx.now_s
+    local started_at = c.f[STARTED_AT]
+    if started_at == '' then
+      started_at = tx.now_s
+      fields[#fields + 1], fields[#fields + 2] = 'started_at', started_at
     end
-    move(tx, c, 'running', fields)
-    hand_out(reply, c, token, n_attempt)
+    move(tx, c, 'running', fields, attempt,
+      {started_at, '0', c.f[ERROR] or '', token_s, exec_id, worker, attempt, tx.now_s, tx.now_s, ''})
+    hand_out(reply, c, exec_id, token, n_attempt)
   end
   redis.call('ZADD', leases, unpack(lease_args))
   if #waited > 0 then
@@ -359,7 +369,7 @@ local expires = int(now + 1 + ttl)
 local reply = {{}, lost, expired}
 for _, c in ipairs(reclaimed) do
   redis.call('ZADD', leases, 'XX', expires, c.id)
-  hand_out(reply, c, tonumber(redis.call('HGET', c.key, 'token')), tonumber(c.f.attempt))
+  hand_out(reply, c, c.f[EXEC_ID], tonumber(redis.call('HGET', c.key, 'token')), tonumber(c.f[ATTEMPT]))
 end
 
 local clock_was = fair_clock(fair)

@@ -24,63 +24,63 @@ local leases, ready, scheduled, fair, stats, retired = KEYS[1], KEYS[2], KEYS[3]
 local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local tx = transitions(stats, retired, redis_now(), retention, maxlen)
--- What the owner's check and the cancel a success yields to depend on,
--- and the SHOWN fields (transition.lua) the move does not write: one read.
--- A failure or a hand-off reads what its next state depends on below, and
--- a hand-off the error it keeps (every other move writes one). A running
--- job's exec_attempt is its attempt: the claim writes both.
-local read = job_reader({'token', 'exec_state', 'cancel_requested', 'started_at', 'exec_id',
-  'exec_worker', 'exec_started_at', 'exec_heartbeat_at'})
 
 -- released holds the ids whose leases end: removed once per batch.
 local out, released = {}, {}
 
 local at = 3
 for i = 1, n do
-  local id, token, attempt_s, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+  local id, token, attempt, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
   local trace = ARGV[at + 9]
   at = at + 9
 
-  local j = read(KEYS[4 + 3 * i], KEYS[5 + 3 * i], id)
-  local f = j.f
-  if f.token == token and f.state ~= 'running' and f.exec_state == outcome then
-    out[i] = f.state -- a retry whose first run was written (its reply was lost)
-  elseif f.token ~= token or f.state ~= 'running' then
+  -- What the owner's check and the cancel a success yields to depend on,
+  -- then the SHOWN fields (transition.lua) the move neither writes nor
+  -- knows (the owner's attempt is the job's and its execution's: the claim
+  -- wrote all three). A failure or a hand-off reads what its next state
+  -- depends on below.
+  local job = KEYS[4 + 3 * i]
+  local f = redis.call('HMGET', job, 'state', 'token', 'exec_state', 'cancel_requested', 'tenant',
+    'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at')
+  local state, cancel_requested = f[1], f[4]
+  if f[2] == token and state ~= 'running' and f[3] == outcome then
+    out[i] = state -- a retry whose first run was written (its reply was lost)
+  elseif f[2] ~= token or state ~= 'running' then
     out[i] = ''
   else
     released[#released + 1] = id
-    f.exec_attempt = f.attempt
 
     -- Every field changes in the move's one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', tx.now_s, 'exec_trace', trace}
-    local next
-    if outcome == 'succeeded' and f.cancel_requested ~= '1' then
-      next = 'succeeded'
+    local next, kept
+    if outcome == 'succeeded' and cancel_requested ~= '1' then
+      next, err = 'succeeded', ''
       fields[#fields + 1], fields[#fields + 2] = 'result', result
-      fields[#fields + 1], fields[#fields + 2] = 'error', ''
-    elseif f.cancel_requested == '1' or outcome == 'cancelled' then
+    elseif cancel_requested == '1' or outcome == 'cancelled' then
       -- An acknowledged cancel wins over a success, a failure or a
       -- hand-off: never retried.
-      next = 'cancelled'
-      fields[#fields + 1], fields[#fields + 2] = 'error', '{"code":"cancelled","message":"cancelled while running"}'
+      next, err = 'cancelled', '{"code":"cancelled","message":"cancelled while running"}'
     elseif outcome == 'handed_off' then
-      -- A graceful shutdown does not spend the attempt; the job is ready again now.
-      next = 'queued'
-      fields[#fields + 1], fields[#fields + 2] = 'attempt', tostring(tonumber(attempt_s) - 1)
-      local g = redis.call('HMGET', j.key, 'priority', 'concurrency_keys', 'error')
-      f.error = g[3]
+      -- A graceful shutdown does not spend the attempt; the job is ready
+      -- again now, with the error of its last attempt.
+      next, kept = 'queued', attempt
+      attempt = tostring(tonumber(attempt) - 1)
+      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
+      err = g[3]
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+    elseif retryable and tonumber(attempt) < tonumber(redis.call('HGET', job, 'max_attempts')) then
+      next = 'retrying'
+      redis.call('ZADD', scheduled, int(tx.now + tonumber(backoff)), id)
     else
-      fields[#fields + 1], fields[#fields + 2] = 'error', err
-      if retryable and tonumber(attempt_s) < tonumber(redis.call('HGET', j.key, 'max_attempts')) then
-        next = 'retrying'
-        redis.call('ZADD', scheduled, int(tx.now + tonumber(backoff)), id)
-      else
-        next = 'failed'
-      end
+      next = 'failed'
     end
-    move(tx, j, next, fields)
+    if next ~= 'queued' then
+      fields[#fields + 1], fields[#fields + 2] = 'error', err
+    end
+    move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state}, next, fields, attempt,
+      {f[6], cancel_requested, err, token, f[7], f[8], kept or attempt, f[9], f[10], tx.now_s})
     out[i] = next
   end
 end

@@ -13,29 +13,30 @@
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
-local j = job_reader({'id', 'tenant', 'cancel_requested', 'concurrency_keys'}, SHOWN)(job, events)
-local f = j.f
-j.id = f.id -- the caller names the job by its key
+local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt')
+local id, state = f[1], f[3]
 -- Another tenant's job is as absent as one that never existed.
-if not f.id or (tenant ~= '' and f.tenant ~= tenant) then
+if not id or (tenant ~= '' and f[2] ~= tenant) then
   return {'missing'}
 end
 
-if f.state == 'queued' or f.state == 'retrying' then
-  fair_remove(fair, ready, KEYS[8], f.concurrency_keys, f.id)
-  redis.call('ZREM', scheduled, f.id)
-  redis.call('ZREM', deadlines, f.id)
+if state == 'queued' or state == 'retrying' then
+  fair_remove(fair, ready, KEYS[8], f[5], id)
+  redis.call('ZREM', scheduled, id)
+  redis.call('ZREM', deadlines, id)
   local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen)
-  move(tx, j, 'cancelled', {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'})})
+  local fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'})}
+  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'cancelled', fields, f[6],
+    with(shown_of(job), fields))
   settle(tx)
   return {'cancelled', redis.call('HGETALL', job)}
 end
 
-if f.state == 'cancelled' or (f.state == 'running' and f.cancel_requested == '1') then
+if state == 'cancelled' or (state == 'running' and f[4] == '1') then
   return {'unchanged', redis.call('HGETALL', job)}
 end
 
-if f.state == 'running' then
+if state == 'running' then
   -- The owner (or the reaper, if the owner is gone) finishes it as cancelled.
   redis.call('HSET', job, 'cancel_requested', '1')
   return {'requested', redis.call('HGETALL', job)}

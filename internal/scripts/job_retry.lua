@@ -22,29 +22,31 @@ local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
 
 local now = redis_now()
 local tx = transitions(stats, retired, now, nil, maxlen)
-local read = job_reader({'tenant', 'concurrency_keys', 'priority', 'max_wait_ms'}, SHOWN)
 
 local out = {}
 for i = 1, #ARGV - 3 do
   local id = ARGV[3 + i]
-  local j = read(KEYS[3 + 3 * i], KEYS[4 + 3 * i], id)
-  local f = j.f
+  local key = KEYS[3 + 3 * i]
+  local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms')
+  local state = f[1]
   local outcome
-  if not f.state or (tenant ~= '' and f.tenant ~= tenant) then
+  if not state or (tenant ~= '' and f[2] ~= tenant) then
     -- Another tenant's job is as absent as one that never existed.
     outcome = 'missing'
-  elseif f.state == 'failed' or f.state == 'cancelled' or f.state == 'expired' then
-    move(tx, j, 'queued', {'attempt', '0', 'cancel_requested', '0'})
-    fair_push(fair, ready, KEYS[5 + 3 * i], f.concurrency_keys, id, f.priority)
-    if tonumber(f.max_wait_ms) > 0 then
-      redis.call('ZADD', deadlines, int(now + tonumber(f.max_wait_ms)), id)
+  elseif state == 'failed' or state == 'cancelled' or state == 'expired' then
+    local fields = {'attempt', '0', 'cancel_requested', '0'}
+    move(tx, {key = key, events = KEYS[4 + 3 * i], id = id, tenant = f[2], state = state}, 'queued', fields, '0',
+      with(shown_of(key), fields))
+    fair_push(fair, ready, KEYS[5 + 3 * i], f[3], id, f[4])
+    if tonumber(f[5]) > 0 then
+      redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)
     end
     outcome = 'retried'
   else
-    outcome = f.state
+    outcome = state
   end
   if records and outcome ~= 'missing' then
-    out[i] = {outcome, redis.call('HGETALL', j.key)}
+    out[i] = {outcome, redis.call('HGETALL', key)}
   else
     out[i] = {outcome}
   end

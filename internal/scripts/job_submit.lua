@@ -47,14 +47,14 @@ local tx = transitions(stats, nil, now, nil, ARGV[14])
 -- event carries, then what only claims read), then those only written, and
 -- those only due work, cancels and reads use come last.
 -- The move writes state first. (The fields: transition.lua.)
-move(tx, {key = job, events = events, id = id, f = {}}, 'queued', {
+move(tx, {key = job, events = events, id = id, tenant = ARGV[2], state = ''}, 'queued', {
   'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
   'started_at', '', 'error', '', 'tenant', ARGV[2], 'exec_worker', '', 'exec_attempt', '',
   'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7],
   'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
   'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
   'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16]})
+  'nonce', ARGV[16]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)

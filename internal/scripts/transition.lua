@@ -58,16 +58,21 @@ local MOVES = {
 }
 local TERMINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
 
--- SHOWN are the fields the API shows that moves change, besides state and
--- attempt. Each state event carries them as they were at its move (a
--- snapshot), so that a replay shows the job as it was then, not as it is
--- now: the API takes the fields that never change from the hash, and
--- result, which only succeeded has (see above), from the hash of a
--- succeeded job. exec_heartbeat_at changes between moves too; an event
--- holds the last one before it. An event lists them in this order
--- (state_event; job.Job.At reads them by it: eventFields in job/job.go).
-local SHOWN = {'started_at', 'finished_at', 'cancel_requested', 'error', 'token', 'exec_id',
-  'exec_worker', 'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
+-- SHOWN are the fields the API shows that moves change, besides state,
+-- attempt and finished_at (which move writes itself). Each state event
+-- carries them as they were at its move (a snapshot), so that a replay
+-- shows the job as it was then, not as it is now: the API takes the fields
+-- that never change from the hash, and result, which only succeeded has
+-- (see above), from the hash of a succeeded job. exec_heartbeat_at changes
+-- between moves too; an event holds the last one before it.
+--
+-- A move takes them as an array in SHOWN's order, as they are after it: a
+-- script on a hot path (claim, finish) builds it from what it read and
+-- what it writes; the others read them (shown_of) and lay their writes
+-- over them (with). Reading every field by name would cost a claim or a
+-- finish as much as the rest of its move: each field read scans the hash.
+local SHOWN = {'started_at', 'cancel_requested', 'error', 'token', 'exec_id', 'exec_worker',
+  'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
 
 -- Lua numbers would reach Redis as 14 significant digits: format integers.
 local function int(x) return string.format('%.0f', x) end
@@ -78,29 +83,27 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- job_reader returns a function that reads, in one HMGET, state, attempt,
--- tenant (whose counts a move keeps) and the fields of the lists given, into a job: {key, events, id, f =
--- field -> value (false when missing)}; f.state is false when the job does
--- not exist. Each field costs the read a scan of the hash: a caller reads
--- the SHOWN fields its moves do not write, and what it decides on.
-local function job_reader(...)
-  local fields, seen = {}, {}
-  for _, list in ipairs({{'state', 'attempt', 'tenant'}, ...}) do
-    for _, name in ipairs(list) do
-      if not seen[name] then
-        seen[name] = true
-        fields[#fields + 1] = name
+-- shown_of reads the SHOWN fields of the job hash at key ("" for a field
+-- a job from an older version lacks).
+local function shown_of(key)
+  local shown = redis.call('HMGET', key, unpack(SHOWN))
+  for i = 1, #SHOWN do
+    shown[i] = shown[i] or ''
+  end
+  return shown
+end
+
+-- with lays fields (a flat list: name, value, ...) over shown, for those
+-- of them that SHOWN lists, and returns shown.
+local function with(shown, fields)
+  for i = 1, #fields, 2 do
+    for k = 1, #SHOWN do
+      if SHOWN[k] == fields[i] then
+        shown[k] = fields[i + 1]
       end
     end
   end
-  return function(key, events, id)
-    local vals = redis.call('HMGET', key, unpack(fields))
-    local f = {}
-    for i = 1, #fields do
-      f[fields[i]] = vals[i]
-    end
-    return {key = key, events = events, id = id, f = f}
-  end
+  return shown
 end
 
 -- transitions starts the moves of one script: what they change in the
@@ -113,55 +116,56 @@ local function transitions(stats, retired, now, retention_ms, maxlen)
     maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
 end
 
--- state_event appends j's state event: {"state", "attempt", "job": the
--- SHOWN fields as they are now, in SHOWN's order, "" for none} (job.Job.At
--- reads it). A SHOWN field its script neither read nor wrote is a bug in
--- the script: it raises. The fields are an array built in one constructor,
--- and the object around it is concatenated: a table keyed by name, and
--- cjson encoding its names, cost about as much as the rest of a move.
-local function state_event(tx, j)
-  local f = j.f
-  local shown = {f.started_at, f.finished_at, f.cancel_requested, f.error, f.token, f.exec_id,
-    f.exec_worker, f.exec_attempt, f.exec_started_at, f.exec_heartbeat_at, f.exec_finished_at}
-  for i = 1, #SHOWN do
-    if shown[i] == nil then
-      error('transition: job ' .. j.id .. ' moved without reading or writing ' .. SHOWN[i])
-    end
+-- state_event appends the state event of job j (key, events, id): {"state",
+-- "attempt", "job": [finished_at, then shown in SHOWN's order], "" for
+-- none} (job.Job.At reads it). It is concatenated in one expression: cjson,
+-- or a table of the fields, cost as much as the rest of a move. Every
+-- value is digits, an id or "" except error, JSON text that cjson quotes,
+-- and exec_worker, whose characters the worker checks
+-- (execution.Config.ID). A nil value (a script that forgot one) raises.
+local function state_event(tx, j, state, attempt, finished_at, s)
+  local err = s[3]
+  if err ~= '' then
+    err = cjson.encode(err)
+  else
+    err = '""'
   end
   redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state', 'data',
-    '{"state":"' .. f.state .. '","attempt":' .. f.attempt .. ',"job":' .. cjson.encode(shown) .. '}')
+    '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' .. finished_at .. '","' .. s[1] ..
+    '","' .. s[2] .. '",' .. err .. ',"' .. s[4] .. '","' .. s[5] .. '","' .. s[6] .. '","' .. s[7] ..
+    '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]}')
 end
 
--- move moves job j (read by a job_reader) from its state to state to,
--- writing fields (a flat list: name, value, ...; move adds to it) with it,
--- and keeps j.f as the hash now is. A move MOVES does not list is a bug in the caller,
--- which decided on it: it raises, before anything of j is written.
-local function move(tx, j, to, fields)
-  local from = j.f.state or ''
+-- move moves job j ({key, events, id, tenant, state}: state is '' for a
+-- job not yet created) to state to, writing fields (a flat list: name,
+-- value, ...; move adds to it) with it. attempt is the job's attempt after
+-- the move, and shown its SHOWN fields (see above). A move MOVES does not
+-- list is a bug in the caller, which decided on it: it raises, before
+-- anything of j is written.
+local function move(tx, j, to, fields, attempt, shown)
+  local from = j.state
   if not (MOVES[from] and MOVES[from][to]) then
     error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
   end
-  fields = fields or {}
-  if TERMINAL[to] or TERMINAL[from] then
-    fields[#fields + 1], fields[#fields + 2] = 'finished_at', TERMINAL[to] and tx.now_s or ''
-  elseif from ~= '' then
-    j.f.finished_at = '' -- a job that has not ended has none: no need to read it
+  local finished_at = ''
+  if TERMINAL[to] then
+    finished_at = tx.now_s
   end
-  for i = 1, #fields, 2 do
-    j.f[fields[i]] = fields[i + 1]
+  if TERMINAL[to] or TERMINAL[from] then
+    fields[#fields + 1], fields[#fields + 2] = 'finished_at', finished_at
   end
   redis.call('HSET', j.key, 'state', to, unpack(fields))
-  j.f.state = to
+  j.state = to
   if from ~= '' then
-    count(tx.counts, j.f.tenant, from, -1)
+    count(tx.counts, j.tenant, from, -1)
   end
-  count(tx.counts, j.f.tenant, to, 1)
+  count(tx.counts, j.tenant, to, 1)
   if TERMINAL[to] then
     tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
   elseif TERMINAL[from] then
     tx.unretiring[#tx.unretiring + 1] = j.id
   end
-  state_event(tx, j)
+  state_event(tx, j, to, attempt, finished_at, shown)
 end
 
 -- forget deletes terminal jobs ids: their records and events (keys, a
