@@ -68,7 +68,7 @@ for i = 1, n do
       attempt = tostring(tonumber(attempt) - 1)
       fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
-      err = g[3]
+      err = g[3] or '' -- "" for a record older than the field, as the claim reads it
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
     elseif retryable and tonumber(attempt) < tonumber(redis.call('HGET', job, 'max_attempts')) then
       next = 'retrying'
