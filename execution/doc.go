@@ -30,11 +30,13 @@
 //
 // # Cost
 //
-// A claim of up to Concurrency jobs is two or three round trips (a
-// read-only peek for the lanes at the head of the ready set and the due
-// work, pipelined with a read of the first jobs of the lanes the last
-// claim saw there; a read of what that missed, if anything; then the
-// claim script over those candidates), O(k log n) for k candidates in a
+// A claim of up to Concurrency jobs is two round trips while the lanes at
+// the head of the ready set stay the same, up to four when they change (a
+// read-only peek for those lanes and the due work, pipelined with a read
+// of the first jobs of the lanes the last claim saw there and with slots
+// of their concurrency keys; a read of what that missed, and the slots
+// the first did not take, if anything; then the claim script over those
+// candidates), O(k log n) for k candidates in a
 // queue of n, never a scan;
 // the due work one claim does is bounded, and so is the number of lanes it
 // looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all

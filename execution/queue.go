@@ -58,6 +58,10 @@ type queue struct {
 	// heads holds the lanes the last claim's peek saw at the head of the
 	// ready set: the next claim reads their first jobs along with its peek.
 	heads atomic.Pointer[[]string]
+	// left holds, for each of those lanes whose jobs the last claim read
+	// to the end, how many of them it did not take: the next claim asks
+	// early for no more slots for it than that (askEarly).
+	left atomic.Pointer[map[string]int]
 }
 
 func (q *queue) fixedKeys() []string {
@@ -93,12 +97,13 @@ func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) 
 
 // claim does the queue's due work (reaping expired leases, promoting due
 // retries, expiring jobs past max_wait) and claims up to want jobs for
-// worker. want 0 only does the due work: that is the reaper. It costs two or
-// three round trips: a read-only peek for the lanes at the head of the
+// worker. want 0 only does the due work: that is the reaper. It costs two
+// to four round trips: a read-only peek for the lanes at the head of the
 // ready set and the due work, pipelined with a read of the first jobs of
-// the lanes the last claim saw there; a read of what that missed (the due
-// jobs' lanes, lanes new at the head), if anything; then the claim, which
-// checks each candidate again.
+// the lanes the last claim saw there and with slots of their keys (see
+// askEarly); a read of what that missed (the due jobs' lanes, lanes new at
+// the head), if anything; the slots the early ask did not cover, if any
+// (reserve); then the claim, which checks each candidate again.
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
@@ -112,18 +117,42 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		look = min(want*4+16, 256)
 	}
 	// The lanes at the head are seldom new: the first jobs of those the
-	// last claim saw are read in the peek's round trip, and candidates
-	// reads only what that missed.
+	// last claim saw, and slots of their keys, are asked for in the peek's
+	// round trip, and what that missed in one more.
+	var last []string
+	if p := q.heads.Load(); want > 0 && p != nil {
+		last = *p
+	}
+	early := q.askEarly(want, last, blocked, q.left.Load())
 	peekKeys := append(fixed[:4:4], fixed[7])
 	var peek *redis.Cmd
 	var ahead map[string]*redis.StringSliceCmd
+	// The leases are granted from the moment the first ask for them is
+	// sent: their trust window counts from here.
+	asked := time.Now()
 	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		peek = peekScript.EvalSha(ctx, p, peekKeys, look, dueBatch)
-		if last := q.heads.Load(); want > 0 && last != nil {
-			ahead = q.readLanes(ctx, p, *last, perLane(want, len(*last)), blocked)
+		if len(last) > 0 {
+			ahead = q.readLanes(ctx, p, last, perLane(want, len(last)), blocked)
+		}
+		if early != nil {
+			early.acquiring = q.leases.AcquireIn(ctx, p, q.ttl, q.back, early.asks)
 		}
 		return nil
 	})
+	r := reservation{got: map[string][]string{}, granted: map[string]int{}}
+	// Slots taken for executions that are not among those claimed (no
+	// candidate used them, another key refused its candidate, the claim
+	// script did not take it) are given back. A release that fails leaves
+	// them taken until their TTL, held by nobody.
+	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
+	if early != nil {
+		grants, err := early.acquiring.Grants(ctx)
+		if err != nil {
+			return nil, false, fmt.Errorf("claim %s: %w", q.name, err)
+		}
+		r.add(early.asks, grants)
+	}
 	peeked, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
@@ -181,14 +210,12 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 	}
 
-	execIDs := make([]string, len(ids))
-	for i := range execIDs {
-		execIDs[i] = uuid.Must(uuid.NewV7()).String()
+	if early == nil {
+		// The peek may have waited on a Redis coming back; the leases are
+		// granted only from here on.
+		asked = time.Now()
 	}
-	// The peek may have waited on a Redis coming back; the leases are
-	// granted only from here on.
-	asked := time.Now()
-	r, err := q.reserve(ctx, want, lanes, ckeys, execIDs)
+	execIDs, err := q.reserve(ctx, &r, want, lanes, ckeys, early)
 	if err != nil {
 		return nil, false, err
 	}
@@ -216,11 +243,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.
+		r.got = nil
 		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
 	}
-	// Slots taken for candidates the claim did not take are given back. A
-	// release that fails leaves them taken until their TTL, held by nobody.
-	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
 	res, err := decodeClaim(raw)
 	if err != nil {
 		// Jobs the script claimed are not run: their leases expire and the
@@ -267,7 +292,31 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			trace:   claimedTrace(j.trace, j.prevTrace),
 		})
 	}
+	if want > 0 {
+		q.left.Store(jobsLeft(heads, lanes[due:], perLane(want, len(heads)), claimed))
+	}
 	return claimed, busy, nil
+}
+
+// jobsLeft returns, for each lane at the head of which a claim read fewer
+// jobs than the per it asked for (all it had), how many of them it did not
+// take. read holds the lane of each job read.
+func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]int {
+	n := map[string]int{}
+	for _, lane := range read {
+		n[lane]++
+	}
+	taken := map[string]int{}
+	for _, e := range claimed {
+		taken[e.lane]++
+	}
+	left := map[string]int{}
+	for _, lane := range heads {
+		if n[lane] < per { // a taken due job of the lane counts too: a hint
+			left[lane] = max(0, n[lane]-taken[lane])
+		}
+	}
+	return &left
 }
 
 // claimReply is the claim script's reply (see execution_claim.lua).
@@ -376,29 +425,105 @@ type reservation struct {
 	held []string
 	// got lists, for each key, the execution ids it gave a slot.
 	got map[string][]string
+	// granted counts, for each execution id, the keys that gave it a slot.
+	granted map[string]int
 }
+
+// add records what asks got.
+func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
+	for j, ask := range asks {
+		for h, tok := range grants[j].Tokens {
+			if tok != 0 {
+				r.granted[ask.Holders[h]]++
+				r.got[ask.Key] = append(r.got[ask.Key], ask.Holders[h])
+			}
+		}
+	}
+}
+
+// earlyAsk is the slots a claim asks for before it knows its candidates,
+// in the peek's round trip: the lanes at the head seldom change between
+// two claims, and a lane's jobs share its keys (the lane is their list).
+type earlyAsk struct {
+	ids       map[string][]string // lane -> the execution ids asked for
+	asks      []lease.Ask
+	acquiring *lease.Acquiring
+}
+
+// askEarly returns the early ask of a claim of want jobs whose last claim
+// saw lanes at the head: slots for want executions, taking turns between
+// the lanes as reserve does, at most as many for a lane as the jobs of it
+// the claim reads, and as the last claim left of it when it read them all
+// (left); none for a lane left waiting for a full key (it would only be
+// refused again). An ask for jobs that are not there would hold slots
+// that others wait for until the claim gives them back. nil when there is
+// nothing to ask for.
+func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, left *map[string]int) *earlyAsk {
+	per := perLane(want, len(lanes))
+	var most map[string]int
+	if left != nil {
+		most = *left
+	}
+	e := &earlyAsk{ids: map[string][]string{}}
+	keysOf := map[string][]string{}
+	at := map[string]int{}
+	n := 0
+	for round := 0; round < per && n < want; round++ {
+		for _, lane := range lanes {
+			if n == want || blocked != nil && (*blocked)[lane] {
+				continue
+			}
+			if k, ok := most[lane]; ok && round >= k {
+				continue
+			}
+			keys, ok := keysOf[lane]
+			if !ok {
+				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
+				keysOf[lane] = keys
+			}
+			id := newExecID()
+			e.ids[lane] = append(e.ids[lane], id)
+			n++
+			for _, k := range keys {
+				j, ok := at[k]
+				if !ok {
+					j = len(e.asks)
+					at[k] = j
+					e.asks = append(e.asks, lease.Ask{Key: k, Limit: int(q.limits.of(k))})
+				}
+				e.asks[j].Holders = append(e.asks[j].Holders, id)
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return e
+}
+
+func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 
 // reserve takes, for up to want candidates, a slot of every one of their
 // concurrency keys, member the execution id each would run under, all or
-// none: one script per key, all in one round trip. On a Redis Cluster a
-// key's lease set is in a slot of its own, not the queue's, so no script
-// can take the job and its slots at once; the slots come first, and the
-// claim script takes only candidates holding all of theirs. Every key
-// gets a lease, limited or not: a limit set later counts the executions
-// already running.
+// none, and returns each candidate's execution id. A candidate whose lane
+// has slots left of the early ask takes those; for the others it asks now,
+// one script per key, all in one round trip. On a Redis Cluster a key's
+// lease set is in a slot of its own, not the queue's, so no script can
+// take the job and its slots at once; the slots come first, and the claim
+// script takes only candidates holding all of theirs. Every key gets a
+// lease, limited or not: a limit set later counts the executions already
+// running.
 //
 // The candidates asked for are chosen as the claim script serves lanes,
 // one job of each in turn, so that a slot taken is seldom left unused.
-func (q *queue) reserve(ctx context.Context, want int, lanes []string, ckeys [][]string, execIDs []string) (reservation, error) {
-	r := reservation{held: make([]string, len(lanes)), got: map[string][]string{}}
-	if want == 0 {
-		return r, nil
-	}
+func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []string, ckeys [][]string, early *earlyAsk) ([]string, error) {
+	r.held = make([]string, len(lanes))
+	execIDs := make([]string, len(lanes))
 	byLane := map[string][]int{}
 	var order []string
 	for i, lane := range lanes {
-		if lane == "" {
-			continue // the job is gone
+		if want == 0 || lane == "" {
+			continue // the reaper takes nothing; the job is gone
 		}
 		if _, ok := byLane[lane]; !ok {
 			order = append(order, lane)
@@ -418,12 +543,18 @@ func (q *queue) reserve(ctx context.Context, want int, lanes []string, ckeys [][
 			break
 		}
 	}
-	if len(asked) == 0 {
-		return r, nil
+	var pool map[string][]string
+	if early != nil {
+		pool = early.ids
 	}
 	var asks []lease.Ask
 	at := map[string]int{}
 	for _, i := range asked {
+		if ids := pool[lanes[i]]; len(ids) > 0 {
+			execIDs[i], pool[lanes[i]] = ids[0], ids[1:]
+			continue
+		}
+		execIDs[i] = newExecID()
 		for _, k := range ckeys[i] {
 			j, ok := at[k]
 			if !ok {
@@ -434,26 +565,25 @@ func (q *queue) reserve(ctx context.Context, want int, lanes []string, ckeys [][
 			asks[j].Holders = append(asks[j].Holders, execIDs[i])
 		}
 	}
-	grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks)
-	if err != nil {
-		return r, fmt.Errorf("claim %s: %w", q.name, err)
-	}
-	granted := map[string]int{} // execution id -> keys it got
-	for j, a := range asks {
-		for h, tok := range grants[j].Tokens {
-			if tok != 0 {
-				granted[a.Holders[h]]++
-				r.got[a.Key] = append(r.got[a.Key], a.Holders[h])
-			}
+	for i := range execIDs {
+		if execIDs[i] == "" {
+			execIDs[i] = newExecID() // not asked for: not claimed, but the claim script's ARGV has one for each candidate
 		}
+	}
+	if len(asks) > 0 {
+		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: %w", q.name, err)
+		}
+		r.add(asks, grants)
 	}
 	for _, i := range asked {
 		r.held[i] = "0"
-		if granted[execIDs[i]] == len(ckeys[i]) {
+		if r.granted[execIDs[i]] == len(ckeys[i]) {
 			r.held[i] = "1"
 		}
 	}
-	return r, nil
+	return execIDs, nil
 }
 
 // unused returns, by key, the slots r took for executions that are not

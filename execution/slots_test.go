@@ -106,3 +106,65 @@ func TestExecutionThatLosesItsKeySlotStops(t *testing.T) {
 	}
 	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
 }
+
+// A claim asks for slots of the keys of the lanes the last claim saw at the
+// head in its first round trip, before it knows whether they still hold
+// jobs (queue.askEarly). Slots no candidate used are given back at once.
+// Here a worker with room for two claims jobs A and B, all its lane holds
+// (it read as many as it asked for, so the lane may hold more); A blocks,
+// B ends, and the next claim asks early for one slot of model:a (limit 3)
+// and finds the lane empty. That slot must come back before its TTL runs
+// out, so that model:a holds only A's.
+//
+// Fails when a claim that finds nothing to take keeps its early slots.
+func TestEarlySlotsNoCandidateUsesAreGivenBack(t *testing.T) {
+	t.Parallel()
+	const ttl = 20 * time.Second
+	f := newFixture(t)
+	f.setLimit(t, "model:a", 3)
+	a := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
+	b := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
+	f.startWorker(t, execution.Config{LeaseTTL: ttl, Concurrency: 2}, map[string]execution.Handler{
+		faultKind: func(ctx context.Context, e *execution.Execution) (any, error) {
+			if e.JobID == a.ID {
+				return block(ctx, e)
+			}
+			return "done", nil
+		}})
+	f.waitState(t, b.ID, 10*time.Second, job.StateSucceeded)
+	running := f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
+
+	ks := keys.New(f.prefix)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int()
+		return grants >= 3
+	}, "no claim asked for model:a's slots after A's and B's")
+	testenv.Eventually(t, ttl/2, func() bool {
+		held, err := liveMembers(t.Context(), f.rdb, ks.LeaseSet("model:a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(held) == 1 && held[0] == running.Execution.ID
+	}, "model:a holds slots of executions that never ran")
+}
+
+// The early ask asks for no more slots for a lane than the jobs the last
+// claim left there when it read them all: slots asked for jobs that are
+// not there would be held, for nothing, from those who wait for them.
+// Here a worker with room for four claims job A, the only job of its lane,
+// then job C of another lane: no claim after A's asks for model:a again.
+//
+// Fails when askEarly ignores what the last claim left (left).
+func TestEarlyAskStopsAtTheJobsALaneHas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.setLimit(t, "model:a", 3)
+	a := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
+	f.startWorker(t, execution.Config{Concurrency: 4}, map[string]execution.Handler{faultKind: block})
+	f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
+	c := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:c"}})
+	f.waitState(t, c.ID, 10*time.Second, job.StateRunning)
+	if grants, err := f.rdb.Get(t.Context(), keys.New(f.prefix).LeaseFence("model:a")).Int(); err != nil || grants != 1 {
+		t.Fatalf("model:a granted %d slots (%v), want 1: a claim asked for slots of a lane it had emptied", grants, err)
+	}
+}

@@ -152,29 +152,50 @@ type Grant struct {
 // refusal counts this caller as waiting (see Acquire): longer than the
 // caller takes to come back.
 func (c *Client) AcquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, error) {
-	cmds := make([]*redis.Cmd, len(asks))
+	var a *Acquiring
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, a := range asks {
-			cmds[i] = acquireScript.EvalSha(ctx, p, c.acquireKeys(a.Key), acquireArgs(ttl, mark, a)...)
-		}
+		a = c.AcquireIn(ctx, p, ttl, mark, asks)
 		return nil
 	})
-	grants := make([]Grant, len(asks))
-	for i, a := range asks {
-		cmd := cmds[i]
+	return a.Grants(ctx)
+}
+
+// Acquiring is an AcquireAll queued on a caller's pipeline.
+type Acquiring struct {
+	c         *Client
+	ttl, mark time.Duration
+	asks      []Ask
+	cmds      []*redis.Cmd
+}
+
+// AcquireIn queues AcquireAll's asks on p, so that they share the round
+// trip of the caller's other commands; Grants reads them once p has run.
+func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark time.Duration, asks []Ask) *Acquiring {
+	a := &Acquiring{c: c, ttl: ttl, mark: mark, asks: asks, cmds: make([]*redis.Cmd, len(asks))}
+	for i, ask := range asks {
+		a.cmds[i] = acquireScript.EvalSha(ctx, p, c.acquireKeys(ask.Key), acquireArgs(ttl, mark, ask)...)
+	}
+	return a
+}
+
+// Grants returns what each ask got, in the order of the asks.
+func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
+	grants := make([]Grant, len(a.asks))
+	for i, ask := range a.asks {
+		cmd := a.cmds[i]
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
-			cmd = acquireScript.Run(ctx, c.rdb, c.acquireKeys(a.Key), acquireArgs(ttl, mark, a)...)
+			cmd = acquireScript.Run(ctx, a.c.rdb, a.c.acquireKeys(ask.Key), acquireArgs(a.ttl, a.mark, ask)...)
 		}
 		res, err := cmd.Int64Slice()
-		if err == nil && len(res) != 3+len(a.Holders) {
-			err = fmt.Errorf("%d values in the reply, want %d", len(res), 3+len(a.Holders))
+		if err == nil && len(res) != 3+len(ask.Holders) {
+			err = fmt.Errorf("%d values in the reply, want %d", len(res), 3+len(ask.Holders))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lease: acquire %q: %w", a.Key, err)
+			return nil, fmt.Errorf("lease: acquire %q: %w", ask.Key, err)
 		}
 		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1,
-			Tokens: make([]fencing.Token, len(a.Holders))}
-		for j := range a.Holders {
+			Tokens: make([]fencing.Token, len(ask.Holders))}
+		for j := range ask.Holders {
 			g.Tokens[j] = fencing.Token(res[3+j])
 		}
 		grants[i] = g
