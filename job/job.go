@@ -189,7 +189,7 @@ func ParseRecord(h map[string]string) (Job, error) {
 }
 
 // moved decodes into j the fields that moves change and that a state event
-// carries as they were (besides state and attempt): SHOWN in
+// carries as they were (besides state and attempt): shown_names in
 // internal/scripts/transition.lua.
 func (r *record) moved(j *Job) {
 	j.StartedAt = r.optTime("started_at")
@@ -225,7 +225,7 @@ type stateData struct {
 }
 
 // eventFields name the values of a state event's job array: finished_at,
-// then SHOWN in internal/scripts/transition.lua, in its order. (An array
+// then shown_names in internal/scripts/transition.lua, in its order. (An array
 // concatenated in one expression: a table keyed by name, or cjson, cost a
 // move as much as the rest of it.)
 var eventFields = []string{"finished_at", "started_at", "cancel_requested", "error", "token", "exec_id",

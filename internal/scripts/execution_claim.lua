@@ -63,21 +63,25 @@ local now = redis_now()
 local tx = transitions(stats, retired, now, retention, maxlen)
 
 -- read reads candidate i (its id, job hash, events and lane) in one
--- HMGET: what a claim decides on and hands out, and error, the one SHOWN
+-- HMGET: what a claim decides on and hands out, and error, the one shown
 -- field (transition.lua) the claim's move neither writes nor knows (a job
 -- waiting to run has no cancel request: a cancel ends a waiting job, a
 -- retry clears it). A candidate with due work (due) also reads what its
 -- moves depend on. The fields are in c.f at the places named below (a
 -- table keyed by name would cost a claim a tenth of its work); c.state is
 -- false when the job does not exist.
-local READY = {'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms',
-  'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error'}
-local DUE = {'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input', 'timeout_ms',
-  'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'max_attempts', 'priority', 'cancel_requested'}
 local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
 local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 10, 11, 12, 13, 14, 15, 16
 local function read(i, id, key, events, lane, due)
-  local f = redis.call('HMGET', key, unpack(due and DUE or READY))
+  local f
+  if due then
+    f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'max_attempts', 'priority',
+      'cancel_requested')
+  else
+    f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error')
+  end
   return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2], f = f}
 end
 

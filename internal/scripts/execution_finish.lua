@@ -36,8 +36,8 @@ for i = 1, n do
   at = at + 9
 
   -- What the owner's check and the cancel a success yields to depend on,
-  -- then the SHOWN fields (transition.lua) the move neither writes nor
-  -- knows (the owner's attempt is the job's and its execution's: the claim
+  -- then the shown fields (transition.lua's shown_names) the move neither
+  -- writes nor knows (the owner's attempt is the job's and its execution's: the claim
   -- wrote all three). A failure or a hand-off reads what its next state
   -- depends on below.
   local job = KEYS[4 + 3 * i]

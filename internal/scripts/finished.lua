@@ -6,12 +6,10 @@
 -- its count of jobs that became state. A slot whose minute has passed an
 -- hour ago is cleared by the first count of its new minute; readers skip
 -- slots older than the hour (job/finished.go).
-local FINISHED_STATES = {succeeded = true, failed = true, cancelled = true, expired = true}
-
 -- count_finished adds n jobs that became state at now (Redis ms) to the
 -- ring in stats; states that are not terminal are not counted.
 local function count_finished(stats, now, state, n)
-  if not FINISHED_STATES[state] or n <= 0 then
+  if not (state == 'succeeded' or state == 'failed' or state == 'cancelled' or state == 'expired') or n <= 0 then
     return
   end
   local minute = string.format('%.0f', math.floor(now / 60000))

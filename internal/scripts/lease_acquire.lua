@@ -31,7 +31,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Reap lazily: whoever acquires cleans up after the dead.
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-local held = redis.call('ZCARD', leases)
 local line = redis.call('ZCOUNT', tickets, '(' .. now, '+inf') > 0
 local lines_turn = line and redis.call('GET', turn) == 'line'
 
@@ -40,21 +39,34 @@ local lines_turn = line and redis.call('GET', turn) == 'line'
 local expires = string.format('%.0f', now + 1 + ttl)
 local out = {0, expires, line and 1 or 0}
 local add, took, refused = {}, false, false
-for i = 4, #ARGV do
-  local holder = ARGV[i]
-  local ok = redis.call('ZSCORE', leases, holder)
-  if not ok and (limit < 0 or (held < limit and not lines_turn)) then
-    held = held + 1
-    ok, took = true, true
-    lines_turn = line -- one slot for this side, then the line's turn
-  end
-  if ok then
+if limit < 0 then
+  -- Every holder gets a slot (one already in the set keeps it): nothing
+  -- to count or look up. Every job's claim asks its tenant's key, seldom
+  -- limited.
+  for i = 4, #ARGV do
     add[#add + 1] = expires
-    add[#add + 1] = holder
+    add[#add + 1] = ARGV[i]
     out[#out + 1] = true
-  else
-    out[#out + 1] = false
-    refused = true
+  end
+  took = #add > 0
+else
+  local held = redis.call('ZCARD', leases)
+  for i = 4, #ARGV do
+    local holder = ARGV[i]
+    local ok = redis.call('ZSCORE', leases, holder)
+    if not ok and held < limit and not lines_turn then
+      held = held + 1
+      ok, took = true, true
+      lines_turn = line -- one slot for this side, then the line's turn
+    end
+    if ok then
+      add[#add + 1] = expires
+      add[#add + 1] = holder
+      out[#out + 1] = true
+    else
+      out[#out + 1] = false
+      refused = true
+    end
   end
 end
 

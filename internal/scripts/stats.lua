@@ -6,12 +6,10 @@
 -- counted for all tenants only: they only grow, and nothing reads them per
 -- tenant. Every move (transition.lua) counts itself with count, in a
 -- table that settle writes once per script with write_counts.
-local OWN_COUNTED = {queued = true, running = true, retrying = true}
-
 -- count adds delta to the count of jobs in state, and to tenant's own.
 local function count(counts, tenant, state, delta)
   counts[state] = (counts[state] or 0) + delta
-  if OWN_COUNTED[state] then
+  if state == 'queued' or state == 'running' or state == 'retrying' then
     local own = state .. '/' .. tenant
     counts[own] = (counts[own] or 0) + delta
   end

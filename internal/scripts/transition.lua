@@ -8,7 +8,7 @@
 -- all; move writes state and finished_at in every script):
 --
 --   field              holds                                   written by
---   state              see MOVES                               move
+--   state              see may_move                            move
 --   token              the latest execution's fencing token    submit ("0"), claim
 --   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
 --                                                              finish (-1 on a hand-off), retry ("0")
@@ -33,11 +33,11 @@
 -- (claim is execution_claim.lua, which also reaps lost executions, expires
 -- jobs at max_wait and promotes due ones; finish execution_finish.lua;
 -- heartbeat execution_heartbeat.lua; submit, cancel and retry job_*.lua.)
--- result is written by the move to succeeded alone, and MOVES has no way
+-- result is written by the move to succeeded alone, and may_move has no way
 -- out of succeeded: it is "" in every other state, before and after.
 --
 -- A move, in one step with the caller's other writes: the new state
--- (checked against MOVES) and the caller's fields in one HSET, finished_at
+-- (checked by may_move) and the caller's fields in one HSET, finished_at
 -- set on reaching a terminal state and cleared on leaving one, the stats
 -- hash's counts per state and per tenant (stats.lua; and finished.lua's
 -- per-minute ring), a state
@@ -45,20 +45,32 @@
 -- {q:Q}:retired scored by the end of its retention, and leaves it when it
 -- is retried; forget takes a terminal job out of everything.
 
--- MOVES[from][to]: every move a job may make. '' is a job not yet created.
-local MOVES = {
-  [''] = {queued = true},
-  queued = {running = true, cancelled = true, expired = true},
-  running = {succeeded = true, failed = true, cancelled = true, retrying = true, queued = true},
-  retrying = {queued = true, cancelled = true, expired = true},
-  failed = {queued = true},
-  cancelled = {queued = true},
-  expired = {queued = true},
-  succeeded = {},
-}
-local TERMINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
+-- may_move says whether a job may move from state from to state to: the
+-- state diagram. '' is a job not yet created. (Functions, not tables: a
+-- script builds its tables anew at every call, and a claim or a finish of
+-- a few jobs would spend a tenth of its work on them.)
+local function may_move(from, to)
+  if to == 'queued' then -- submit, promote, hand-off, retry of an ended job
+    return from == '' or from == 'running' or from == 'retrying' or from == 'failed' or
+      from == 'cancelled' or from == 'expired'
+  elseif to == 'running' then
+    return from == 'queued'
+  elseif to == 'succeeded' or to == 'failed' or to == 'retrying' then
+    return from == 'running'
+  elseif to == 'cancelled' then
+    return from == 'queued' or from == 'running' or from == 'retrying'
+  elseif to == 'expired' then
+    return from == 'queued' or from == 'retrying'
+  end
+  return false
+end
 
--- SHOWN are the fields the API shows that moves change, besides state,
+-- terminal says whether state is one a job ends in.
+local function terminal(state)
+  return state == 'succeeded' or state == 'failed' or state == 'cancelled' or state == 'expired'
+end
+
+-- shown_names are the fields the API shows that moves change, besides state,
 -- attempt and finished_at (which move writes itself). Each state event
 -- carries them as they were at its move (a snapshot), so that a replay
 -- shows the job as it was then, not as it is now: the API takes the fields
@@ -66,13 +78,15 @@ local TERMINAL = {succeeded = true, failed = true, cancelled = true, expired = t
 -- (see above), from the hash of a succeeded job. exec_heartbeat_at changes
 -- between moves too; an event holds the last one before it.
 --
--- A move takes them as an array in SHOWN's order, as they are after it: a
+-- A move takes them as an array in shown_names' order, as they are after it: a
 -- script on a hot path (claim, finish) builds it from what it read and
 -- what it writes; the others read them (shown_of) and lay their writes
 -- over them (with). Reading every field by name would cost a claim or a
 -- finish as much as the rest of its move: each field read scans the hash.
-local SHOWN = {'started_at', 'cancel_requested', 'error', 'token', 'exec_id', 'exec_worker',
-  'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
+local function shown_names()
+  return {'started_at', 'cancel_requested', 'error', 'token', 'exec_id', 'exec_worker',
+    'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
+end
 
 -- Lua numbers would reach Redis as 14 significant digits: format integers.
 local function int(x) return string.format('%.0f', x) end
@@ -83,22 +97,24 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- shown_of reads the SHOWN fields of the job hash at key ("" for a field
+-- shown_of reads the shown fields (shown_names) of the job hash at key ("" for a field
 -- a job from an older version lacks).
 local function shown_of(key)
-  local shown = redis.call('HMGET', key, unpack(SHOWN))
-  for i = 1, #SHOWN do
+  local names = shown_names()
+  local shown = redis.call('HMGET', key, unpack(names))
+  for i = 1, #names do
     shown[i] = shown[i] or ''
   end
   return shown
 end
 
 -- with lays fields (a flat list: name, value, ...) over shown, for those
--- of them that SHOWN lists, and returns shown.
+-- of them that shown_names lists, and returns shown.
 local function with(shown, fields)
+  local names = shown_names()
   for i = 1, #fields, 2 do
-    for k = 1, #SHOWN do
-      if SHOWN[k] == fields[i] then
+    for k = 1, #names do
+      if names[k] == fields[i] then
         shown[k] = fields[i + 1]
       end
     end
@@ -117,7 +133,7 @@ local function transitions(stats, retired, now, retention_ms, maxlen)
 end
 
 -- state_event appends the state event of job j (key, events, id): {"state",
--- "attempt", "job": [finished_at, then shown in SHOWN's order], "" for
+-- "attempt", "job": [finished_at, then shown in shown_names' order], "" for
 -- none} (job.Job.At reads it). It is concatenated in one expression: cjson,
 -- or a table of the fields, cost as much as the rest of a move. Every
 -- value is digits, an id or "" except error, JSON text that cjson quotes,
@@ -139,19 +155,19 @@ end
 -- move moves job j ({key, events, id, tenant, state}: state is '' for a
 -- job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
--- the move, and shown its SHOWN fields (see above). A move MOVES does not
--- list is a bug in the caller, which decided on it: it raises, before
+-- the move, and shown its shown fields (see above). A move may_move refuses
+-- is a bug in the caller, which decided on it: it raises, before
 -- anything of j is written.
 local function move(tx, j, to, fields, attempt, shown)
   local from = j.state
-  if not (MOVES[from] and MOVES[from][to]) then
+  if not may_move(from, to) then
     error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
   end
   local finished_at = ''
-  if TERMINAL[to] then
+  if terminal(to) then
     finished_at = tx.now_s
   end
-  if TERMINAL[to] or TERMINAL[from] then
+  if terminal(to) or terminal(from) then
     fields[#fields + 1], fields[#fields + 2] = 'finished_at', finished_at
   end
   redis.call('HSET', j.key, 'state', to, unpack(fields))
@@ -160,9 +176,9 @@ local function move(tx, j, to, fields, attempt, shown)
     count(tx.counts, j.tenant, from, -1)
   end
   count(tx.counts, j.tenant, to, 1)
-  if TERMINAL[to] then
+  if terminal(to) then
     tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
-  elseif TERMINAL[from] then
+  elseif terminal(from) then
     tx.unretiring[#tx.unretiring + 1] = j.id
   end
   state_event(tx, j, to, attempt, finished_at, shown)
