@@ -136,7 +136,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			ahead = q.readLanes(ctx, p, last, perLane(want, len(last)), blocked)
 		}
 		if early != nil {
-			early.acquiring = q.leases.AcquireIn(ctx, p, q.ttl, q.back, early.asks)
+			early.acquiring = q.leases.AcquireIn(ctx, p, q.ttl, q.back, early.asks.list)
 		}
 		return nil
 	})
@@ -151,7 +151,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		if err != nil {
 			return nil, false, fmt.Errorf("claim %s: %w", q.name, err)
 		}
-		r.add(early.asks, grants)
+		r.add(early.asks.list, grants)
 	}
 	peeked, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
 	if err != nil {
@@ -441,12 +441,34 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 	}
 }
 
+// slotAsks gathers the slots a claim asks for: one lease.Ask per key.
+type slotAsks struct {
+	list []lease.Ask
+	at   map[string]int // key -> its ask in list
+}
+
+// add asks for a slot of every one of keys for holder.
+func (a *slotAsks) add(limits *limits, keys []string, holder string) {
+	if a.at == nil {
+		a.at = map[string]int{}
+	}
+	for _, k := range keys {
+		j, ok := a.at[k]
+		if !ok {
+			j = len(a.list)
+			a.at[k] = j
+			a.list = append(a.list, lease.Ask{Key: k, Limit: int(limits.of(k))})
+		}
+		a.list[j].Holders = append(a.list[j].Holders, holder)
+	}
+}
+
 // earlyAsk is the slots a claim asks for before it knows its candidates,
 // in the peek's round trip: the lanes at the head seldom change between
 // two claims, and a lane's jobs share its keys (the lane is their list).
 type earlyAsk struct {
 	ids       map[string][]string // lane -> the execution ids asked for
-	asks      []lease.Ask
+	asks      slotAsks
 	acquiring *lease.Acquiring
 }
 
@@ -466,7 +488,6 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 	}
 	e := &earlyAsk{ids: map[string][]string{}}
 	keysOf := map[string][]string{}
-	at := map[string]int{}
 	n := 0
 	for round := 0; round < per && n < want; round++ {
 		for _, lane := range lanes {
@@ -484,15 +505,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 			id := newExecID()
 			e.ids[lane] = append(e.ids[lane], id)
 			n++
-			for _, k := range keys {
-				j, ok := at[k]
-				if !ok {
-					j = len(e.asks)
-					at[k] = j
-					e.asks = append(e.asks, lease.Ask{Key: k, Limit: int(q.limits.of(k))})
-				}
-				e.asks[j].Holders = append(e.asks[j].Holders, id)
-			}
+			e.asks.add(q.limits, keys, id)
 		}
 	}
 	if n == 0 {
@@ -547,35 +560,26 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []s
 	if early != nil {
 		pool = early.ids
 	}
-	var asks []lease.Ask
-	at := map[string]int{}
+	var asks slotAsks
 	for _, i := range asked {
 		if ids := pool[lanes[i]]; len(ids) > 0 {
 			execIDs[i], pool[lanes[i]] = ids[0], ids[1:]
 			continue
 		}
 		execIDs[i] = newExecID()
-		for _, k := range ckeys[i] {
-			j, ok := at[k]
-			if !ok {
-				j = len(asks)
-				at[k] = j
-				asks = append(asks, lease.Ask{Key: k, Limit: int(q.limits.of(k))})
-			}
-			asks[j].Holders = append(asks[j].Holders, execIDs[i])
-		}
+		asks.add(q.limits, ckeys[i], execIDs[i])
 	}
 	for i := range execIDs {
 		if execIDs[i] == "" {
 			execIDs[i] = newExecID() // not asked for: not claimed, but the claim script's ARGV has one for each candidate
 		}
 	}
-	if len(asks) > 0 {
-		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks)
+	if len(asks.list) > 0 {
+		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks.list)
 		if err != nil {
 			return nil, fmt.Errorf("claim %s: %w", q.name, err)
 		}
-		r.add(asks, grants)
+		r.add(asks.list, grants)
 	}
 	for _, i := range asked {
 		r.held[i] = "0"
