@@ -47,7 +47,20 @@ type Execution struct {
 	q       *queue
 	trace   execTrace
 	emitted atomic.Int64 // events emitted so far, against Config.MaxEvents
+	cost    int64        // the tokens it reserved of its keys' tpm budgets
+	spent   atomic.Int64 // the tokens it reported (ReportTokens), plus 1; 0: none reported
 }
+
+// ReportTokens reports the tokens this execution actually spent (an LLM
+// call's usage): when it ends, they replace its estimate in its keys' tpm
+// budgets. The last report counts.
+func (e *Execution) ReportTokens(n int64) {
+	e.spent.Store(max(n, 0) + 1)
+}
+
+// tokens is what the execution reported it spent, -1 when it reported
+// nothing (its estimate stands).
+func (e *Execution) tokens() int64 { return e.spent.Load() - 1 }
 
 // Token is the execution's fencing token: pass it to every downstream write
 // (fencing.SetHeader) so a store can refuse this execution once a newer one
@@ -120,6 +133,9 @@ const (
 	// StateHandedOff: its worker shut down gracefully; the job is ready
 	// again without spending the attempt.
 	StateHandedOff State = "handed_off"
+	// StatePushback: the upstream refused it for capacity; the job waits
+	// to run again without spending the attempt (PushbackError).
+	StatePushback State = "pushback"
 )
 
 // RetryAfterError marks a handler error, to be retried like any other, whose
@@ -133,17 +149,43 @@ type RetryAfterError struct {
 func (e *RetryAfterError) Error() string { return e.Err.Error() }
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
+// PushbackError marks a handler error as pushback: the upstream refused the
+// call for capacity (an HTTP 429, or a 503 with Retry-After). The job goes
+// back to its queue without spending an attempt, to run no sooner than
+// RetryAfter (0: a backoff that grows with each pushback in a row), and
+// its adaptive keys lower their effective limit and hold their claims for
+// RetryAfter. The 50th pushback in a row fails the job (upstream_limited).
+type PushbackError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *PushbackError) Error() string { return e.Err.Error() }
+func (e *PushbackError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrPushback) true.
+func (e *PushbackError) Is(target error) bool { return target == ErrPushback }
+
+// ErrPushback is what errors.Is finds in a *PushbackError.
+var ErrPushback = errors.New("execution: pushback from the upstream")
+
+// Pushback wraps err, the upstream's refusal for capacity, as pushback.
+func Pushback(err error, retryAfter time.Duration) error {
+	return &PushbackError{Err: err, RetryAfter: max(retryAfter, 0)}
+}
+
 // RetryAfter wraps err so the job's next attempt starts no sooner than d
 // from the end of this one.
 func RetryAfter(err error, d time.Duration) error { return &RetryAfterError{Err: err, After: d} }
 
 // outcome is how an execution ended, as the finish script records it.
 type outcome struct {
-	state     State // succeeded | failed | timed_out | cancelled | handed_off
+	state     State // succeeded | failed | timed_out | cancelled | handed_off | pushback
 	result    []byte
 	err       *job.Error
 	retryable bool
 	// minBackoff is the least wait before a retry (RetryAfterError); the
-	// worker's backoff wins when longer.
+	// worker's backoff wins when longer. For a pushback, the upstream's
+	// Retry-After alone.
 	minBackoff time.Duration
 }

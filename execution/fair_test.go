@@ -188,7 +188,7 @@ func TestJobsForAFreeKeyPassADeepBacklogForAFullOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []job.Limit{{Key: "model:full", Limit: 1, InUse: 1, Waiting: deep}}; !slices.Equal(limits, want) {
+	if want := []job.Limit{{Key: "model:full", Limit: job.Some(1), InUse: 1, Waiting: deep}}; !slices.Equal(limits, want) {
 		t.Errorf("limits %+v, want %+v: every claim counts its job out of its lane", limits, want)
 	}
 }

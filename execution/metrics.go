@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 const meterName = "github.com/leasehold/leasehold/execution"
@@ -43,6 +44,8 @@ var (
 //	leasehold_worker_writes_refused_total{queue, write}         counter: finish or emit refused, the token not current
 //	leasehold_worker_executions_total{queue, outcome}           counter: executions recorded, by outcome (handed_off: hand-offs)
 //	leasehold_worker_expired_total{queue, key}                  counter: jobs a claim expired at max_wait, per concurrency key they named
+//	leasehold_worker_settlements_total{key, outcome}            counter: executions' ends settled in a budgeted key (ok, pushback, other, failed)
+//	leasehold_worker_tokens_total{key, kind}                    counter: tokens settled in a key's tpm budget: reserved (estimates), spent (actual usage)
 //
 // The queue gauges describe the queue, not the worker: every worker of a
 // queue reports the same value (aggregate with max). path is "nats" (the
@@ -67,10 +70,12 @@ type metrics struct {
 	refused       metric.Int64Counter
 	executions    metric.Int64Counter
 	expired       metric.Int64Counter
+	settlements   metric.Int64Counter
+	tokens        metric.Int64Counter
 }
 
 // outcomes are the states an outcome may have.
-var outcomes = []State{StateSucceeded, StateFailed, StateTimedOut, StateCancelled, StateHandedOff}
+var outcomes = []State{StateSucceeded, StateFailed, StateTimedOut, StateCancelled, StateHandedOff, StatePushback}
 
 // queueAttrs are a queue's measurement options, as the variadic arguments
 // the instruments take, so that recording allocates nothing.
@@ -97,7 +102,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	for _, q := range w.cfg.Queues {
 		in.byQueue[q] = newQueueAttrs(q)
 	}
-	var errs [11]error
+	var errs [13]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...))
@@ -118,6 +123,10 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Executions whose end this worker recorded, by outcome; handed_off counts graceful-shutdown hand-offs."))
 	in.expired, errs[10] = m.Int64Counter("leasehold.worker.expired", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs this worker's claims expired because they waited longer than max_wait, per concurrency key they named: a key that stays full."))
+	in.settlements, errs[11] = m.Int64Counter("leasehold.worker.settlements", metric.WithUnit("{execution}"),
+		metric.WithDescription("Executions' ends settled in the budget of a key that has one, by outcome: ok (the upstream served it), pushback (it refused for capacity), other, failed (the settlement was not written)."))
+	in.tokens, errs[12] = m.Int64Counter("leasehold.worker.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens settled in a key's tpm budget: reserved (the executions' estimates) and spent (their actual usage, where reported)."))
 	var depth, inFlight metric.Int64ObservableGauge
 	var age metric.Float64ObservableGauge
 	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
@@ -133,6 +142,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		w.observeKeys(func(key string, n int64) {
 			o.ObserveInt64(inFlight, n, metric.WithAttributes(attribute.String("key", key)))
 		})
+
 		var errs []error
 		for _, q := range w.queues {
 			ready, oldest, err := q.depth(ctx)
@@ -288,6 +298,27 @@ func (w *Worker) cancelFired(id, via string) {
 			r.cancelSeen.note(via)
 			e.traceCancel(via)
 		}
+	}
+}
+
+// settled records a settlement of key, which has budget b: its outcomes and
+// its tokens. (The keys' effective limits and windows are the API's
+// gauges, read from Redis.)
+func (m *metrics) settled(ctx context.Context, key string, b lease.Budget, ss []lease.Settlement, err error) {
+	k := attribute.String("key", key)
+	if err != nil {
+		m.settlements.Add(ctx, int64(len(ss)), metric.WithAttributes(k, attribute.String("outcome", "failed")))
+		return
+	}
+	var reserved, spent int64
+	for _, s := range ss {
+		m.settlements.Add(ctx, 1, metric.WithAttributes(k, attribute.String("outcome", string(s.Outcome))))
+		reserved += s.Estimate
+		spent += max(s.Tokens, 0)
+	}
+	if b.TPM > 0 {
+		m.tokens.Add(ctx, reserved, metric.WithAttributes(k, attribute.String("kind", "reserved")))
+		m.tokens.Add(ctx, spent, metric.WithAttributes(k, attribute.String("kind", "spent")))
 	}
 }
 

@@ -39,7 +39,7 @@ func (p *paused) refresh(ctx context.Context, rdb redis.UniversalClient, key str
 // limits and the paused queues.
 func (w *Worker) refreshShared(ctx context.Context) error {
 	ks := w.queues[0].keys
-	if err := w.limits.refresh(ctx, w.rdb, ks.Limits()); err != nil {
+	if err := w.limits.refresh(ctx, w.rdb, ks); err != nil {
 		return err
 	}
 	return w.paused.refresh(ctx, w.rdb, ks.PausedQueues())

@@ -140,7 +140,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		return nil
 	})
-	r := reservation{got: map[string][]string{}, granted: map[string]int{}}
+	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}}
 	// Slots taken for executions that are not among those claimed (no
 	// candidate used them, another key refused its candidate, the claim
 	// script did not take it) are given back. A release that fails leaves
@@ -215,7 +215,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		// granted only from here on.
 		asked = time.Now()
 	}
-	execIDs, err := q.reserve(ctx, &r, want, lanes, ckeys, early)
+	execIDs, err := q.reserve(ctx, &r, want, ids, lanes, ckeys, early)
 	if err != nil {
 		return nil, false, err
 	}
@@ -288,6 +288,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			keys:    ckeys[c],
 			lane:    lanes[c],
 			granted: asked,
+			cost:    r.cost[j.execID],
 			q:       q,
 			trace:   claimedTrace(j.trace, j.prevTrace),
 		})
@@ -427,6 +428,9 @@ type reservation struct {
 	got map[string][]string
 	// granted counts, for each execution id, the keys that gave it a slot.
 	granted map[string]int
+	// cost holds, for each execution id asked for with a tpm key, the
+	// tokens it reserved.
+	cost map[string]int64
 }
 
 // add records what asks got.
@@ -447,8 +451,9 @@ type slotAsks struct {
 	at   map[string]int // key -> its ask in list
 }
 
-// add asks for a slot of every one of keys for holder.
-func (a *slotAsks) add(limits *limits, keys []string, holder string) {
+// add asks for a slot of every one of keys for holder, whose job is
+// estimated to spend tokens of the keys' tpm budgets.
+func (a *slotAsks) add(limits *limits, keys []string, holder string, tokens int64) {
 	if a.at == nil {
 		a.at = map[string]int{}
 	}
@@ -457,10 +462,24 @@ func (a *slotAsks) add(limits *limits, keys []string, holder string) {
 		if !ok {
 			j = len(a.list)
 			a.at[k] = j
-			a.list = append(a.list, lease.Ask{Key: k, Limit: int(limits.of(k))})
+			a.list = append(a.list, lease.Ask{Key: k, Limit: int(limits.of(k)), Budget: limits.budgetOf(k)})
 		}
 		a.list[j].Holders = append(a.list[j].Holders, holder)
+		if a.list[j].Budget.TPM > 0 {
+			a.list[j].Tokens = append(a.list[j].Tokens, tokens)
+		}
 	}
+}
+
+// needsCost reports whether one of keys has a tpm budget: a slot of it
+// reserves the job's estimated tokens, which only its record knows.
+func (l *limits) needsCost(keys []string) bool {
+	for _, k := range keys {
+		if l.budgetOf(k).TPM > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // earlyAsk is the slots a claim asks for before it knows its candidates,
@@ -502,10 +521,13 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
 				keysOf[lane] = keys
 			}
+			if q.limits.needsCost(keys) {
+				continue // its jobs' estimates are not known before they are read
+			}
 			id := newExecID()
 			e.ids[lane] = append(e.ids[lane], id)
 			n++
-			e.asks.add(q.limits, keys, id)
+			e.asks.add(q.limits, keys, id, 0)
 		}
 	}
 	if n == 0 {
@@ -529,7 +551,7 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 //
 // The candidates asked for are chosen as the claim script serves lanes,
 // one job of each in turn, so that a slot taken is seldom left unused.
-func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []string, ckeys [][]string, early *earlyAsk) ([]string, error) {
+func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lanes []string, ckeys [][]string, early *earlyAsk) ([]string, error) {
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
 	byLane := map[string][]int{}
@@ -560,6 +582,10 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []s
 	if early != nil {
 		pool = early.ids
 	}
+	costs, err := q.costs(ctx, asked, ids, ckeys)
+	if err != nil {
+		return nil, err
+	}
 	var asks slotAsks
 	for _, i := range asked {
 		if ids := pool[lanes[i]]; len(ids) > 0 {
@@ -567,7 +593,10 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []s
 			continue
 		}
 		execIDs[i] = newExecID()
-		asks.add(q.limits, ckeys[i], execIDs[i])
+		if costs[i] > 0 {
+			r.cost[execIDs[i]] = costs[i]
+		}
+		asks.add(q.limits, ckeys[i], execIDs[i], costs[i])
 	}
 	for i := range execIDs {
 		if execIDs[i] == "" {
@@ -588,6 +617,33 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, lanes []s
 		}
 	}
 	return execIDs, nil
+}
+
+// costs reads, in one round trip, the estimated tokens of the candidates
+// asked for whose keys have a tpm budget (none: no round trip).
+func (q *queue) costs(ctx context.Context, asked []int, ids []string, ckeys [][]string) (map[int]int64, error) {
+	cmds := map[int]*redis.StringCmd{}
+	for _, i := range asked {
+		if q.limits.needsCost(ckeys[i]) {
+			cmds[i] = nil
+		}
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGet(ctx, q.keys.Job(q.name, ids[i]), "cost")
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("claim %s: read costs: %w", q.name, err)
+	}
+	out := make(map[int]int64, len(cmds))
+	for i, c := range cmds {
+		out[i], _ = strconv.ParseInt(c.Val(), 10, 64) // "" for a job without one: 0
+	}
+	return out, nil
 }
 
 // unused returns, by key, the slots r took for executions that are not
@@ -612,19 +668,40 @@ func (r reservation) unused(claimed []*Execution) map[string][]string {
 	return out
 }
 
-// release gives back slots of concurrency keys (key -> execution ids) in
-// one round trip.
+// release gives back slots of concurrency keys (key -> execution ids) that
+// no execution ran under, in one round trip: the reservations of a key with
+// a budget leave its window.
 func (q *queue) release(ctx context.Context, held map[string][]string) error {
 	if len(held) == 0 {
 		return nil
 	}
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, ids := range held {
-			q.leases.ReleaseIn(ctx, p, key, ids...)
+			ss := make([]lease.Settlement, len(ids))
+			for i, id := range ids {
+				ss[i] = lease.Settlement{Holder: id, Outcome: lease.OutcomeUnused, Tokens: -1}
+			}
+			q.releaseIn(ctx, p, key, ss)
 		}
 		return nil
 	})
 	return err
+}
+
+// releaseIn queues on p the end of holders' slots of key: a plain release,
+// or, for a key with a budget, a settlement of what each reserved. It
+// returns the settlement's command, nil for a plain release.
+func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []lease.Settlement) *redis.Cmd {
+	b := q.limits.budgetOf(key)
+	if b.IsZero() {
+		holders := make([]string, len(ss))
+		for i, s := range ss {
+			holders[i] = s.Holder
+		}
+		q.leases.ReleaseIn(ctx, p, key, holders...)
+		return nil
+	}
+	return q.leases.SettleIn(ctx, p, key, int(q.limits.of(key)), b, ss)
 }
 
 // reloaded returns cmd, script's EVALSHA sent in a pipeline (go-redis
@@ -805,10 +882,27 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		if f.o.retryable {
 			retry = "1"
 		}
+		backoff := max(q.backoff(f.e.attempt), f.o.minBackoff)
+		if f.o.state == StatePushback {
+			backoff = f.o.minBackoff // the script backs off when the upstream did not say
+		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
-			max(q.backoff(f.e.attempt), f.o.minBackoff).Milliseconds(), f.e.traceparent())
+			backoff.Milliseconds(), f.e.traceparent())
 	}
 	return b
+}
+
+// settlement is what f's end settles of its keys' budgets: the upstream
+// served it, refused it for capacity, or neither (a failure, a cancel).
+func (f *finishing) settlement() lease.Settlement {
+	s := lease.Settlement{Holder: f.e.ID, Outcome: lease.OutcomeOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
+	switch f.o.state {
+	case StateSucceeded:
+		s.Outcome = lease.OutcomeOK
+	case StatePushback:
+		s.Outcome, s.RetryAfter = lease.OutcomePushback, f.o.minBackoff
+	}
+	return s
 }
 
 // finishAll records how each execution of fs ended and releases its leases,
@@ -829,23 +923,39 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 	for q, fs := range byQueue {
 		batches = append(batches, newFinishBatch(q, fs))
 	}
+	type settling struct {
+		q   *queue
+		key string
+		ss  []lease.Settlement
+		cmd *redis.Cmd
+	}
+	var settlings []*settling
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, b := range batches {
 			b.cmd = finishScript.EvalSha(ctx, p, b.keys, b.args...)
 		}
 		for q, fs := range byQueue {
-			held := map[string][]string{}
+			held := map[string][]lease.Settlement{}
 			for _, f := range fs {
 				for _, k := range f.e.keys {
-					held[k] = append(held[k], f.e.ID)
+					held[k] = append(held[k], f.settlement())
 				}
 			}
-			for k, ids := range held {
-				q.leases.ReleaseIn(ctx, p, k, ids...)
+			for k, ss := range held {
+				if cmd := q.releaseIn(ctx, p, k, ss); cmd != nil {
+					settlings = append(settlings, &settling{q, k, ss, cmd})
+				}
 			}
 		}
 		return nil
 	})
+	for _, s := range settlings {
+		// A settlement lost leaves the estimates standing until the window
+		// forgets them, and the slots to expire with their TTL.
+		b := s.q.limits.budgetOf(s.key)
+		_, err := s.q.leases.Settled(ctx, s.cmd, s.key, int(s.q.limits.of(s.key)), b, s.ss)
+		s.q.metrics.settled(ctx, s.key, b, s.ss, err)
+	}
 	for _, b := range batches {
 		b.cmd = reloaded(ctx, rdb, finishScript, b.cmd, b.keys, b.args...)
 		err := b.cmd.Err()

@@ -583,6 +583,10 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 		return outcome{state: StateFailed, retryable: true, err: jerr}
 	}
 	_, permanent := errors.AsType[*PermanentError](err)
+	if pb, ok := errors.AsType[*PushbackError](err); ok {
+		return outcome{state: StatePushback, minBackoff: pb.RetryAfter,
+			err: &job.Error{Code: job.CodeUpstreamLimited, Message: "pushback: " + err.Error()}}
+	}
 	o := outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
 	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
 		o.minBackoff = ra.After

@@ -55,6 +55,10 @@ const (
 	CodeMaxWaitExceeded Code = "max_wait_exceeded"
 	CodeCancelled       Code = "cancelled"
 	CodeUnknownKind     Code = "unknown_kind"
+	// CodeUpstreamLimited: the upstream refused the job for capacity 50
+	// times in a row (pushback), or, on a job still retrying, the last
+	// pushback's reason.
+	CodeUpstreamLimited Code = "upstream_limited"
 )
 
 // Error is the error a job ended with, or on a retried job the last
@@ -109,6 +113,10 @@ type Job struct {
 	Result          json.RawMessage `json:"result"`
 	Error           *Error          `json:"error"`
 	Metadata        json.RawMessage `json:"metadata"`
+	// Cost is what the job is expected to spend of its keys' token budgets
+	// (tpm): the submission's cost, or for llm.chat the estimate of its
+	// prompt and max_tokens; nil for none.
+	Cost *Cost `json:"cost"`
 
 	// Input is the job's input. Store.Get and Store.List leave it empty:
 	// a read should not carry up to 1 MiB per job that it does not show.
@@ -181,6 +189,9 @@ func ParseRecord(h map[string]string) (Job, error) {
 		Trace:       telemetry.Decode(h["trace"]),
 	}
 	r.json("concurrency_keys", &j.ConcurrencyKeys)
+	if h["cost"] != "" {
+		j.Cost = &Cost{Tokens: r.int("cost")}
+	}
 	r.moved(&j)
 	if r.err != nil {
 		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)

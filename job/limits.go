@@ -5,39 +5,123 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // MaxLimit is the largest concurrency limit.
 const MaxLimit = 1_000_000
 
-// Limit is one configured concurrency limit.
+// KeyLimit is what is configured on a concurrency key: a limit on the
+// executions holding it at once, budgets of the upstream behind it, or both.
+type KeyLimit struct {
+	Limit  *int64 // nil: no concurrency limit; 0: nothing runs
+	Budget lease.Budget
+}
+
+// Optional is a number a key may not use: null in JSON when not Set.
+type Optional struct {
+	Value int64
+	Set   bool
+}
+
+// Some returns the Optional that holds n.
+func Some(n int64) Optional { return Optional{Value: n, Set: true} }
+
+func (o Optional) MarshalJSON() ([]byte, error) {
+	if !o.Set {
+		return []byte("null"), nil
+	}
+	return strconv.AppendInt(nil, o.Value, 10), nil
+}
+
+func (o *Optional) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*o = Optional{}
+		return nil
+	}
+	if err := json.Unmarshal(b, &o.Value); err != nil {
+		return err
+	}
+	o.Set = true
+	return nil
+}
+
+// Limit is one configured key as GET /v1/limits shows it: its configuration
+// and what it holds now. Fields a key does not use are nil (null).
 type Limit struct {
 	// Key is a concurrency key ("model:gpt-4o") or a wildcard "<prefix>:*",
 	// which gives every key of that prefix a limit of its own.
 	Key string `json:"key"`
 	// Limit is how many executions may hold Key at once; 0 means none runs.
-	Limit int64 `json:"limit"`
+	Limit Optional `json:"limit"`
 	// InUse is how many live leases hold Key now: executions of jobs in
 	// every queue and holders of the lease package's semaphore share one
 	// lease set per key. For a wildcard it is 0: its limit applies to each
 	// key of the prefix on its own, and those keys' leases are not summed.
 	InUse int64 `json:"in_use"`
+	// EffectiveLimit is an adaptive key's concurrency now, learned from
+	// the upstream's pushback: never above Limit.
+	EffectiveLimit Optional `json:"effective_limit"`
+	// RPM and TPM are the key's budgets per rolling minute, and
+	// RequestsLastMinute and TokensLastMinute what that minute holds
+	// (tokens: estimates, replaced by actual usage as executions end).
+	RPM                Optional `json:"rpm"`
+	RequestsLastMinute Optional `json:"requests_last_minute"`
+	TPM                Optional `json:"tpm"`
+	TokensLastMinute   Optional `json:"tokens_last_minute"`
+	Adaptive           bool     `json:"adaptive"`
+	// ThrottledUntil is when the upstream's last Retry-After ends, while it
+	// holds the key's claims; zero (null) when it does not.
+	ThrottledUntil time.Time `json:"throttled_until"`
 	// Waiting is how many jobs naming Key are ready to run but not started,
 	// summed over every queue (delayed jobs and retries in backoff are not
 	// ready yet). For a wildcard it is 0, as InUse is.
 	Waiting int64 `json:"waiting"`
 }
 
-// limitsOf reads the limits that apply to keys, exact and wildcard, in one
-// round trip: the slice of the limits hash that scripts.LimitOf needs for them.
-func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, error) {
+// MarshalJSON writes throttled_until as the API writes times, null when zero.
+func (l Limit) MarshalJSON() ([]byte, error) {
+	type plain Limit
+	var until *time.Time
+	if !l.ThrottledUntil.IsZero() {
+		until = &l.ThrottledUntil
+	}
+	return json.Marshal(struct {
+		plain
+		ThrottledUntil *stamp `json:"throttled_until"`
+	}{plain(l), stampOf(until)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *Limit) UnmarshalJSON(b []byte) error {
+	type plain Limit
+	var v struct {
+		plain
+		ThrottledUntil *time.Time `json:"throttled_until"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*l = Limit(v.plain)
+	if v.ThrottledUntil != nil {
+		l.ThrottledUntil = *v.ThrottledUntil
+	}
+	return nil
+}
+
+// limitsOf reads the limits and budgets that apply to keys, exact and
+// wildcard, in one round trip: the slices of the two hashes that
+// scripts.Lookup needs for them.
+func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, map[string]lease.Budget, error) {
 	var fields []string
 	for _, k := range keys {
 		fields = append(fields, k)
@@ -45,19 +129,39 @@ func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, 
 			fields = append(fields, k[:i+1]+"*")
 		}
 	}
-	vals, err := s.rdb.HMGet(ctx, s.keys.Limits(), fields...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("job: read limits: %w", err)
+	var limits, budgets *redis.SliceCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		limits = p.HMGet(ctx, s.keys.Limits(), fields...)
+		budgets = p.HMGet(ctx, s.keys.Budgets(), fields...)
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("job: read limits: %w", err)
 	}
-	m := map[string]int64{}
-	for i, v := range vals {
+	l, b := map[string]int64{}, map[string]lease.Budget{}
+	for i, v := range limits.Val() {
+		if n, ok := parseLimitValue(v); ok {
+			l[fields[i]] = n
+		}
+	}
+	for i, v := range budgets.Val() {
 		if v, ok := v.(string); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-				m[fields[i]] = n
+			if budget, err := lease.ParseBudget(v); err == nil && !budget.IsZero() {
+				b[fields[i]] = budget
 			}
 		}
 	}
-	return m, nil
+	return l, b, nil
+}
+
+// parseLimitValue reads one value of the limits hash; a value that is not a
+// limit (written by hand) is none, as workers take it.
+func parseLimitValue(v any) (int64, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // ValidateLimitKey checks a key a limit may be set on: a concurrency key a
@@ -88,10 +192,13 @@ func validateLimit(n int64) error {
 }
 
 // ParseLimits reads limits in LEASEHOLD_LIMITS' form: comma-separated
-// key=N pairs, such as "model:gpt-4o=200,tenant:*=10". White space around
-// a pair is ignored; a key given twice is an error.
-func ParseLimits(s string) (map[string]int64, error) {
-	out := map[string]int64{}
+// key=N entries, such as "model:gpt-4o=200,tenant:*=10", where N may be
+// followed by ;-separated budget options (lease.ParseBudget), or left out
+// for a budget alone: "model:gpt-4o=200;rpm=3000;tpm=400000;adaptive",
+// "model:mini=;tpm=400000". White space around an entry is ignored; a key
+// given twice is an error.
+func ParseLimits(s string) (map[string]KeyLimit, error) {
+	out := map[string]KeyLimit{}
 	for i, pair := range strings.Split(s, ",") {
 		pair = strings.TrimSpace(pair)
 		if pair == "" {
@@ -105,66 +212,146 @@ func ParseLimits(s string) (map[string]int64, error) {
 		if err := ValidateLimitKey(key); err != nil {
 			return nil, fmt.Errorf("limits: pair %d: %w", i+1, err)
 		}
-		n, err := strconv.ParseInt(value, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("limits: pair %d (%s): %q is not a whole number", i+1, key, value)
+		value, options, _ := strings.Cut(value, ";")
+		var kl KeyLimit
+		if value = strings.TrimSpace(value); value != "" {
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("limits: pair %d (%s): %q is not a whole number", i+1, key, value)
+			}
+			if err := validateLimit(n); err != nil {
+				return nil, fmt.Errorf("limits: pair %d (%s): %w", i+1, key, err)
+			}
+			kl.Limit = &n
 		}
-		if err := validateLimit(n); err != nil {
+		b, err := lease.ParseBudget(options)
+		if err != nil {
+			return nil, fmt.Errorf("limits: pair %d (%s): %w", i+1, key, err)
+		}
+		kl.Budget = b
+		if err := kl.validate(); err != nil {
 			return nil, fmt.Errorf("limits: pair %d (%s): %w", i+1, key, err)
 		}
 		if _, dup := out[key]; dup {
 			return nil, fmt.Errorf("limits: pair %d: key %s given twice", i+1, key)
 		}
-		out[key] = n
+		out[key] = kl
 	}
 	return out, nil
 }
 
-// SetLimit sets key's concurrency limit to n. Workers apply it at their
-// next refresh, within a few seconds; lowering it never stops a running
-// execution, new claims wait until fewer than n hold the key.
+// validate checks a key's configuration: something to configure, each
+// number in range.
+func (kl KeyLimit) validate() error {
+	if kl.Limit == nil && kl.Budget.RPM == 0 && kl.Budget.TPM == 0 && !kl.Budget.Adaptive {
+		return errors.New("give a limit, rpm, tpm or adaptive")
+	}
+	if kl.Limit != nil {
+		if err := validateLimit(*kl.Limit); err != nil {
+			return err
+		}
+	}
+	for name, n := range map[string]int64{"rpm": kl.Budget.RPM, "tpm": kl.Budget.TPM} {
+		if n < 0 || n > lease.MaxBudget {
+			return fmt.Errorf("%s %d must be between 1 and %d", name, n, int64(lease.MaxBudget))
+		}
+	}
+	return nil
+}
+
+// SetLimit sets key's concurrency limit to n, and no budget (SetKeyLimit).
 func (s *Store) SetLimit(ctx context.Context, key string, n int64) error {
+	return s.SetKeyLimit(ctx, key, KeyLimit{Limit: &n})
+}
+
+// SetKeyLimit sets what key allows: its concurrency limit and budgets, in
+// place of what it had (a field kl leaves out is removed). Workers apply it
+// at their next refresh, within a few seconds; lowering a limit never stops
+// a running execution, new claims wait until fewer hold the key.
+func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error {
 	if err := ValidateLimitKey(key); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "key", Message: err.Error()}}}
 	}
-	if err := validateLimit(n); err != nil {
+	if err := kl.validate(); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "limit", Message: err.Error()}}}
 	}
-	if err := s.rdb.HSet(ctx, s.keys.Limits(), key, n).Err(); err != nil {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if kl.Limit != nil {
+			p.HSet(ctx, s.keys.Limits(), key, *kl.Limit)
+		} else {
+			p.HDel(ctx, s.keys.Limits(), key)
+		}
+		if kl.Budget.IsZero() {
+			p.HDel(ctx, s.keys.Budgets(), key)
+		} else {
+			p.HSet(ctx, s.keys.Budgets(), key, kl.Budget.String())
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("job: set limit %s: %w", key, err)
 	}
 	return nil
 }
 
-// DeleteLimit removes key's limit, so the key is unlimited (or falls back
-// to its prefix's wildcard). It reports whether there was one.
+// DeleteLimit removes key's limit and budgets, so the key is unlimited (or
+// falls back to its prefix's wildcard). It reports whether there was one.
 func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err error) {
-	n, err := s.rdb.HDel(ctx, s.keys.Limits(), key).Result()
-	if err != nil {
+	var limits, budgets *redis.IntCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		limits = p.HDel(ctx, s.keys.Limits(), key)
+		budgets = p.HDel(ctx, s.keys.Budgets(), key)
+		return nil
+	}); err != nil {
 		return false, fmt.Errorf("job: delete limit %s: %w", key, err)
 	}
-	return n > 0, nil
+	return limits.Val()+budgets.Val() > 0, nil
 }
 
-// Limits returns every configured limit, sorted by key, with how many live
-// leases hold each exact key and how many ready jobs wait for it, across
-// every queue (a wildcard's InUse and Waiting are 0).
-// An entry whose value is not a limit (written by hand) is left out, as
-// workers ignore it too.
+// Limits returns every configured key, sorted, with how many live leases
+// hold each exact key, how many ready jobs wait for it across every queue,
+// and what its budgets hold now (a wildcard's counts are 0 and its budget
+// state nil). An entry whose value cannot be read (written by hand) is left
+// out, as workers ignore it too.
 func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
-	all, err := s.rdb.HGetAll(ctx, s.keys.Limits()).Result()
-	if err != nil {
+	var limitsCmd, budgetsCmd *redis.MapStringStringCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		limitsCmd = p.HGetAll(ctx, s.keys.Limits())
+		budgetsCmd = p.HGetAll(ctx, s.keys.Budgets())
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("job: limits: %w", err)
 	}
-	limits := make([]Limit, 0, len(all))
-	for k, v := range all {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
+	byKey := map[string]*Limit{}
+	for k, v := range limitsCmd.Val() {
+		if n, ok := parseLimitValue(v); ok {
+			byKey[k] = &Limit{Key: k, Limit: Some(n)}
+		}
+	}
+	budgets := map[string]lease.Budget{}
+	for k, v := range budgetsCmd.Val() {
+		b, err := lease.ParseBudget(v)
+		if err != nil || b.IsZero() {
 			continue
 		}
-		limits = append(limits, Limit{Key: k, Limit: n})
+		budgets[k] = b
+		l := byKey[k]
+		if l == nil {
+			l = &Limit{Key: k}
+			byKey[k] = l
+		}
+		l.Adaptive = b.Adaptive
+		if b.RPM > 0 {
+			l.RPM = Some(b.RPM)
+		}
+		if b.TPM > 0 {
+			l.TPM = Some(b.TPM)
+		}
 	}
-	slices.SortFunc(limits, func(a, b Limit) int { return strings.Compare(a.Key, b.Key) })
+	limits := make([]Limit, 0, len(byKey))
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		limits = append(limits, *byKey[k])
+	}
 	if len(limits) == 0 {
 		return limits, nil
 	}
@@ -178,14 +365,20 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	}
 	live := "(" + strconv.FormatInt(now.UnixMilli(), 10)
 	counts := make([]*redis.IntCmd, len(limits))
+	states := make([]*lease.BudgetReading, len(limits))
 	lanes := make([]*redis.MapStringStringCmd, len(queues))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
 			lanes[i] = p.HGetAll(ctx, s.keys.QueueFair(q))
 		}
 		for i, l := range limits {
-			if !strings.HasSuffix(l.Key, ":*") {
-				counts[i] = p.ZCount(ctx, s.keys.LeaseSet(l.Key), live, "+inf")
+			if strings.HasSuffix(l.Key, ":*") {
+				continue
+			}
+			counts[i] = p.ZCount(ctx, s.keys.LeaseSet(l.Key), live, "+inf")
+			if _, ok := budgets[l.Key]; ok {
+				r := s.leases.BudgetIn(ctx, p, l.Key)
+				states[i] = &r
 			}
 		}
 		return nil
@@ -195,12 +388,46 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	}
 	waiting := waitingByKey(lanes)
 	for i := range limits {
-		if counts[i] != nil {
-			limits[i].InUse = counts[i].Val()
-			limits[i].Waiting = waiting[limits[i].Key]
+		l := &limits[i]
+		if counts[i] == nil {
+			continue
 		}
+		l.InUse = counts[i].Val()
+		l.Waiting = waiting[l.Key]
+		if states[i] == nil {
+			continue
+		}
+		st, err := states[i].State()
+		if err != nil {
+			return nil, fmt.Errorf("job: limits: %w", err)
+		}
+		b := budgets[l.Key]
+		if b.RPM > 0 || b.Adaptive {
+			l.RequestsLastMinute = Some(st.Requests)
+		}
+		if b.TPM > 0 {
+			l.TokensLastMinute = Some(st.Tokens)
+		}
+		if b.Adaptive {
+			l.EffectiveLimit = Some(effectiveLimit(st.Effective, l.Limit))
+		}
+		l.ThrottledUntil = st.ThrottledUntil
 	}
 	return limits, nil
+}
+
+// effectiveLimit is what an adaptive key's claims use: its learned
+// concurrency (the slow start's first value before any is learned, as
+// internal/scripts/budget.lua starts it) and never above its limit.
+func effectiveLimit(learned float64, limit Optional) int64 {
+	most := int64(MaxLimit)
+	if limit.Set {
+		most = limit.Value
+	}
+	if learned == 0 {
+		learned = max(1, min(float64(most)/8, 4))
+	}
+	return min(most, int64(learned))
 }
 
 // waitingByKey sums the ready jobs of each key over the queues' fair

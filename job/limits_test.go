@@ -11,23 +11,33 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 func TestParseLimits(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		in      string
-		want    map[string]int64
+		want    map[string]job.KeyLimit
 		wantErr string
 	}{
-		{in: "", want: map[string]int64{}},
-		{in: " , ", want: map[string]int64{}},
-		{in: "model:gpt-4o=200,tenant:*=10", want: map[string]int64{"model:gpt-4o": 200, "tenant:*": 10}},
-		{in: " model:gpt-4o = 0 , a/b.c_d-e=1000000", want: map[string]int64{"model:gpt-4o": 0, "a/b.c_d-e": 1000000}},
+		{in: "", want: map[string]job.KeyLimit{}},
+		{in: " , ", want: map[string]job.KeyLimit{}},
+		{in: "model:gpt-4o=200,tenant:*=10", want: map[string]job.KeyLimit{"model:gpt-4o": limitOf(200), "tenant:*": limitOf(10)}},
+		{in: " model:gpt-4o = 0 , a/b.c_d-e=1000000", want: map[string]job.KeyLimit{"model:gpt-4o": limitOf(0), "a/b.c_d-e": limitOf(1000000)}},
+		{in: "model:gpt-4o=200;rpm=3000;tpm=400000;adaptive", want: map[string]job.KeyLimit{
+			"model:gpt-4o": {Limit: ptr(200), Budget: lease.Budget{RPM: 3000, TPM: 400000, Adaptive: true}}}},
+		{in: "model:mini=;tpm=400000 , model:*= 5 ; adaptive", want: map[string]job.KeyLimit{
+			"model:mini": {Budget: lease.Budget{TPM: 400000}}, "model:*": {Limit: ptr(5), Budget: lease.Budget{Adaptive: true}}}},
+		{in: "model:gpt-4o=;rpm=0", wantErr: "rpm=N"},
+		{in: "model:gpt-4o=;tpm=x", wantErr: "tpm=N"},
+		{in: "model:gpt-4o=1;burst=3", wantErr: "unknown option"},
+		{in: "model:gpt-4o=1;adaptive;adaptive", wantErr: "given twice"},
+		{in: "model:gpt-4o=1;adaptive=yes", wantErr: "takes no value"},
 		{in: "model:gpt-4o", wantErr: "want key=N"},
 		{in: "model:gpt-4o=lots", wantErr: "not a whole number"},
 		{in: "model:gpt-4o=1.5", wantErr: "not a whole number"},
-		{in: "model:gpt-4o=", wantErr: "not a whole number"},
+		{in: "model:gpt-4o=", wantErr: "give a limit"},
 		{in: "model:gpt-4o=-1", wantErr: "between 0 and"},
 		{in: "model:gpt-4o=1000001", wantErr: "between 0 and"},
 		{in: "=5", wantErr: "must match"},
@@ -46,6 +56,10 @@ func TestParseLimits(t *testing.T) {
 		}
 	}
 }
+
+func ptr(n int64) *int64 { return &n }
+
+func limitOf(n int64) job.KeyLimit { return job.KeyLimit{Limit: ptr(n)} }
 
 func TestValidateLimitKey(t *testing.T) {
 	t.Parallel()
@@ -87,7 +101,7 @@ func TestLimitsSetListDelete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []job.Limit{{Key: "model:claude", Limit: 0}, {Key: "model:gpt-4o", Limit: 150}, {Key: "tenant:*", Limit: 10}}
+		want := []job.Limit{{Key: "model:claude", Limit: job.Some(0)}, {Key: "model:gpt-4o", Limit: job.Some(150)}, {Key: "tenant:*", Limit: job.Some(10)}}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Limits = %+v, want %+v", got, want)
 		}
@@ -101,7 +115,7 @@ func TestLimitsSetListDelete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want = []job.Limit{{Key: "model:claude"}, {Key: "tenant:*", Limit: 10}}; !reflect.DeepEqual(got, want) {
+		if want = []job.Limit{{Key: "model:claude", Limit: job.Some(0)}, {Key: "tenant:*", Limit: job.Some(10)}}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("after delete Limits = %+v, want %+v", got, want)
 		}
 	})
@@ -140,9 +154,9 @@ func TestLimitsInUseCountsLiveLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []job.Limit{
-			{Key: "model:gpt-4o", Limit: 5, InUse: 3},
-			{Key: "model:idle", Limit: 3, InUse: 0},
-			{Key: "tenant:*", Limit: 1, InUse: 0}, // wildcards are not summed
+			{Key: "model:gpt-4o", Limit: job.Some(5), InUse: 3},
+			{Key: "model:idle", Limit: job.Some(3), InUse: 0},
+			{Key: "tenant:*", Limit: job.Some(1), InUse: 0}, // wildcards are not summed
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Limits = %+v, want %+v", got, want)
@@ -190,7 +204,7 @@ func TestLimitsWaitingCountsReadyJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []job.Limit{{Key: "model:a", Limit: 1, Waiting: 4}, {Key: "tenant:*", Limit: 5}}
+		want := []job.Limit{{Key: "model:a", Limit: job.Some(1), Waiting: 4}, {Key: "tenant:*", Limit: job.Some(5)}}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Limits = %+v, want %+v", got, want)
 		}

@@ -75,6 +75,13 @@ type Config struct {
 	// TracerProvider makes the submit and cancel spans of each job's trace;
 	// default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// OnlyLimitedKeys refuses a submission whose concurrency_keys name a
+	// key with no limit or budget (exact or by its prefix's wildcard),
+	// other than the tenant's own (tenant:<tenant> and keys under
+	// tenant:<tenant>:): what the HTTP API sets, so that a tenant can
+	// neither hold slots nobody limits nor fill Redis with keys nobody
+	// configured. A program that submits its own jobs may leave it off.
+	OnlyLimitedKeys bool
 }
 
 // Store keeps jobs in Redis.
@@ -83,6 +90,7 @@ type Store struct {
 	keys      keys.Space
 	retention time.Duration
 	idemTTL   time.Duration
+	limited   bool // Config.OnlyLimitedKeys
 	leases    *lease.Client
 	submit    *redis.Script
 	cancel    *redis.Script
@@ -106,6 +114,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
+		limited:   cfg.OnlyLimitedKeys,
 		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
@@ -198,6 +207,13 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 	if err != nil {
 		return Job{}, false, err
 	}
+	rules, err := s.rulesFor(ctx, sub, n)
+	if err != nil {
+		return Job{}, false, err
+	}
+	if err := rules.check(tenant, sub, n); err != nil {
+		return Job{}, false, err
+	}
 	room := "" // how many of the tenant's jobs not ended its queue may hold; "" = no cap
 	var others int64
 	if limit.Max > 0 {
@@ -250,10 +266,11 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
 		room,
+		cost(n.tokens()),
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {
-		if err := s.room(ctx, n.ConcurrencyKeys); err != nil {
+		if err := s.room(ctx, rules, n.ConcurrencyKeys, n.tokens()); err != nil {
 			return Job{}, false, s.refuse(ctx, id, idemKey, err)
 		}
 	}
@@ -270,6 +287,14 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 	}
 	j, err = parseReply(res[1])
 	return j, res[0] == int64(1), err
+}
+
+// cost is a job's estimated tokens as the job hash keeps them: "" for none.
+func cost(tokens int64) string {
+	if tokens == 0 {
+		return ""
+	}
+	return strconv.FormatInt(tokens, 10)
 }
 
 // refuse returns err, the refusal of the new job id, after dropping the
@@ -320,16 +345,97 @@ func (s *Store) unended(ctx context.Context, tenant, queue, idemKey string, queu
 	return own, elsewhere, record != nil && record.Val() > 0, nil
 }
 
-// room returns a *BusyError when one of keys has a limit and no free slot
-// now (on_busy "reject"). It only looks: each key's lease set is in a slot
-// of its own, and a slot free now may be gone before a worker claims.
-func (s *Store) room(ctx context.Context, keys []string) error {
-	limits, err := s.limitsOf(ctx, keys)
-	if err != nil {
-		return err
+// keyRules are the limits and budgets of a submission's keys, read once for
+// the checks that need them: which keys a tenant may name, a cost larger
+// than a whole budget, and on_busy "reject".
+type keyRules struct {
+	limits  map[string]int64
+	budgets map[string]lease.Budget
+	named   bool // check the keys the submitter named (Config.OnlyLimitedKeys)
+}
+
+// rulesFor reads the rules of n's keys when a check needs them: nil when
+// none does (no key of the submitter's choice to check, no cost, and the
+// job queues when busy).
+func (s *Store) rulesFor(ctx context.Context, sub, n Submission) (*keyRules, error) {
+	named := s.limited && len(sub.ConcurrencyKeys) > 0
+	if !named && sub.Cost == nil && n.OnBusy != OnBusyReject {
+		return nil, nil
 	}
+	l, b, err := s.limitsOf(ctx, n.ConcurrencyKeys)
+	if err != nil {
+		return nil, err
+	}
+	return &keyRules{limits: l, budgets: b, named: named}, nil
+}
+
+// check refuses what the keys' rules do not allow. A tenant may name a key
+// that has a limit or a budget (exact or by its prefix's wildcard), or a
+// key under its own prefix tenant:<tenant>:; the keys added for it
+// (tenant:<tenant>, model:<model> for llm.chat) always. Any other key would
+// let a tenant hold slots nobody limits, or fill Redis with keys nobody
+// configured. A cost larger than a key's whole tpm could never run.
+func (r *keyRules) check(tenant string, sub, n Submission) error {
+	if r == nil {
+		return nil
+	}
+	var v ValidationError
+	own := "tenant:" + tenant
+	model, _ := chatModel(n)
+	for i, k := range sub.ConcurrencyKeys {
+		if !r.named {
+			break
+		}
+		_, limited := scripts.Lookup(r.limits, k)
+		_, budgeted := scripts.Lookup(r.budgets, k)
+		if !limited && !budgeted && k != own && !strings.HasPrefix(k, own+":") && k != "model:"+model {
+			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "%s has no limit or budget: name a key that has one, or one under %s:", k, own)
+		}
+	}
+	if sub.Cost != nil {
+		for _, k := range n.ConcurrencyKeys {
+			if b, ok := scripts.Lookup(r.budgets, k); ok && b.TPM > 0 && sub.Cost.Tokens > b.TPM {
+				v.add("cost.tokens", "%d is more than the whole tpm of %s (%d): the job could never run", sub.Cost.Tokens, k, b.TPM)
+			}
+		}
+	}
+	return v.err()
+}
+
+// room returns a *BusyError when one of keys has no room now (on_busy
+// "reject"): its limit (an adaptive key's effective limit) is full, or its
+// budget has no room for the job's tokens, or the upstream throttled it.
+// It only looks: each key's lease set is in a slot of its own, and room now
+// may be gone before a worker claims.
+func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int64) error {
 	for _, k := range keys {
-		l := scripts.LimitOf(limits, k)
+		l := scripts.LimitOf(r.limits, k)
+		b, budgeted := scripts.Lookup(r.budgets, k)
+		if budgeted {
+			var reading lease.BudgetReading
+			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				reading = s.leases.BudgetIn(ctx, p, k)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("job: room in %s: %w", k, err)
+			}
+			st, err := reading.State()
+			if err != nil {
+				return fmt.Errorf("job: room in %s: %w", k, err)
+			}
+			var limit Optional
+			if l >= 0 {
+				limit = Some(l)
+			}
+			switch {
+			case !st.ThrottledUntil.IsZero():
+				return &BusyError{Key: k, RetryAfter: time.Until(st.ThrottledUntil)}
+			case b.RPM > 0 && st.Requests >= b.RPM, b.TPM > 0 && st.Tokens+min(tokens, b.TPM) > b.TPM:
+				return &BusyError{Key: k, RetryAfter: time.Second}
+			case b.Adaptive:
+				l = effectiveLimit(st.Effective, limit)
+			}
+		}
 		if l < 0 {
 			continue
 		}

@@ -76,6 +76,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 			ConcurrencyKeys: []string{"model:gpt-4o", "tenant:acme"},
 			CreatedAt:       got.CreatedAt,
 			Metadata:        json.RawMessage(`{"conversation":"c-1","z":1}`),
+			// A 6-byte prompt: 2 tokens, 4 for its message, and the default max_tokens.
+			Cost: &job.Cost{Tokens: 2 + 4 + job.DefaultMaxTokens},
 			// Get leaves the input out: the job object does not show it.
 			Timeout: 90 * time.Second, MaxWait: 5 * time.Minute, OnBusy: job.OnBusyReject,
 		}
@@ -99,8 +101,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", field, h[field], v)
 			}
 		}
-		if len(h) != 31 {
-			t.Errorf("record has %d fields, want 31: %v", len(h), h)
+		if len(h) != 32 {
+			t.Errorf("record has %d fields, want 32: %v", len(h), h)
 		}
 		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
 			t.Errorf("lookup = %q", q)

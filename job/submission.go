@@ -93,6 +93,71 @@ type Submission struct {
 	Delay           Duration        `json:"delay,omitempty"`
 	OnBusy          OnBusy          `json:"on_busy,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
+	// Cost is what the job expects to spend of its keys' token budgets.
+	Cost *Cost `json:"cost,omitempty"`
+}
+
+// Cost is what a job expects to spend of its keys' budgets.
+type Cost struct {
+	Tokens int64 `json:"tokens"` // 1..MaxCostTokens
+}
+
+// MaxCostTokens is the largest cost a job may give.
+const MaxCostTokens = 1_000_000_000
+
+// UnmarshalJSON reads exactly {"tokens": N}.
+func (c *Cost) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p struct {
+		Tokens *int64 `json:"tokens"`
+	}
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf(`cost must be {"tokens": N}: %w`, err)
+	}
+	if p.Tokens == nil {
+		return fmt.Errorf(`cost must be {"tokens": N}: tokens is missing`)
+	}
+	c.Tokens = *p.Tokens
+	return nil
+}
+
+// Estimating llm.chat's tokens before the call: a prompt's text is about
+// four characters a token, each message costs a few more, and a request
+// without max_tokens is taken to ask for DefaultMaxTokens. Once the call
+// ends, the upstream's usage replaces the estimate.
+const (
+	DefaultMaxTokens = 1024
+	charsPerToken    = 4
+	tokensPerMessage = 4
+)
+
+// tokens is what the job is estimated to spend of its keys' tpm budgets:
+// its cost, else for llm.chat its prompt's and max_tokens' tokens, else 0.
+func (s Submission) tokens() int64 {
+	if s.Cost != nil {
+		return s.Cost.Tokens
+	}
+	if s.Kind != "llm.chat" {
+		return 0
+	}
+	var in struct {
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+		MaxTokens *int64 `json:"max_tokens"`
+	}
+	if json.Unmarshal(s.Input, &in) != nil {
+		return 0
+	}
+	n := int64(DefaultMaxTokens)
+	if in.MaxTokens != nil && *in.MaxTokens > 0 {
+		n = *in.MaxTokens
+	}
+	for _, m := range in.Messages {
+		n += tokensPerMessage + (int64(len(m.Content))+charsPerToken-1)/charsPerToken
+	}
+	return n
 }
 
 // FieldError names one invalid field and says what is wrong with it.
@@ -164,6 +229,9 @@ func (s Submission) validate(given map[string]bool) error {
 	checkDuration(&v, "delay", s.Delay, maxDelay, false) // "0s" is no delay: in range
 	if (s.OnBusy != "" || given["on_busy"]) && s.OnBusy != OnBusyQueue && s.OnBusy != OnBusyReject {
 		v.add("on_busy", "must be %q or %q", OnBusyQueue, OnBusyReject)
+	}
+	if s.Cost != nil && (s.Cost.Tokens < 1 || s.Cost.Tokens > MaxCostTokens) {
+		v.add("cost.tokens", "must be from 1 to %d", MaxCostTokens)
 	}
 	if len(s.ConcurrencyKeys) > maxConcurrencyKeys {
 		v.add("concurrency_keys", "at most %d keys", maxConcurrencyKeys)

@@ -68,6 +68,11 @@ type Usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
+// total is the tokens u counts: the upstream's total, or its parts.
+func (u Usage) total() int {
+	return cmp.Or(u.TotalTokens, u.PromptTokens+u.CompletionTokens)
+}
+
 // ErrNoUpstream is the error of every llm.chat job on a worker configured
 // without an upstream.
 var ErrNoUpstream = errors.New("llm.chat: no upstream configured (LEASEHOLD_LLM_BASE_URL)")
@@ -103,11 +108,18 @@ const (
 // the execution's fencing token in the Fencing-Token header.
 //
 // Bad input and upstream 4xx answers other than 408 and 429 fail the job
-// without retries, carrying the upstream's message. 408, 429, 5xx and
-// network errors fail the attempt, to be retried; when the upstream sends a
-// Retry-After short enough (at most 30 s waited in all in one attempt, and
-// ending before the execution's deadline), the handler waits and retries
-// inside the attempt instead.
+// without retries, carrying the upstream's message. A 429, and a 503 with
+// Retry-After, are pushback (execution.Pushback): the job goes back to its
+// queue without spending an attempt, to come back no sooner than the
+// upstream asked, and its slot is free at once for a call that may pass.
+// 408, other 5xx and network errors fail the attempt, to be retried; when
+// the upstream sends a Retry-After short enough (at most 30 s waited in all
+// in one attempt, and ending before the execution's deadline), the handler
+// waits and retries inside the attempt instead.
+//
+// The upstream's usage (prompt and completion tokens) is reported to the
+// execution (ReportTokens): it replaces the job's estimate in its keys'
+// tpm budgets.
 //
 // Jobs of this kind should carry the concurrency key model:<model>, so a
 // limit on the model caps the requests in flight across every worker.
@@ -140,6 +152,15 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		// stream), the upstream spent what it streamed.
 		if u, ok := c.spent(); ok && cfg.Usage != nil {
 			countTokens(ctx, cfg.Usage, e, u)
+		}
+		// The budgets take what the upstream reported, or nothing for a
+		// refused call; a stream cut short keeps its estimate, since its
+		// prompt's tokens are not known.
+		switch {
+		case c.usage != nil:
+			e.ReportTokens(int64(c.usage.total()))
+		case errors.Is(err, execution.ErrPushback):
+			e.ReportTokens(0)
 		}
 		return res, err
 	}
@@ -242,6 +263,9 @@ func (c *chatCall) run(ctx context.Context) (*ChatResult, error) {
 		}
 		uerr := readUpstreamError(resp)
 		resp.Body.Close()
+		if uerr.pushback() {
+			return nil, execution.Pushback(uerr, uerr.retryAfter)
+		}
 		if !uerr.retryable() {
 			return nil, execution.Permanent(uerr)
 		}
@@ -480,9 +504,14 @@ func (e *upstreamError) retryable() bool {
 	return e.status == http.StatusTooManyRequests || e.status == http.StatusRequestTimeout || e.status >= 500
 }
 
+// pushback: the upstream refused for capacity, not for the request.
+func (e *upstreamError) pushback() bool {
+	return e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable && e.hasRetryAfter
+}
+
 func readUpstreamError(resp *http.Response) *upstreamError {
 	e := &upstreamError{status: resp.StatusCode}
-	e.retryAfter, e.hasRetryAfter = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	e.retryAfter, e.hasRetryAfter = PushbackWait(resp.Header, time.Now())
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	e.message = errorMessage(b)
 	return e
@@ -518,6 +547,30 @@ func errorMessage(b []byte) string {
 		s = s[:500] + "…"
 	}
 	return s
+}
+
+// PushbackWait reads how long an upstream that refused a call asks to be
+// left alone: retry-after-ms (Azure OpenAI, and OpenAI's own SDKs read it),
+// else Retry-After, else the reset of the rate limit that ran out, by
+// OpenAI's x-ratelimit-remaining-{requests,tokens} and
+// x-ratelimit-reset-{requests,tokens} ("1s", "6m0s", "20ms"): the longer
+// when both ran out. ok is false when the answer says nothing.
+func PushbackWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
+	if ms, err := strconv.ParseFloat(strings.TrimSpace(h.Get("Retry-After-Ms")), 64); err == nil && ms >= 0 {
+		return time.Duration(ms * float64(time.Millisecond)), true
+	}
+	if d, ok := ParseRetryAfter(h.Get("Retry-After"), now); ok {
+		return d, true
+	}
+	for _, limit := range []string{"requests", "tokens"} {
+		if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-"+limit)) != "0" {
+			continue
+		}
+		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-" + limit))); err == nil && d >= 0 {
+			wait, ok = max(wait, d), true
+		}
+	}
+	return wait, ok
 }
 
 // ParseRetryAfter reads a Retry-After value, delay-seconds or an HTTP

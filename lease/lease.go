@@ -15,7 +15,9 @@ import (
 )
 
 var (
-	acquireScript = scripts.Load("lease_acquire.lua")
+	acquireScript = scripts.Load("lease_acquire.lua", "budget.lua")
+	settleScript  = scripts.Load("lease_settle.lua", "budget.lua")
+	budgetScript  = scripts.Load("lease_budget.lua", "budget.lua")
 	renewScript   = scripts.Load("lease_renew.lua")
 	countScript   = scripts.Load("lease_count.lua")
 )
@@ -130,6 +132,11 @@ type Ask struct {
 	Key     string
 	Limit   int // -1: the key has no limit, every holder gets a slot
 	Holders []string
+	// Budget is the key's budget; a holder gets a slot only if it has room
+	// too, and what it reserves must be settled (SettleIn).
+	Budget Budget
+	// Tokens holds each holder's estimated tokens, when Budget has a TPM.
+	Tokens []int64
 }
 
 // Grant is what one Ask got.
@@ -205,14 +212,23 @@ func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
 
 func (c *Client) acquireKeys(key string) []string {
 	return []string{c.keys.LeaseSet(key), c.keys.LeaseFence(key), c.keys.SemTickets(key),
-		c.keys.LeaseTurn(key), c.keys.LeaseWaiting(key)}
+		c.keys.LeaseTurn(key), c.keys.LeaseWaiting(key),
+		c.keys.LeaseWindow(key), c.keys.LeaseSpent(key), c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)}
 }
 
 func acquireArgs(ttl, mark time.Duration, a Ask) []any {
-	args := make([]any, 0, 3+len(a.Holders))
-	args = append(args, ttl.Milliseconds(), a.Limit, mark.Milliseconds())
-	for _, h := range a.Holders {
+	rpm, tpm, adaptive := a.Budget.args()
+	args := make([]any, 0, 6+2*len(a.Holders))
+	args = append(args, ttl.Milliseconds(), a.Limit, mark.Milliseconds(), rpm, tpm, adaptive)
+	for i, h := range a.Holders {
 		args = append(args, h)
+		if a.Budget.TPM > 0 {
+			var est int64
+			if i < len(a.Tokens) {
+				est = a.Tokens[i]
+			}
+			args = append(args, est)
+		}
 	}
 	return args
 }

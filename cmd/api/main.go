@@ -111,7 +111,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix, Retention: *retention})
+	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix, Retention: *retention, OnlyLimitedKeys: true})
 	if err != nil {
 		return err
 	}
@@ -170,11 +170,11 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 // writeLimits writes the limits of --limits to Redis, where every worker
 // reads them. Limits it does not name, set before or through the API, are
 // left as they are: removing one is a DELETE /v1/limits/{key}.
-func writeLimits(ctx context.Context, store *job.Store, limits map[string]int64, timeout time.Duration) error {
+func writeLimits(ctx context.Context, store *job.Store, limits map[string]job.KeyLimit, timeout time.Duration) error {
 	ctx, stop := context.WithTimeout(ctx, max(timeout, 5*time.Second))
 	defer stop()
 	for _, key := range slices.Sorted(maps.Keys(limits)) {
-		if err := store.SetLimit(ctx, key, limits[key]); err != nil {
+		if err := store.SetKeyLimit(ctx, key, limits[key]); err != nil {
 			return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
 		}
 	}

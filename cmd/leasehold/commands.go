@@ -336,29 +336,53 @@ func printQueues(w io.Writer, queues []job.QueueStats) error {
 	return t.Flush()
 }
 
-// leasehold limits [set KEY N | rm KEY]
+// leasehold limits [set KEY [N] [--rpm R] [--tpm T] [--adaptive] | rm KEY]
 func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	print := func(limits []job.Limit) error {
 		t := table(stdout)
-		fmt.Fprintln(t, "KEY\tLIMIT\tIN_USE\tWAITING")
+		fmt.Fprintln(t, "KEY\tLIMIT\tEFFECTIVE\tIN_USE\tRPM\tREQ/MIN\tTPM\tTOK/MIN\tTHROTTLED_UNTIL\tWAITING")
 		for _, l := range limits {
-			fmt.Fprintf(t, "%s\t%d\t%d\t%d\n", l.Key, l.Limit, l.InUse, l.Waiting)
+			until := "-"
+			if !l.ThrottledUntil.IsZero() {
+				until = l.ThrottledUntil.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", l.Key, optional(l.Limit), optional(l.EffectiveLimit),
+				l.InUse, optional(l.RPM), optional(l.RequestsLastMinute), optional(l.TPM), optional(l.TokensLastMinute), until, l.Waiting)
 		}
 		return t.Flush()
 	}
 	switch {
 	case len(args) > 0 && args[0] == "set":
 		c := newCommand("limits set", stdout, stderr)
-		pos, err := c.parse(args[1:], 2, "KEY LIMIT")
+		rpm := c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide")
+		tpm := c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide")
+		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit")
+		pos, err := c.parse(args[1:], -1, "KEY [LIMIT]")
 		if err != nil {
 			return err
 		}
-		n, err := strconv.ParseInt(pos[1], 10, 64)
-		if err != nil {
-			return usagef("limit %q: not a whole number", pos[1])
+		if len(pos) < 1 || len(pos) > 2 {
+			return usagef("usage: limits set [flags] KEY [LIMIT]")
+		}
+		body := map[string]any{}
+		if len(pos) == 2 {
+			n, err := strconv.ParseInt(pos[1], 10, 64)
+			if err != nil {
+				return usagef("limit %q: not a whole number", pos[1])
+			}
+			body["limit"] = n
+		}
+		if *rpm != 0 {
+			body["rpm"] = *rpm
+		}
+		if *tpm != 0 {
+			body["tpm"] = *tpm
+		}
+		if *adaptive {
+			body["adaptive"] = true
 		}
 		var l job.Limit
-		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), map[string]int64{"limit": n}, &l); err != nil || c.json() {
+		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
 			return err
 		}
 		return print([]job.Limit{l})
@@ -366,7 +390,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return deleteCommand(ctx, "limits rm", "/v1/limits/", "removed", args[1:], stdout, stderr)
 	}
 	c := newCommand("limits", stdout, stderr)
-	if _, err := c.parse(args, 0, "   (or: limits set KEY LIMIT, limits rm KEY)"); err != nil {
+	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive], limits rm KEY)"); err != nil {
 		return err
 	}
 	var list struct {
@@ -376,6 +400,14 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	return print(list.Limits)
+}
+
+// optional is a number a key may not use, as a table shows it: "-" for none.
+func optional(o job.Optional) string {
+	if !o.Set {
+		return "-"
+	}
+	return strconv.FormatInt(o.Value, 10)
 }
 
 // leasehold usage [--from DAY] [--to DAY] [--tenant T]

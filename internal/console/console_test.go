@@ -534,7 +534,7 @@ func TestConsole(t *testing.T) {
 			Limits []job.Limit `json:"limits"`
 		}
 		s.call(http.MethodGet, "/v1/limits", adminKey, "", http.StatusOK, &l)
-		if len(l.Limits) != 1 || l.Limits[0].Key != "model:console" || l.Limits[0].Limit != 7 {
+		if len(l.Limits) != 1 || l.Limits[0].Key != "model:console" || l.Limits[0].Limit != job.Some(7) {
 			t.Fatalf("limits after the form: %+v", l.Limits)
 		}
 		tb.run(

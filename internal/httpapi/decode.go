@@ -201,6 +201,8 @@ func describe(t reflect.Type) string {
 		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(describe(t.Elem()), "a "), "an ") + "s"
 	case reflect.Map, reflect.Struct:
 		return "an object"
+	case reflect.Pointer:
+		return describe(t.Elem())
 	}
 	return "of another type"
 }

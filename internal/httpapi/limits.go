@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // limitList is the body of GET /v1/limits.
@@ -13,9 +15,13 @@ type limitList struct {
 	Limits []job.Limit `json:"limits"`
 }
 
-// limitBody is the body of PUT /v1/limits/{key}.
+// limitBody is the body of PUT /v1/limits/{key}: every field optional, at
+// least one given.
 type limitBody struct {
-	Limit int64 `json:"limit"`
+	Limit    *int64 `json:"limit"`
+	RPM      int64  `json:"rpm"`
+	TPM      int64  `json:"tpm"`
+	Adaptive bool   `json:"adaptive"`
 }
 
 // GET /v1/limits: every configured limit with its leases in use. Any
@@ -59,14 +65,14 @@ func (s *server) putLimit(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	n, err := decodeLimit(body)
+	kl, err := decodeLimit(body)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	if err := s.store.SetLimit(ctx, key, n); err != nil {
+	if err := s.store.SetKeyLimit(ctx, key, kl); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -75,13 +81,13 @@ func (s *server) putLimit(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	out := job.Limit{Key: key, Limit: n}
 	for _, l := range limits {
 		if l.Key == key {
-			out.InUse = l.InUse
+			writeJSON(w, http.StatusOK, l)
+			return
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.fail(w, r, errors.New("httpapi: the limit set is not in the listing"))
 }
 
 // DELETE /v1/limits/{key...}: remove a limit, admin only: 204, or 404 when
@@ -111,12 +117,14 @@ func (s *server) deleteLimit(w http.ResponseWriter, r *http.Request, c caller) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// decodeLimit parses a PUT body: exactly {"limit": N}, N a whole number.
-// Unknown fields and a wrong type are named; the range is job's to check.
-func decodeLimit(body []byte) (int64, error) {
+// decodeLimit parses a PUT body: {"limit": N, "rpm": N, "tpm": N,
+// "adaptive": true}, every field optional and at least one given, each of
+// its type. Unknown fields and wrong types are named; the ranges are job's
+// to check.
+func decodeLimit(body []byte) (job.KeyLimit, error) {
 	raw, err := decodeObject(body)
 	if err != nil {
-		return 0, err
+		return job.KeyLimit{}, err
 	}
 	var b limitBody
 	targets := jsonFields(&b)
@@ -127,21 +135,26 @@ func decodeLimit(body []byte) (int64, error) {
 		case !ok:
 			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
 		case isNullJSON(value):
-			fields = append(fields, job.FieldError{Field: name, Message: "must be an integer, not null"})
+			fields = append(fields, job.FieldError{Field: name, Message: "must not be null: leave it out"})
 		default:
 			if msg := decodeField(value, target); msg != "" {
 				fields = append(fields, job.FieldError{Field: name, Message: msg})
 			}
 		}
 	}
-	if _, ok := raw["limit"]; !ok {
-		fields = append(fields, job.FieldError{Field: "limit", Message: "is required"})
+	for _, name := range []string{"rpm", "tpm"} {
+		if _, ok := raw[name]; ok && (name == "rpm" && b.RPM < 1 || name == "tpm" && b.TPM < 1) {
+			fields = append(fields, job.FieldError{Field: name, Message: "must be at least 1"})
+		}
+	}
+	if len(raw) == 0 {
+		fields = append(fields, job.FieldError{Field: "limit", Message: "give at least one of limit, rpm, tpm and adaptive"})
 	}
 	if len(fields) > 0 {
 		slices.SortFunc(fields, func(a, b job.FieldError) int { return strings.Compare(a.Field, b.Field) })
-		return 0, &badRequest{detail: `the body must be {"limit": N}: see errors`, fields: fields}
+		return job.KeyLimit{}, &badRequest{detail: `the body must be {"limit": N, "rpm": N, "tpm": N, "adaptive": true}, at least one of them: see errors`, fields: fields}
 	}
-	return b.Limit, nil
+	return job.KeyLimit{Limit: b.Limit, Budget: lease.Budget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive}}, nil
 }
 
 func isNullJSON(raw []byte) bool { return strings.TrimSpace(string(raw)) == "null" }

@@ -53,7 +53,7 @@ func TestLimitsSetListDelete(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("put: %s %s", resp.Status, resp.body)
 	}
-	if got := decode[job.Limit](t, resp); got != (job.Limit{Key: "model:gpt-4o", Limit: 200}) {
+	if got := decode[job.Limit](t, resp); got != (job.Limit{Key: "model:gpt-4o", Limit: job.Some(200)}) {
 		t.Errorf("put answered %+v", got)
 	}
 	// A wildcard, with '*' escaped.
@@ -71,12 +71,12 @@ func TestLimitsSetListDelete(t *testing.T) {
 	f.rdb.ZAdd(ctx, space.LeaseSet("model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() + 60_000), Member: "j1"})
 	f.rdb.ZAdd(ctx, space.LeaseSet("model:gpt-4o"), redis.Z{Score: float64(now.UnixMilli() - 60_000), Member: "j2"})
 
-	want := []job.Limit{{Key: "model:gpt-4o", Limit: 200, InUse: 1}, {Key: "tenant:*", Limit: 10}}
+	want := []job.Limit{{Key: "model:gpt-4o", Limit: job.Some(200), InUse: 1}, {Key: "tenant:*", Limit: job.Some(10)}}
 	if got := f.limits(acmeKey); !slices.Equal(got, want) {
 		t.Errorf("acme lists %+v, want %+v", got, want)
 	}
 	// Setting again answers the in_use too.
-	if got := decode[job.Limit](t, f.putLimit(adminKey, "model:gpt-4o", `{"limit": 0}`)); got != (job.Limit{Key: "model:gpt-4o", Limit: 0, InUse: 1}) {
+	if got := decode[job.Limit](t, f.putLimit(adminKey, "model:gpt-4o", `{"limit": 0}`)); got != (job.Limit{Key: "model:gpt-4o", Limit: job.Some(0), InUse: 1}) {
 		t.Errorf("lowered put answered %+v", got)
 	}
 
@@ -133,7 +133,7 @@ func TestLimitsAdminOnly(t *testing.T) {
 			t.Errorf("%s %s as non-admin: %s, unlike an unknown path", r.method, r.path, resp.body)
 		}
 	}
-	if got := f.limits(acmeKey); !slices.Equal(got, []job.Limit{{Key: "model:a", Limit: 1}}) {
+	if got := f.limits(acmeKey); !slices.Equal(got, []job.Limit{{Key: "model:a", Limit: job.Some(1)}}) {
 		t.Errorf("non-admin changed the limits: %+v", got)
 	}
 }

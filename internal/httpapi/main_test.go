@@ -79,7 +79,7 @@ func newFixtureOn(t *testing.T, addr string, nc *nats.Conn, configure ...func(*h
 	f.rdb = rdb
 
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
+	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix, OnlyLimitedKeys: true}); err != nil {
 		t.Fatal(err)
 	}
 	flags, err := cancel.New(rdb, nc, cancel.Config{Prefix: f.prefix, Subject: f.subject, Logger: f.log})

@@ -69,24 +69,46 @@ func newInstruments(mp metric.MeterProvider, counts func(ctx context.Context, ob
 		return nil, err
 	}
 	limit, err1 := m.Int64ObservableGauge("leasehold.key.limit", metric.WithUnit("{execution}"),
-		metric.WithDescription("The key's concurrency limit."))
+		metric.WithDescription("The key's concurrency limit (absent for a key with a budget alone)."))
+	effective, err4 := m.Int64ObservableGauge("leasehold.key.effective_limit", metric.WithUnit("{execution}"),
+		metric.WithDescription("An adaptive key's effective limit: its concurrency now, learned from the upstream's pushback."))
+	requests, err5 := m.Int64ObservableGauge("leasehold.key.requests_last_minute", metric.WithUnit("{execution}"),
+		metric.WithDescription("Executions started in the last minute under a key with an rpm budget or an adaptive one."))
+	tokens, err6 := m.Int64ObservableGauge("leasehold.key.tokens_last_minute", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens of the last minute under a key with a tpm budget: estimates, replaced by actual usage as executions end."))
+	throttled, err7 := m.Int64ObservableGauge("leasehold.key.throttled", metric.WithUnit("1"),
+		metric.WithDescription("1 while the upstream's Retry-After holds the key's claims."))
 	inUse, err2 := m.Int64ObservableGauge("leasehold.key.in_use", metric.WithUnit("{execution}"),
 		metric.WithDescription("Live leases on the key, over every queue: executions holding it now."))
 	waiting, err3 := m.Int64ObservableGauge("leasehold.key.waiting", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs naming the key that are ready to run but not started, over every queue."))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return nil, err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ls, err := limits(ctx)
 		for _, l := range ls {
 			key := metric.WithAttributes(attribute.String("key", l.Key))
-			o.ObserveInt64(limit, l.Limit, key)
+			for _, g := range []struct {
+				gauge metric.Int64ObservableGauge
+				v     job.Optional
+			}{{limit, l.Limit}, {effective, l.EffectiveLimit}, {requests, l.RequestsLastMinute}, {tokens, l.TokensLastMinute}} {
+				if g.v.Set {
+					o.ObserveInt64(g.gauge, g.v.Value, key)
+				}
+			}
+			if l.RPM.Set || l.TPM.Set || l.Adaptive {
+				var on int64
+				if !l.ThrottledUntil.IsZero() {
+					on = 1
+				}
+				o.ObserveInt64(throttled, on, key)
+			}
 			o.ObserveInt64(inUse, l.InUse, key)
 			o.ObserveInt64(waiting, l.Waiting, key)
 		}
 		return err
-	}, limit, inUse, waiting)
+	}, limit, inUse, waiting, effective, requests, tokens, throttled)
 	return &in, err
 }
 

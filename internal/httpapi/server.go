@@ -199,7 +199,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	var err error
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
+		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider, OnlyLimitedKeys: true}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}

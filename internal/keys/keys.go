@@ -47,6 +47,21 @@ func (s Space) LeaseTurn(key string) string { return s.key("lease:"+key, "turn")
 // slot of a lease key: they wait, and the line leaves them every other slot.
 func (s Space) LeaseWaiting(key string) string { return s.key("lease:"+key, "waiting") }
 
+// LeaseWindow is the rolling minute of a lease key with a budget: holder →
+// when its execution started (see internal/scripts/budget.lua).
+func (s Space) LeaseWindow(key string) string { return s.key("lease:"+key, "window") }
+
+// LeaseSpent holds the tokens of each holder in a lease key's window, and
+// their sum.
+func (s Space) LeaseSpent(key string) string { return s.key("lease:"+key, "spent") }
+
+// LeaseThrottle says until when the upstream behind a lease key asked to be
+// left alone (a Retry-After).
+func (s Space) LeaseThrottle(key string) string { return s.key("lease:"+key, "throttle") }
+
+// LeaseAdapt is an adaptive lease key's effective limit and its state.
+func (s Space) LeaseAdapt(key string) string { return s.key("lease:"+key, "adapt") }
+
 // Fenced is the hash of a fenced resource: the highest token seen and the
 // value written with it.
 func (s Space) Fenced(resource string) string { return s.key("fenced:"+resource, "fenced") }

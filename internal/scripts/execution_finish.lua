@@ -10,18 +10,27 @@
 -- ARGV[3] n, the executions
 -- then for each execution: job id, token, attempt (the job's, set by the
 --   claim that issued the token),
---   outcome (succeeded | failed | timed_out | cancelled | handed_off),
+--   outcome (succeeded | failed | timed_out | cancelled | handed_off |
+--   pushback: the upstream refused it for capacity),
 --   result (JSON, "" for none), error (JSON, "" for none),
 --   "1" when a failure may be retried ("0" when it is permanent),
---   backoff_ms before a retry, the traceparent of the execution's span ("" when
+--   backoff_ms before a retry (for a pushback: the upstream's Retry-After,
+--   0 when it gave none), the traceparent of the execution's span ("" when
 --   untraced; kept as exec_trace so the next attempt's span can link to it)
 -- Returns, for each execution, its job's new state, or "" when the token is
 -- not the job's current one or the job is not running: the caller is not
 -- the owner, and nothing of that execution changed. A retry of a finish
 -- that was written (its reply lost) returns the job's state again and
 -- changes nothing.
+--
+-- A pushback spends no attempt (as a hand-off): the job waits in retrying
+-- for the Retry-After, or for a backoff that doubles with each pushback in
+-- a row from 250 ms to 30 s; the 50th in a row fails it (upstream_limited).
+-- Any other end of an execution ends the row.
 local leases, ready, scheduled, fair, stats, retired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+local max_pushbacks = 50
 
 local tx = transitions(stats, retired, redis_now(), retention, maxlen)
 
@@ -42,7 +51,7 @@ for i = 1, n do
   -- depends on below.
   local job = KEYS[4 + 3 * i]
   local f = redis.call('HMGET', job, 'state', 'token', 'exec_state', 'cancel_requested', 'tenant',
-    'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at')
+    'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at', 'pushbacks')
   local state, cancel_requested = f[1], f[4]
   if f[2] == token and state ~= 'running' and f[3] == outcome then
     out[i] = state -- a retry whose first run was written (its reply was lost)
@@ -70,6 +79,21 @@ for i = 1, n do
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+    elseif outcome == 'pushback' then
+      local row = (tonumber(f[11]) or 0) + 1
+      fields[#fields + 1], fields[#fields + 2] = 'pushbacks', row
+      if row >= max_pushbacks then
+        next = 'failed'
+        err = cjson.encode({code = 'upstream_limited', message = 'the upstream refused ' .. row ..
+          ' times in a row for capacity'})
+      else
+        next, kept = 'retrying', attempt
+        attempt = tostring(tonumber(attempt) - 1)
+        fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+        local wait = tonumber(backoff)
+        if wait <= 0 then wait = math.min(250 * 2 ^ (row - 1), 30000) end
+        redis.call('ZADD', scheduled, int(tx.now + wait), id)
+      end
     elseif retryable and tonumber(attempt) < tonumber(redis.call('HGET', job, 'max_attempts')) then
       next = 'retrying'
       redis.call('ZADD', scheduled, int(tx.now + tonumber(backoff)), id)
@@ -78,6 +102,9 @@ for i = 1, n do
     end
     if next ~= 'queued' then
       fields[#fields + 1], fields[#fields + 2] = 'error', err
+    end
+    if f[11] and f[11] ~= '0' and outcome ~= 'pushback' then
+      fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- the row ends
     end
     move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state}, next, fields, attempt,
       {f[6], cancel_requested, err, token, f[7], f[8], kept or attempt, f[9], f[10], tx.now_s})

@@ -5,9 +5,12 @@
 -- KEYS[2] fencing-token counter of the lease key
 -- KEYS[3] the Wait line's ticket expiries   KEYS[4] whose turn it is
 -- KEYS[5] mark: this side waits
+-- KEYS[6] window, KEYS[7] spent, KEYS[8] throttle, KEYS[9] adapt: the key's
+--   budgets (budget.lua), touched only when ARGV[4..6] give it one
 -- ARGV[1] ttl_ms   ARGV[2] limit (-1: none, every holder gets a slot)
 -- ARGV[3] how long (ms) a refusal marks this side as waiting
--- ARGV[4..] holders
+-- ARGV[4] rpm (-1: none)   ARGV[5] tpm (-1: none)   ARGV[6] "1" when adaptive
+-- ARGV[7..] holders, each followed by its estimated tokens when tpm >= 0
 -- Returns {retry_after_ms, expires_at_ms, waiters, then for each holder its
 -- token, or 0 when the set had no room for it}. retry_after_ms is the time
 -- until the earliest lease expires (0 when every holder got a slot);
@@ -15,7 +18,16 @@
 -- wake them).
 --
 -- A holder already in the set (a retry after a lost reply) keeps its one
--- slot, its expiry moved, and is issued a new token.
+-- slot and its reservation, its expiry moved, and is issued a new token.
+--
+-- A key with a budget grants a holder a slot only if the budget has room
+-- too, checked and reserved in this one step: the key is not throttled;
+-- fewer than rpm executions started in the last minute; the tokens of the
+-- last minute plus the holder's estimate (at most tpm: a job larger than
+-- the whole budget runs alone) fit in tpm; and, for an adaptive key, fewer
+-- holders than its effective limit. The reservation is the holder's entry
+-- in the window (and its tokens in spent), settled or given back by
+-- lease_settle.lua.
 --
 -- Two sides meet on a full key: these callers, which try and come back
 -- (queued jobs, Acquire), and the tickets of Wait's line
@@ -24,7 +36,11 @@
 -- line's grant gives it back. A refusal leaves a mark (KEYS[5]) that says
 -- this side waits, for ARGV[3] ms: callers come back sooner than that.
 local leases, fence, tickets, turn, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local window, spent, throttle, adapt = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local ttl, limit, mark = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local rpm, tpm, adaptive = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+local budgeted = rpm >= 0 or tpm >= 0 or adaptive
+local step = tpm >= 0 and 2 or 1
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -39,11 +55,13 @@ local lines_turn = line and redis.call('GET', turn) == 'line'
 local expires = string.format('%.0f', now + 1 + ttl)
 local out = {0, expires, line and 1 or 0}
 local add, took, refused = {}, false, false
-if limit < 0 then
+-- budget_wait is how long until the budget frees room, when it refused.
+local budget_wait = nil
+if limit < 0 and not budgeted then
   -- Every holder gets a slot (one already in the set keeps it): nothing
   -- to count or look up. Every job's claim asks its tenant's key, seldom
   -- limited.
-  for i = 4, #ARGV do
+  for i = 7, #ARGV do
     add[#add + 1] = expires
     add[#add + 1] = ARGV[i]
     out[#out + 1] = true
@@ -51,13 +69,42 @@ if limit < 0 then
   took = #add > 0
 else
   local held = redis.call('ZCARD', leases)
-  for i = 4, #ARGV do
+  local requests, tokens, until_ms, reserve = 0, 0, 0, {}
+  if budgeted then
+    budget_reap(window, spent, now, tpm)
+    requests = redis.call('ZCARD', window)
+    tokens = tonumber(redis.call('HGET', spent, '#')) or 0
+    until_ms = tonumber(redis.call('GET', throttle)) or 0
+    if adaptive then
+      local cap = cap_of(limit)
+      limit = math.min(cap, math.floor(adapt_read(adapt, cap).eff))
+    end
+  end
+  for i = 7, #ARGV, step do
     local holder = ARGV[i]
     local ok = redis.call('ZSCORE', leases, holder)
-    if not ok and held < limit and not lines_turn then
-      held = held + 1
-      ok, took = true, true
-      lines_turn = line -- one slot for this side, then the line's turn
+    if not ok and held < limit or not ok and limit < 0 then
+      local est = 0
+      if tpm >= 0 then est = math.min(tonumber(ARGV[i + 1]), tpm) end
+      if not budgeted then
+        ok = not lines_turn
+      elseif until_ms > now then
+        budget_wait = until_ms - now
+      elseif rpm >= 0 and requests >= rpm or tpm >= 0 and tokens + est > tpm then
+        local first = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+        budget_wait = first[2] and math.max(1, tonumber(first[2]) + minute - now) or 1000
+      else
+        ok = not lines_turn
+        if ok then
+          requests, tokens = requests + 1, tokens + est
+          reserve[#reserve + 1] = {holder, est}
+        end
+      end
+      if ok then
+        held = held + 1
+        took = true
+        lines_turn = line -- one slot for this side, then the line's turn
+      end
     end
     if ok then
       add[#add + 1] = expires
@@ -66,6 +113,20 @@ else
     else
       out[#out + 1] = false
       refused = true
+    end
+  end
+  if #reserve > 0 then
+    local starts, sums = {}, {}
+    for _, r in ipairs(reserve) do
+      starts[#starts + 1], starts[#starts + 2] = now, r[1]
+      sums[#sums + 1], sums[#sums + 2] = r[1], r[2]
+    end
+    redis.call('ZADD', window, unpack(starts))
+    redis.call('PEXPIRE', window, minute + ttl)
+    if tpm >= 0 then
+      redis.call('HSET', spent, unpack(sums))
+      redis.call('HSET', spent, '#', tokens)
+      redis.call('PEXPIRE', spent, minute + ttl)
     end
   end
 end
@@ -99,6 +160,6 @@ end
 if refused then
   redis.call('SET', waiting, '1', 'PX', mark)
   local earliest = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
-  out[1] = earliest[2] and math.max(1, tonumber(earliest[2]) - now) or 1000 -- a limit of 0 has no lease to wait for
+  out[1] = budget_wait or earliest[2] and math.max(1, tonumber(earliest[2]) - now) or 1000 -- a limit of 0 has no lease to wait for
 end
 return out

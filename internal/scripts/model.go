@@ -19,15 +19,26 @@ const EventsMaxLen = 1000
 // exact entry wins over the wildcard of its prefix: "tenant:*" gives every
 // tenant a limit of its own.
 func LimitOf(limits map[string]int64, key string) int64 {
-	if n, ok := limits[key]; ok {
+	if n, ok := Lookup(limits, key); ok {
 		return n
 	}
+	return -1
+}
+
+// Lookup returns what m holds for key by the limits' lookup rule (see
+// LimitOf): the exact entry, else the wildcard of key's prefix. The
+// budgets hash is read by the same rule.
+func Lookup[V any](m map[string]V, key string) (V, bool) {
+	if v, ok := m[key]; ok {
+		return v, true
+	}
 	if i := strings.IndexByte(key, ':'); i >= 0 {
-		if n, ok := limits[key[:i+1]+"*"]; ok {
-			return n
+		if v, ok := m[key[:i+1]+"*"]; ok {
+			return v, true
 		}
 	}
-	return -1
+	var zero V
+	return zero, false
 }
 
 // LaneCounts reads a queue's fair hash (fair.lua), where field "#<lane>"

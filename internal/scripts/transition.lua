@@ -14,7 +14,7 @@
 --                                                              finish (-1 on a hand-off), retry ("0")
 --   exec_id            the latest execution's id               claim
 --   exec_state         running | succeeded | failed | timed_out | cancelled
---                      | handed_off | lost                     claim, finish, reap
+--                      | handed_off | pushback | lost          claim, finish, reap
 --   exec_worker, exec_attempt, exec_started_at                 claim
 --   exec_heartbeat_at  its last renewal                        claim, heartbeat
 --   exec_finished_at                                           claim (""), finish, reap
@@ -26,6 +26,9 @@
 --   error              JSON {code, message}: why it ended, or
 --                      the last attempt's error                finish, reap, expire, cancel
 --   cancel_requested   "1": a cancel asked it to stop          cancel (running), retry ("0")
+--   pushbacks          pushbacks in a row (absent: none)       finish
+--   cost               the tokens it is estimated to spend
+--                      of its keys' tpm budgets (absent: none) submit only
 --   id, queue, tenant, kind, input, priority, max_attempts, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
 --   created_at, nonce                                          submit only: they never change

@@ -219,7 +219,13 @@ func (c *caller) call(ctx context.Context, e *execution.Execution) (any, error) 
 
 	switch {
 	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout, resp.StatusCode == http.StatusTooManyRequests:
+	case resp.StatusCode == http.StatusTooManyRequests:
+		// Pushback: the handler's upstream refused for capacity. The job
+		// waits without spending an attempt, and the call spent no tokens.
+		e.ReportTokens(0)
+		d, _ := kinds.PushbackWait(resp.Header, time.Now())
+		return nil, execution.Pushback(fmt.Errorf("remote handler: %s%s", resp.Status, c.errorBody(resp.Body)), min(d, maxRetryAfter))
+	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout:
 		err := fmt.Errorf("remote handler: %s%s", resp.Status, c.errorBody(resp.Body))
 		if d, ok := kinds.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return nil, execution.RetryAfter(err, min(d, maxRetryAfter))
@@ -231,7 +237,12 @@ func (c *caller) call(ctx context.Context, e *execution.Execution) (any, error) 
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch ct {
 	case ContentJSON:
-		return c.result(ctx, resp.Body)
+		res, err := c.result(ctx, resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		reportUsage(e, res)
+		return res, nil
 	case ContentNDJSON:
 		return c.stream(ctx, e, resp.Body)
 	default:
@@ -240,7 +251,7 @@ func (c *caller) call(ctx context.Context, e *execution.Execution) (any, error) 
 }
 
 // result reads a JSON result of at most maxLine bytes.
-func (c *caller) result(ctx context.Context, body io.Reader) (any, error) {
+func (c *caller) result(ctx context.Context, body io.Reader) (json.RawMessage, error) {
 	b, err := io.ReadAll(io.LimitReader(body, int64(c.maxLine)+1))
 	switch {
 	case err != nil:
@@ -253,11 +264,28 @@ func (c *caller) result(ctx context.Context, body io.Reader) (any, error) {
 	return json.RawMessage(b), nil
 }
 
+// reportUsage reports the tokens a JSON result says it spent, as
+// usage.total_tokens (OpenAI's usage object), if it says.
+func reportUsage(e *execution.Execution, res json.RawMessage) {
+	var r struct {
+		Usage struct {
+			TotalTokens *int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(res, &r) == nil && r.Usage.TotalTokens != nil {
+		e.ReportTokens(*r.Usage.TotalTokens)
+	}
+}
+
 // line is one line of an NDJSON stream: exactly one of its members is set.
 type line struct {
 	Event  string          `json:"event"`
 	Data   json.RawMessage `json:"data"`
 	Result json.RawMessage `json:"result"`
+	// Usage reports the tokens the handler spent: {"usage": {"tokens": N}}.
+	Usage *struct {
+		Tokens *int64 `json:"tokens"`
+	} `json:"usage"`
 	Error  *struct {
 		Message   string `json:"message"`
 		Retryable *bool  `json:"retryable"`
@@ -279,7 +307,13 @@ func (c *caller) stream(ctx context.Context, e *execution.Execution, body io.Rea
 		}
 		switch {
 		case l.Result != nil:
+			reportUsage(e, l.Result)
 			return l.Result, nil
+		case l.Usage != nil:
+			if l.Usage.Tokens == nil || *l.Usage.Tokens < 0 {
+				return nil, execution.Permanent(fmt.Errorf(`%w: a usage line is {"usage": {"tokens": N}}`, ErrProtocol))
+			}
+			e.ReportTokens(*l.Usage.Tokens)
 		case l.Error != nil:
 			err := fmt.Errorf("remote handler: %s", cmp.Or(l.Error.Message, "failed"))
 			if l.Error.Retryable != nil && !*l.Error.Retryable {
@@ -299,7 +333,7 @@ func (c *caller) stream(ctx context.Context, e *execution.Execution, body io.Rea
 				return nil, execution.Permanent(fmt.Errorf("%w: %v", ErrProtocol, err))
 			}
 		default:
-			return nil, execution.Permanent(fmt.Errorf("%w: a line has none of event, result and error", ErrProtocol))
+			return nil, execution.Permanent(fmt.Errorf("%w: a line has none of event, usage, result and error", ErrProtocol))
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Budget is what an upstream allows a key besides its concurrency: requests
+// and tokens per rolling minute, fleet-wide, and whether the key's
+// concurrency adapts to the upstream's pushback. The zero Budget is none.
+// The claims of jobs (package execution) check and reserve it in the same
+// step as a slot; Semaphore.Wait's line counts concurrency only.
+type Budget struct {
+	RPM      int64 // executions that may start per rolling minute; 0: no budget
+	TPM      int64 // tokens per rolling minute; 0: no budget
+	Adaptive bool  // the effective limit follows the upstream's pushback
+}
+
+// IsZero reports whether b is no budget at all.
+func (b Budget) IsZero() bool { return b == Budget{} }
+
+func (b Budget) args() (rpm, tpm int64, adaptive string) {
+	rpm, tpm, adaptive = -1, -1, "0"
+	if b.RPM > 0 {
+		rpm = b.RPM
+	}
+	if b.TPM > 0 {
+		tpm = b.TPM
+	}
+	if b.Adaptive {
+		adaptive = "1"
+	}
+	return rpm, tpm, adaptive
+}
+
+// MaxBudget is the largest RPM or TPM.
+const MaxBudget = 1_000_000_000_000
+
+// String writes b in the form ParseBudget reads: "rpm=3000;tpm=400000;adaptive"
+// ("" for none).
+func (b Budget) String() string {
+	var parts []string
+	if b.RPM > 0 {
+		parts = append(parts, "rpm="+strconv.FormatInt(b.RPM, 10))
+	}
+	if b.TPM > 0 {
+		parts = append(parts, "tpm="+strconv.FormatInt(b.TPM, 10))
+	}
+	if b.Adaptive {
+		parts = append(parts, "adaptive")
+	}
+	return strings.Join(parts, ";")
+}
+
+// ParseBudget reads options in the form "rpm=N;tpm=N;adaptive", in any order,
+// each at most once: the part of a LEASEHOLD_LIMITS entry after its limit.
+func ParseBudget(s string) (Budget, error) {
+	var b Budget
+	seen := map[string]bool{}
+	for opt := range strings.SplitSeq(s, ";") {
+		opt = strings.TrimSpace(opt)
+		if opt == "" {
+			continue
+		}
+		name, value, hasValue := strings.Cut(opt, "=")
+		name = strings.TrimSpace(name)
+		if seen[name] {
+			return Budget{}, fmt.Errorf("option %s given twice", name)
+		}
+		seen[name] = true
+		switch name {
+		case "adaptive":
+			if hasValue {
+				return Budget{}, fmt.Errorf("option adaptive takes no value")
+			}
+			b.Adaptive = true
+		case "rpm", "tpm":
+			n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			if !hasValue || err != nil || n < 1 || n > MaxBudget {
+				return Budget{}, fmt.Errorf("option %s: want %s=N, N from 1 to %d", name, name, int64(MaxBudget))
+			}
+			if name == "rpm" {
+				b.RPM = n
+			} else {
+				b.TPM = n
+			}
+		default:
+			return Budget{}, fmt.Errorf("unknown option %q: want rpm=N, tpm=N or adaptive", name)
+		}
+	}
+	return b, nil
+}
+
+// Outcome is how a holder's use of a budgeted key ended.
+type Outcome string
+
+// The outcomes a settlement reports.
+const (
+	// OutcomeOK: the upstream served it. An adaptive key grows.
+	OutcomeOK Outcome = "ok"
+	// OutcomePushback: the upstream refused it for capacity (a 429). An
+	// adaptive key is cut, and throttled for RetryAfter.
+	OutcomePushback Outcome = "pushback"
+	// OutcomeUnused: the slot was given back unused: its reservation
+	// leaves the window.
+	OutcomeUnused Outcome = "unused"
+	// OutcomeOther: anything else (a failure, a cancel): the reservation
+	// stands, the effective limit does not move.
+	OutcomeOther Outcome = "other"
+)
+
+// Settlement is how one holder's slot of a budgeted key ended.
+type Settlement struct {
+	Holder  string
+	Outcome Outcome
+	// Tokens is what it actually spent, which replaces its estimate in
+	// the window; -1 when not known (the estimate stands).
+	Tokens, Estimate int64
+	// RetryAfter is how long the upstream asked to be left alone, for a
+	// pushback; 0 when it did not say.
+	RetryAfter time.Duration
+}
+
+// SettleIn queues on p the release of holders' slots of key, which has
+// budget b, with what each reserved settled (see Settlement); Settled reads
+// its reply. It is idempotent: a settlement sent twice settles once.
+func (c *Client) SettleIn(ctx context.Context, p redis.Pipeliner, key string, limit int, b Budget, ss []Settlement) *redis.Cmd {
+	return settleScript.EvalSha(ctx, p, c.settleKeys(key), settleArgs(limit, b, ss)...)
+}
+
+// Settle is SettleIn in a round trip of its own. It returns the key's
+// effective limit after it (0 for a key that does not adapt).
+func (c *Client) Settle(ctx context.Context, key string, limit int, b Budget, ss []Settlement) (effective int64, err error) {
+	return settled(key, settleScript.Run(ctx, c.rdb, c.settleKeys(key), settleArgs(limit, b, ss)...))
+}
+
+// Settled reads the reply of a SettleIn, and settles again in a round trip
+// of its own if Redis had lost the script (a restart).
+func (c *Client) Settled(ctx context.Context, cmd *redis.Cmd, key string, limit int, b Budget, ss []Settlement) (effective int64, err error) {
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return c.Settle(ctx, key, limit, b, ss)
+	}
+	return settled(key, cmd)
+}
+
+func settled(key string, cmd *redis.Cmd) (int64, error) {
+	n, err := cmd.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lease: settle %q: %w", key, err)
+	}
+	return n, nil
+}
+
+func settleArgs(limit int, b Budget, ss []Settlement) []any {
+	_, tpm, adaptive := b.args()
+	args := make([]any, 0, 3+5*len(ss))
+	args = append(args, limit, tpm, adaptive)
+	for _, s := range ss {
+		args = append(args, s.Holder, string(s.Outcome), s.Tokens, s.Estimate, s.RetryAfter.Milliseconds())
+	}
+	return args
+}
+
+func (c *Client) settleKeys(key string) []string {
+	return []string{c.keys.LeaseSet(key), c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
+		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)}
+}
+
+// BudgetState is what a budgeted key's rolling minute holds now.
+type BudgetState struct {
+	Requests int64 // executions started in the last minute
+	Tokens   int64 // their tokens: estimates, or actual usage once settled
+	// Effective is an adaptive key's effective limit (0 for a key not
+	// adapting yet); ThrottledUntil is zero unless throttled now.
+	Effective      float64
+	ThrottledUntil time.Time
+}
+
+// BudgetReading is a budget's state read on a caller's pipeline.
+type BudgetReading struct{ cmd *redis.Cmd }
+
+// BudgetIn queues on p a read of key's budget state; State reads it once p
+// has run. It writes nothing.
+func (c *Client) BudgetIn(ctx context.Context, p redis.Pipeliner, key string) BudgetReading {
+	return BudgetReading{budgetScript.Eval(ctx, p, []string{c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
+		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)})}
+}
+
+// State returns what the read found.
+func (r BudgetReading) State() (BudgetState, error) {
+	res, err := r.cmd.Slice()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("%d values in the reply, want 4", len(res))
+	}
+	if err != nil {
+		return BudgetState{}, fmt.Errorf("lease: budget: %w", err)
+	}
+	var out BudgetState
+	var ok [4]bool
+	out.Requests, ok[0] = res[0].(int64)
+	out.Tokens, ok[1] = res[1].(int64)
+	eff, ok2 := res[2].(string)
+	until, ok3 := res[3].(int64)
+	ok[2], ok[3] = ok2, ok3
+	if ok != [4]bool{true, true, true, true} {
+		return BudgetState{}, fmt.Errorf("lease: budget: a value of the wrong type in %v", res)
+	}
+	if out.Effective, err = strconv.ParseFloat(eff, 64); err != nil {
+		return BudgetState{}, fmt.Errorf("lease: budget: effective limit %q", eff)
+	}
+	if until > 0 {
+		out.ThrottledUntil = time.UnixMilli(until)
+	}
+	return out, nil
+}

@@ -1,0 +1,250 @@
+package lease_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// ask asks for slots of key for holders under budget b, each estimated at
+// tokens, and returns the holders granted.
+func ask(t testing.TB, c *lease.Client, key string, limit int, b lease.Budget, tokens int64, holders ...string) []string {
+	t.Helper()
+	a := lease.Ask{Key: key, Limit: limit, Holders: holders, Budget: b}
+	for range holders {
+		a.Tokens = append(a.Tokens, tokens)
+	}
+	g, err := c.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, tok := range g[0].Tokens {
+		if tok != 0 {
+			got = append(got, holders[i])
+		}
+	}
+	return got
+}
+
+func settle(t testing.TB, c *lease.Client, key string, limit int, b lease.Budget, ss ...lease.Settlement) {
+	t.Helper()
+	if _, err := c.Settle(t.Context(), key, limit, b, ss); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func budgetState(t testing.TB, c *lease.Client, rdb redis.UniversalClient, key string) lease.BudgetState {
+	t.Helper()
+	var r lease.BudgetReading
+	if _, err := rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+		r = c.BudgetIn(t.Context(), p, key)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// age moves every entry of key's window a minute and a second into the
+// past: the minute has rolled on.
+func age(t testing.TB, rdb redis.UniversalClient, ks keys.Space, key string) {
+	t.Helper()
+	w := ks.LeaseWindow(key)
+	entries, err := rdb.ZRangeWithScores(t.Context(), w, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := rdb.ZAdd(t.Context(), w, redis.Z{Score: e.Score - 61_000, Member: e.Member}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestBudgetRPMCountsStartsInTheRollingMinute(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		b := lease.Budget{RPM: 3}
+		if got := ask(t, c, "model:r", -1, b, 0, "a", "b", "c", "d", "e"); len(got) != 3 {
+			t.Fatalf("granted %v, want the first 3 of rpm 3", got)
+		}
+		settle(t, c, "model:r", -1, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomeOK, Tokens: -1})
+		// A finished request still counts: rpm limits starts, not requests in flight.
+		if got := ask(t, c, "model:r", -1, b, 0, "f"); len(got) != 0 {
+			t.Fatalf("granted %v after 3 starts this minute, want none", got)
+		}
+		if st := budgetState(t, c, rdb, "model:r"); st.Requests != 3 {
+			t.Fatalf("requests of the last minute %d, want 3", st.Requests)
+		}
+		age(t, rdb, ks, "model:r")
+		if got := ask(t, c, "model:r", -1, b, 0, "f", "g", "h", "i"); len(got) != 3 {
+			t.Fatalf("granted %v once the minute rolled on, want 3", got)
+		}
+	})
+}
+
+func TestBudgetTPMReservesEstimatesAndSettlesActualUsage(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		b := lease.Budget{TPM: 1000}
+		if got := ask(t, c, "model:t", -1, b, 400, "a", "b", "c"); len(got) != 2 {
+			t.Fatalf("granted %v, want 2 estimates of 400 in tpm 1000", got)
+		}
+		// a spent 50 of its 400: the window holds 450, so c's 400 fits.
+		settle(t, c, "model:t", -1, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomeOK, Tokens: 50, Estimate: 400})
+		if st := budgetState(t, c, rdb, "model:t"); st.Tokens != 450 {
+			t.Fatalf("tokens of the last minute %d, want 450 (50 spent + 400 reserved)", st.Tokens)
+		}
+		if got := ask(t, c, "model:t", -1, b, 400, "c"); len(got) != 1 {
+			t.Fatalf("granted %v with 450 of 1000 used, want c", got)
+		}
+		// A settlement sent again (its reply lost) settles once.
+		settle(t, c, "model:t", -1, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomeOK, Tokens: 50, Estimate: 400})
+		if st := budgetState(t, c, rdb, "model:t"); st.Tokens != 850 {
+			t.Fatalf("tokens %d after a repeated settlement, want 850", st.Tokens)
+		}
+		// A job larger than the whole budget runs alone, never beside others.
+		if got := ask(t, c, "model:t", -1, b, 5000, "big"); len(got) != 0 {
+			t.Fatalf("granted %v beside 850 tokens, want none", got)
+		}
+	})
+}
+
+func TestBudgetUnusedReservationLeavesTheWindow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		b := lease.Budget{RPM: 1, TPM: 100}
+		if got := ask(t, c, "model:u", 1, b, 100, "a"); len(got) != 1 {
+			t.Fatalf("granted %v, want a", got)
+		}
+		settle(t, c, "model:u", 1, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomeUnused, Tokens: -1, Estimate: 100})
+		if st := budgetState(t, c, rdb, "model:u"); st.Requests != 0 || st.Tokens != 0 {
+			t.Fatalf("after giving the slot back unused: %+v, want an empty window", st)
+		}
+		if n := inUse(t, c, "model:u"); n != 0 {
+			t.Fatalf("in use %d after the settlement, want 0: it releases the slot", n)
+		}
+		if got := ask(t, c, "model:u", 1, b, 100, "b"); len(got) != 1 {
+			t.Fatalf("granted %v, want b: the budget is whole again", got)
+		}
+	})
+}
+
+func TestPushbackCutsTheEffectiveLimitAndThrottlesTheKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		b := lease.Budget{Adaptive: true}
+		// A key new to adapting starts low: an eighth of its limit of 20.
+		if got := ask(t, c, "model:p", 20, b, 0, "a", "b", "c", "d"); len(got) != 2 {
+			t.Fatalf("granted %v, want 2 (the slow start of limit 20)", got)
+		}
+		settle(t, c, "model:p", 20, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1, RetryAfter: time.Second})
+		st := budgetState(t, c, rdb, "model:p")
+		if st.Effective != 1 || st.ThrottledUntil.IsZero() {
+			t.Fatalf("after a pushback with one other in flight: %+v, want effective 1 and throttled", st)
+		}
+		if got := ask(t, c, "model:p", 20, b, 0, "e"); len(got) != 0 {
+			t.Fatalf("granted %v while throttled, want none", got)
+		}
+		settle(t, c, "model:p", 20, b, lease.Settlement{Holder: "b", Outcome: lease.OutcomeOK, Tokens: -1})
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			return len(ask(t, c, "model:p", 20, b, 0, "e")) == 1
+		}, "the key is still throttled a second after its Retry-After")
+	})
+}
+
+func TestAdaptiveLimitGrowsBackNeverAboveTheLimit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		b := lease.Budget{Adaptive: true}
+		const limit = 6
+		last := 0.0
+		for i := range 40 {
+			h := fmt.Sprint("h", i)
+			if got := ask(t, c, "model:g", limit, b, 0, h); len(got) != 1 {
+				t.Fatalf("holder %d refused with nothing in flight", i)
+			}
+			settle(t, c, "model:g", limit, b, lease.Settlement{Holder: h, Outcome: lease.OutcomeOK, Tokens: -1})
+			st := budgetState(t, c, rdb, "model:g")
+			if st.Effective < last || st.Effective > limit {
+				t.Fatalf("effective %v after %v: want it growing, at most %d", st.Effective, last, limit)
+			}
+			last = st.Effective
+		}
+		if last != limit {
+			t.Fatalf("effective %v after 40 successes, want the limit %d", last, limit)
+		}
+	})
+}
+
+// TestBudgetsAreNeverExceededUnderConcurrency: many holders ask for slots of
+// one key with a limit, an rpm and a tpm, and settle at random (served,
+// refused, given back, spent less than estimated); at every step the live
+// leases stay within the limit, the starts of the window within rpm and
+// its tokens within tpm.
+func TestBudgetsAreNeverExceededUnderConcurrency(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		const key, limit = "model:s", 4
+		b := lease.Budget{RPM: 60, TPM: 3000}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var violations []string
+		check := func() {
+			var leases *redis.IntCmd
+			var r lease.BudgetReading
+			if _, err := rdb.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+				leases = p.ZCount(t.Context(), ks.LeaseSet(key), fmt.Sprint("(", time.Now().UnixMilli()), "+inf")
+				r = c.BudgetIn(t.Context(), p, key)
+				return nil
+			}); err != nil {
+				t.Error(err)
+				return
+			}
+			st, err := r.State()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if leases.Val() > limit || st.Requests > b.RPM || st.Tokens > b.TPM {
+				mu.Lock()
+				violations = append(violations, fmt.Sprintf("leases %d, requests %d, tokens %d", leases.Val(), st.Requests, st.Tokens))
+				mu.Unlock()
+			}
+		}
+		outcomes := []lease.Outcome{lease.OutcomeOK, lease.OutcomePushback, lease.OutcomeUnused, lease.OutcomeOther}
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 30 {
+					h := fmt.Sprint("g", g, "-", i)
+					est := rand.Int64N(600) + 1
+					if len(ask(t, c, key, limit, b, est, h)) == 0 {
+						check()
+						continue
+					}
+					check()
+					settle(t, c, key, limit, b, lease.Settlement{Holder: h, Outcome: outcomes[rand.IntN(len(outcomes))],
+						Tokens: rand.Int64N(est + 1), Estimate: est})
+					check()
+				}
+			})
+		}
+		wg.Wait()
+		if len(violations) > 0 {
+			t.Fatalf("%d violations, the first: %s", len(violations), violations[0])
+		}
+	})
+}
