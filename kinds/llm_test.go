@@ -319,7 +319,7 @@ func TestLLMChatTimeoutClosesUpstream(t *testing.T) {
 func TestLLMChatWaitsOutShortRetryAfterInTheSameAttempt(t *testing.T) {
 	t.Parallel()
 	fake := fakellm.New(fakellm.Config{Tokens: 3})
-	fake.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "Rate limit reached"})
+	fake.FailNext(1, fakellm.Failure{Status: http.StatusBadGateway, RetryAfter: "1", Message: "upstream restarting"})
 	f := startLLM(t, fake, LLMConfig{}, execution.Config{})
 	j := f.submit(t, hello, job.Submission{MaxAttempts: 1})
 	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
@@ -331,17 +331,59 @@ func TestLLMChatWaitsOutShortRetryAfterInTheSameAttempt(t *testing.T) {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}
 	if gap := reqs[1].At.Sub(reqs[0].At); gap < time.Second {
-		t.Fatalf("retried %v after the 429, before its Retry-After of 1s", gap)
+		t.Fatalf("retried %v after the 502, before its Retry-After of 1s", gap)
 	}
 	if a, b := reqs[0].Header.Get("Fencing-Token"), reqs[1].Header.Get("Fencing-Token"); a != b {
 		t.Fatalf("fencing tokens %s then %s: the retry left the attempt", a, b)
 	}
 }
 
+// A 429 is pushback: the job leaves its slot and comes back after the
+// Retry-After on the same attempt, under a new execution.
+func TestLLMChat429IsPushbackThatSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	fake := fakellm.New(fakellm.Config{Tokens: 3})
+	fake.FailNext(2, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "Rate limit reached"})
+	f := startLLM(t, fake, LLMConfig{}, execution.Config{})
+	j := f.submit(t, hello, job.Submission{MaxAttempts: 1})
+	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateSucceeded || done.Attempt != 1 || done.Execution.Attempt != 1 {
+		t.Fatalf("state %s attempt %d error %+v: two 429s must spend no attempt of one", done.State, done.Attempt, done.Error)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d upstream requests, want 3", len(reqs))
+	}
+	for i := 1; i < 3; i++ {
+		if gap := reqs[i].At.Sub(reqs[i-1].At); gap < time.Second {
+			t.Fatalf("call %d came %v after a 429 with Retry-After 1s", i+1, gap)
+		}
+		if a, b := reqs[i-1].Header.Get("Fencing-Token"), reqs[i].Header.Get("Fencing-Token"); a >= b {
+			t.Fatalf("fencing tokens %s then %s: each call after a pushback is a new execution", a, b)
+		}
+	}
+	events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, e := range events {
+		var d struct {
+			State string `json:"state"`
+		}
+		if e.Type == "state" && json.Unmarshal(e.Data, &d) == nil {
+			states = append(states, d.State)
+		}
+	}
+	if got := strings.Join(states, ","); got != "queued,running,retrying,queued,running,retrying,queued,running,succeeded" {
+		t.Fatalf("state events %s: a pushback shows as retrying", got)
+	}
+}
+
 func TestLLMChatLongRetryAfterFailsTheAttempt(t *testing.T) {
 	t.Parallel()
 	fake := fakellm.New(fakellm.Config{Tokens: 3})
-	fake.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "120", Message: "Rate limit reached"})
+	fake.FailNext(1, fakellm.Failure{Status: http.StatusBadGateway, RetryAfter: "120", Message: "upstream restarting"})
 	f := startLLM(t, fake, LLMConfig{}, execution.Config{})
 	j := f.submit(t, hello, job.Submission{MaxAttempts: 2})
 	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
@@ -354,12 +396,12 @@ func TestLLMChatLongRetryAfterFailsTheAttempt(t *testing.T) {
 func TestLLMChatRetryAfterBeyondTheDeadlineFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	fake := fakellm.New(fakellm.Config{Tokens: 3})
-	fake.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "20", Message: "Rate limit reached"})
+	fake.FailNext(1, fakellm.Failure{Status: http.StatusBadGateway, RetryAfter: "20", Message: "upstream restarting"})
 	f := startLLM(t, fake, LLMConfig{}, execution.Config{})
 	j := f.submit(t, hello, job.Submission{MaxAttempts: 1, Timeout: job.Duration(3 * time.Second)})
 	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
 	if done.State != job.StateFailed || errCode(done) != job.CodeHandlerError ||
-		!strings.Contains(errMessage(done), "429") || !strings.Contains(errMessage(done), "Rate limit reached") {
+		!strings.Contains(errMessage(done), "502") || !strings.Contains(errMessage(done), "upstream restarting") {
 		t.Fatalf("state %s error %+v: waiting past the deadline would end in a timeout", done.State, done.Error)
 	}
 }
@@ -367,7 +409,7 @@ func TestLLMChatRetryAfterBeyondTheDeadlineFailsAtOnce(t *testing.T) {
 func TestLLMChatCancelWhileWaitingToRetry(t *testing.T) {
 	t.Parallel()
 	fake := fakellm.New(fakellm.Config{Tokens: 3})
-	fake.FailNext(1, fakellm.Failure{Status: http.StatusServiceUnavailable, RetryAfter: "25"})
+	fake.FailNext(1, fakellm.Failure{Status: http.StatusBadGateway, RetryAfter: "25"})
 	f := startLLM(t, fake, LLMConfig{}, execution.Config{Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute})
 	j := f.submit(t, hello, job.Submission{})
 	testenv.Eventually(t, 10*time.Second, func() bool { return len(fake.Requests()) == 1 }, "no upstream request")

@@ -54,7 +54,7 @@ func TestOnBusyRejectWhileAKeyIsFull(t *testing.T) {
 	if resp := f.postJob(acmeKey, rejecting, "once"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("idempotent, key full: %s %s", resp.Status, resp.body)
 	}
-	if resp := f.postJob(acmeKey, `{"kind": "echo", "concurrency_keys": ["model:y"], "on_busy": "reject"}`, ""); resp.StatusCode != http.StatusCreated {
+	if resp := f.postJob(acmeKey, `{"kind": "echo", "concurrency_keys": ["tenant:acme:y"], "on_busy": "reject"}`, ""); resp.StatusCode != http.StatusCreated {
 		t.Errorf("a key with room: %s %s", resp.Status, resp.body)
 	}
 	// A limit of 0 holds every job: queue waits, reject is refused.

@@ -100,12 +100,14 @@ func TestOpenAPISubmissionAgreesWithTheServer(t *testing.T) {
 	}
 	schema := doc.Components.Schemas["Submission"].Value
 	for _, body := range []string{
-		`{"kind": "echo", "concurrency_keys": ["model:org/gpt-4o"]}`,
-		`{"kind": "echo", "concurrency_keys": ["a.b_c-d:e"]}`,
-		`{"kind": "echo", "concurrency_keys": ["model:a b"]}`,
-		`{"kind": "echo", "concurrency_keys": ["model:*"]}`,
-		`{"kind": "echo", "concurrency_keys": ["model:ü"]}`,
-		`{"kind": "echo", "concurrency_keys": ["` + strings.Repeat("k", 129) + `"]}`,
+		// Keys under the tenant's own prefix need no limit (see
+		// TestKeysATenantMayName).
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:org/gpt-4o"]}`,
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:a.b_c-d:e"]}`,
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:a b"]}`,
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:*"]}`,
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:ü"]}`,
+		`{"kind": "echo", "concurrency_keys": ["tenant:acme:` + strings.Repeat("k", 129-len("tenant:acme:")) + `"]}`,
 		`{"kind": "echo.v2"}`,
 		`{"kind": "Echo"}`,
 		`{"kind": "echo", "queue": "a/b"}`,

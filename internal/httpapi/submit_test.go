@@ -26,6 +26,9 @@ func TestSubmitCreatesJobWithDefaults(t *testing.T) {
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	if err := f.store.SetLimit(t.Context(), "model:gpt-4o", 100); err != nil { // a key a tenant may name
+		t.Fatal(err)
+	}
 
 	resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
 		body: `{"kind": "llm.chat", "input": {"b": 1, "a": [true]}, "concurrency_keys": ["model:gpt-4o"], "metadata": {"conversation": "c-1"}}`})

@@ -295,7 +295,7 @@ func TestFailures(t *testing.T) {
 		{"not a protocol line", func(w http.ResponseWriter, _ *http.Request) {
 			streamHeader(w)
 			ndjson(w, `{"progress":1}`)
-		}, 1, "remote handler: protocol: a line has none of event, result and error"},
+		}, 1, "remote handler: protocol: a line has none of event, usage, result and error"},
 		{"another content type", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")
@@ -322,7 +322,9 @@ func TestFailures(t *testing.T) {
 	}
 }
 
-func TestRetryAfterOf429IsTheLeastWait(t *testing.T) {
+// A 429 is pushback: with max_attempts 1 the job still succeeds, on
+// attempt 1, and the second call waits for the Retry-After.
+func TestA429IsPushbackThatSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var calls []time.Time
@@ -340,9 +342,9 @@ func TestRetryAfterOf429IsTheLeastWait(t *testing.T) {
 		fmt.Fprint(w, `"ok"`)
 	})
 	f.startWorker(t, execution.Config{}, remote.Config{})
-	j := f.submit(t, job.Submission{MaxAttempts: 3})
+	j := f.submit(t, job.Submission{MaxAttempts: 1})
 	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
-	if done.State != job.StateSucceeded || done.Attempt != 2 {
+	if done.State != job.StateSucceeded || done.Attempt != 1 {
 		t.Fatalf("state %s attempt %d error %+v", done.State, done.Attempt, done.Error)
 	}
 	mu.Lock()
