@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -78,6 +79,11 @@ type Config struct {
 	// TracerProvider makes each execution's spans, in its job's trace;
 	// default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+
+	// idle fires each time the worker, its wake-up subscriptions made,
+	// found nothing to claim and is about to wait; set by tests only
+	// (export_test.go).
+	idle *testsignal.Signal
 }
 
 // DefaultMaxEvents is the default Config.MaxEvents: far more than an LLM
@@ -424,6 +430,7 @@ func (w *Worker) fetch(ctx, workCtx, bgCtx context.Context) {
 func (w *Worker) idle(ctx context.Context) {
 	poll := time.NewTimer(w.cfg.Poll/2 + rand.N(w.cfg.Poll+1))
 	defer poll.Stop()
+	w.cfg.idle.Fire()
 	select {
 	case <-ctx.Done():
 	case <-w.wake:
