@@ -41,10 +41,23 @@ test/race: ## Run the tests three times over with the race detector, to shake ou
 REDOCLY := @redocly/cli@2.77.0
 
 .PHONY: lint
-lint: ## go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/openapi.yaml.
+lint: lint/binaries ## No tracked executable binary, go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/openapi.yaml.
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	npx --yes $(REDOCLY) lint --format=stylish docs/openapi.yaml
+
+# A committed build output goes stale with every commit and weighs on every
+# clone. The check reads each tracked file's first bytes (ELF, Mach-O, fat
+# Mach-O, PE's "MZ") with od, which every POSIX system has; file(1) may not.
+.PHONY: lint/binaries
+lint/binaries: ## Fail when git tracks an executable binary.
+	@git ls-files | { bad=0; while IFS= read -r f; do \
+		[ -f "$$f" ] || continue; \
+		case $$(od -An -tx1 -N4 "$$f" | tr -d ' \n') in \
+		7f454c46|feedface|feedfacf|cefaedfe|cffaedfe|cafebabe|4d5a*) \
+			echo "lint: $$f is an executable binary; build outputs belong in .gitignore, not in git"; bad=1;; \
+		esac; \
+	done; exit $$bad; }
 
 # Native Go fuzz targets, each run for FUZZTIME. Their seed corpora under
 # testdata/fuzz/ run with every `make test`.

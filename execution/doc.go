@@ -46,13 +46,16 @@
 //
 // # Fairness
 //
-// Within a priority, a queue serves lanes in turn (start-time fair
-// queueing over lanes, see internal/scripts/fair.lua): a lane is one
-// tenant's jobs with one set of concurrency keys; the ready set holds the
-// lanes, and each lane its jobs. With L lanes waiting and their keys free, a lane's
-// k-th job is claimed within k·L claims of its submission, plus at most one
-// batch per worker already under way; a tenant with 10,000 queued jobs
-// delays another's 10 by about 20 claims, not 10,000. A lane waiting for a
+// A queue serves lanes in turn, by start-time fair queueing (see
+// internal/scripts/fair.lua and docs/architecture.md, Fairness): a lane is
+// one tenant's jobs with one set of concurrency keys; the ready set holds
+// the lanes, scored by their virtual start, and each lane its jobs,
+// priority first, then FIFO. Priority orders only a lane's own jobs: it
+// never puts one lane ahead of another's turn. With L lanes waiting and
+// their keys free, a lane's k-th job is claimed within k·L claims of its
+// submission, plus at most one batch per worker already under way; a
+// tenant with 10,000 queued jobs delays another's 10 by about 20 claims,
+// not 10,000. A lane waiting for a
 // full key holds one place in the ready set however deep its backlog, so
 // it never hides other lanes from the claim's bounded look past the head.
 //

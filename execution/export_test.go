@@ -1,8 +1,17 @@
 package execution
 
+import "github.com/leasehold/leasehold/internal/testsignal"
+
 // ClaimScript is the claim script, for tests that watch for it on the wire
 // or need it cached in Redis.
 var ClaimScript = claimScript
 
 // FinishScript is the finish script, for benchmarks that count its runs.
 var FinishScript = finishScript
+
+// WithIdleSignal returns cfg with sig fired each time the worker goes idle
+// (subscribed to wake-ups, nothing to claim, about to wait).
+func WithIdleSignal(cfg Config, sig *testsignal.Signal) Config {
+	cfg.idle = sig
+	return cfg
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -78,6 +79,11 @@ type Config struct {
 	// TracerProvider makes each execution's spans, in its job's trace;
 	// default otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+
+	// idle fires each time the worker, its wake-up subscriptions made,
+	// found nothing to claim and is about to wait; set by tests only
+	// (export_test.go).
+	idle *testsignal.Signal
 }
 
 // DefaultMaxEvents is the default Config.MaxEvents: far more than an LLM
@@ -309,7 +315,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// everything) and the paused queues.
 	if w.refreshLimits(ctx) == nil {
 		bg.Go(func() { w.keepLimits(bgCtx) })
-		w.fetch(ctx, workCtx)
+		w.fetch(ctx, workCtx, bgCtx)
 	}
 	close(w.runnable) // runners exit
 
@@ -369,7 +375,8 @@ func (w *Worker) poke() {
 }
 
 // fetch claims jobs while there are free slots, until ctx is done.
-func (w *Worker) fetch(ctx, workCtx context.Context) {
+// Handlers run under workCtx, and their finishes are written under bgCtx.
+func (w *Worker) fetch(ctx, workCtx, bgCtx context.Context) {
 	next := 0 // queue to try first, in turn, so no queue starves another
 	for {
 		select {
@@ -404,7 +411,7 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 				w.log.WarnContext(ctx, "claim failed", "queue", q.name, "error", err)
 			}
 			for _, e := range execs {
-				w.start(workCtx, e, sent)
+				w.start(workCtx, bgCtx, e, sent)
 			}
 			claimed += len(execs)
 			busy = busy || more
@@ -423,6 +430,7 @@ func (w *Worker) fetch(ctx, workCtx context.Context) {
 func (w *Worker) idle(ctx context.Context) {
 	poll := time.NewTimer(w.cfg.Poll/2 + rand.N(w.cfg.Poll+1))
 	defer poll.Stop()
+	w.cfg.idle.Fire()
 	select {
 	case <-ctx.Done():
 	case <-w.wake:
@@ -438,7 +446,7 @@ func (w *Worker) idle(ctx context.Context) {
 // no growing of a fresh stack. Once all are started, start waits for one:
 // the slot this execution holds was freed by a runner whose execution
 // ended, and which is on its way to take the next.
-func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
+func (w *Worker) start(workCtx, bgCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
 	ctx = w.traceStart(ctx, e, sent)
 	r := &running{e: e, ctx: ctx, stop: stop, trustedUntil: e.granted.Add(w.cfg.LeaseTTL)}
@@ -455,21 +463,21 @@ func (w *Worker) start(workCtx context.Context, e *Execution, sent time.Time) {
 	default:
 		w.runners++
 		w.done.Add(1)
-		go w.runner(w.runnable, r)
+		go w.runner(bgCtx, w.runnable, r)
 	}
 }
 
 // runner runs r, then the executions start hands it on runnable, until
-// Run stops claiming and closes it.
-func (w *Worker) runner(runnable <-chan *running, r *running) {
+// Run stops claiming and closes it. bgCtx is the finisher's.
+func (w *Worker) runner(bgCtx context.Context, runnable <-chan *running, r *running) {
 	defer w.done.Done()
 	for ok := true; ok; r, ok = <-runnable {
-		w.execute(r.ctx, r)
+		w.execute(r.ctx, bgCtx, r)
 		<-w.slots
 	}
 }
 
-func (w *Worker) execute(ctx context.Context, r *running) {
+func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 	e := r.e
 	defer func() {
 		r.trust.Stop()
@@ -505,7 +513,7 @@ func (w *Worker) execute(ctx context.Context, r *running) {
 	stopRun()
 
 	traced := w.traceFinish(ctx, e, o)
-	state, err := w.finish(r, o)
+	state, err := w.finish(bgCtx, r, o)
 	w.metrics.ended(ctx, r, o, state, err)
 	traced(state, err)
 	switch {
@@ -595,16 +603,27 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 }
 
 // finish records o, retrying a failed write until the trust window ends:
-// after that the lease may have expired and the reaper decides.
-func (w *Worker) finish(r *running, o outcome) (job.State, error) {
+// after that the lease may have expired and the reaper decides. ctx is the
+// finisher's (not the execution's, which a cancelled or handed-back job has
+// already ended): once it is done, nobody writes finishes any more.
+func (w *Worker) finish(ctx context.Context, r *running, o outcome) (job.State, error) {
+	const retry = 200 * time.Millisecond
 	for {
 		f := &finishing{e: r.e, o: o, done: make(chan struct{})}
-		w.finishes <- f
+		select {
+		case w.finishes <- f:
+		case <-ctx.Done():
+			return "", fmt.Errorf("finish: %w", ctx.Err())
+		}
 		<-f.done
-		if f.err == nil || errors.Is(f.err, ErrNotOwner) || !r.trusted(time.Now().Add(200*time.Millisecond)) {
+		if f.err == nil || errors.Is(f.err, ErrNotOwner) || !r.trusted(time.Now().Add(retry)) {
 			return f.state, f.err
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-time.After(retry):
+		case <-ctx.Done():
+			return f.state, f.err
+		}
 	}
 }
 

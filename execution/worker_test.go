@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -473,10 +474,12 @@ func TestEmitIsFencedAfterTheJobEnds(t *testing.T) {
 func TestIdleWorkerPicksUpWokenJobAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.startWorker(t, execution.Config{Poll: time.Hour}, map[string]execution.Handler{"echo": echo})
-	// Give the worker time to find the queue empty and go idle; if it has
-	// not yet, the job is found by its first claim and the test proves less.
-	time.Sleep(100 * time.Millisecond)
+	idle := testsignal.New()
+	f.startWorker(t, execution.WithIdleSignal(execution.Config{Poll: time.Hour}, idle), map[string]execution.Handler{"echo": echo})
+	// Only once the worker has found the queue empty and gone idle: a job
+	// submitted before would be found by its first claim, and the test
+	// would prove nothing about the wake-up.
+	idle.Wait(t, 10*time.Second)
 	submitted := time.Now()
 	j := f.submit(t, job.Submission{Kind: "echo"})
 	if err := execution.Wake(f.nc, f.prefix, job.DefaultQueue); err != nil {

@@ -46,8 +46,9 @@
 //	{q:Q}:job:<id>        hash: the job record, one string per field; the
 //	                      latest execution is flattened into exec_* fields
 //	{q:Q}:ready           zset of the lanes with claimable jobs, score =
-//	                      the head's priority band + the lane's virtual
-//	                      start (fair queueing, internal/scripts/fair.lua)
+//	                      the lane's virtual start: lanes in turn (fair
+//	                      queueing, internal/scripts/fair.lua); priority
+//	                      orders only a lane's own jobs
 //	{q:Q}:lane:<keys>     zset of one lane's claimable ids (a tenant's jobs
 //	                      with one set of concurrency keys), score
 //	                      (100-priority)*2^43 + arrival: priority, then FIFO

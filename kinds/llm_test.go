@@ -184,19 +184,6 @@ func errMessage(j job.Job) string {
 	return j.Error.Message
 }
 
-// waitUntil polls cond every millisecond and reports how long it took.
-func waitUntil(t *testing.T, timeout time.Duration, cond func() bool, msg string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("after %v: %s", timeout, msg)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 const hello = `{"model":"fake-1","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"say hello"}]}`
 
 func TestLLMChatStreamsDeltasAsOutputEvents(t *testing.T) {
@@ -287,10 +274,11 @@ func TestLLMChatCancelClosesUpstreamAtOnce(t *testing.T) {
 		t.Fatalf("before cancel: in flight %d, disconnects %d", fake.InFlight(), fake.Disconnects())
 	}
 	f.cancelJob(t, j.ID)
-	latency := waitUntil(t, 5*time.Second, func() bool { return fake.Disconnects() == 1 },
+	cancelled := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Disconnects() == 1 },
 		"the upstream never saw the client leave after the cancel")
-	t.Logf("cancel request → upstream saw the disconnect: %v", latency)
-	waitUntil(t, 5*time.Second, func() bool { return fake.InFlight() == 0 }, "the upstream request is still in flight")
+	t.Logf("cancel request → upstream saw the disconnect: %v", time.Since(cancelled))
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.InFlight() == 0 }, "the upstream request is still in flight")
 	done := f.wait(t, j.ID, job.StateCancelled, job.StateFailed, job.StateSucceeded)
 	if done.State != job.StateCancelled || done.Attempt != 1 || errCode(done) != job.CodeCancelled {
 		t.Fatalf("state %s attempt %d error %+v, want cancelled on attempt 1", done.State, done.Attempt, done.Error)
@@ -309,7 +297,7 @@ func TestLLMChatTimeoutClosesUpstream(t *testing.T) {
 	if done.State != job.StateFailed || done.Attempt != 2 || errCode(done) != job.CodeTimeout {
 		t.Fatalf("state %s attempt %d error %+v, want failed with timeout after 2 attempts", done.State, done.Attempt, done.Error)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return fake.Disconnects() == 2 && fake.InFlight() == 0 },
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Disconnects() == 2 && fake.InFlight() == 0 },
 		"the upstream did not see both timed-out requests leave")
 	if got := strings.Join(f.outputs(t, j.ID), ""); got != fakellm.Text(3)+fakellm.Text(3) {
 		t.Fatalf("outputs %q: each attempt streams its own deltas", got)

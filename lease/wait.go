@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/testsignal"
 )
 
 var (
@@ -82,6 +83,11 @@ type WaitConfig struct {
 	// state, before Wait returns; not at all when Wait refuses its
 	// arguments, as no ticket was taken.
 	Done func(TicketState)
+
+	// waiting fires each time the waiter, in line and subscribed to
+	// wake-ups, is about to sleep until one or its next poll; set by
+	// tests only (export_test.go).
+	waiting *testsignal.Signal
 }
 
 // Permit is a slot taken by Wait. Its lease is renewed in the background
@@ -151,6 +157,7 @@ func (s *Semaphore) Wait(ctx context.Context, holder string, cfg WaitConfig) (*P
 		holder:    holder,
 		nc:        cfg.NATS,
 		ticketTTL: max(cmp.Or(cfg.TicketTTL, 3*time.Second), 3*poll),
+		waiting:   cfg.waiting,
 	}
 	w.wakeSubject = s.c.keys.SemWake(s.key)
 
@@ -169,6 +176,7 @@ type waiter struct {
 	ticketTTL   time.Duration
 	nc          *nats.Conn
 	wakeSubject string
+	waiting     *testsignal.Signal
 }
 
 func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketState, *Permit, error) {
@@ -208,6 +216,7 @@ func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketS
 			}
 		}
 		tick := time.NewTimer(jitter(poll)) // ticketTTL is at least 3 polls
+		w.waiting.Fire()
 		select {
 		case <-ctx.Done():
 			tick.Stop()

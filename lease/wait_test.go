@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -289,17 +290,18 @@ func TestWaitIsWokenOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan *lease.Permit, 1)
+	waiting := testsignal.New()
 	go func() {
-		p, err := sem.Wait(t.Context(), "second", lease.WaitConfig{NATS: nc, Poll: time.Minute})
+		p, err := sem.Wait(t.Context(), "second", lease.WithWaitingSignal(lease.WaitConfig{NATS: nc, Poll: time.Minute}, waiting))
 		if err != nil {
 			t.Error(err)
 		}
 		got <- p
 	}()
-	w.waitInLine(t, 1)
-	// The waiter polls once more right after subscribing; wait until it is
-	// asleep on its minute-long poll.
-	time.Sleep(100 * time.Millisecond)
+	// The waiter polls once more right after subscribing; release only
+	// once it is asleep on its minute-long poll, so that only the wake-up
+	// can end the wait in time.
+	waiting.Wait(t, 10*time.Second)
 	released := time.Now()
 	if err := first.Release(); err != nil {
 		t.Fatal(err)

@@ -8,8 +8,41 @@
 // It serves POST /v1/chat/completions and POST /chat/completions. A
 // streaming request ("stream": true) gets server-sent events: a first chunk
 // with the assistant role, one chunk per token, a chunk with the
-// finish_reason, a usage chunk when stream_options.include_usage is set,
-// and "data: [DONE]". Any other request gets one JSON completion.
+// finish_reason, a usage chunk when stream_options.include_usage is set
+// (as OpenAI does; llm.chat sets it), and "data: [DONE]". Any other
+// request gets one JSON completion, with its usage. Usage counts the
+// prompt's tokens as the words of the messages' contents, and the
+// completion's as the tokens sent.
+//
+// # Hidden limits
+//
+// Like a real provider, the server can enforce limits that the client is
+// not told in advance (Limits), set by a test through Config.Limits and
+// changed at run time with SetLimits, never through the product's own
+// configuration:
+//
+//   - Concurrency: how many requests it answers at once;
+//   - RPM: requests admitted in any rolling minute (Window);
+//   - TPM: tokens admitted in any rolling minute, a request's prompt plus
+//     its answer's completion tokens, as OpenAI bills them. The answer's
+//     length is Config.AnswerTokens (SetAnswerTokens) when set, so a test
+//     can ask max_tokens 300 of a model that says 20.
+//
+// A valid request over any of them is refused with 429 (or Limits.Status,
+// such as 503) and OpenAI's error body, a Retry-After in whole seconds and
+// a retry-after-ms: the time until the request fits the windows, or
+// Limits.RetryAfter (1s) over Concurrency. Every answer to a valid
+// request, refused or not, carries OpenAI's x-ratelimit-limit-, -remaining- and -reset-requests and
+// -tokens headers for the RPM and TPM in force, the resets in OpenAI's
+// duration format ("20ms", "1s", "6m0s"): how long until a request like
+// this one fits. Admitted requests count in the windows when they are
+// admitted, at their whole usage; refused ones do not count. Stats reads
+// the calls, the refusals, the windows' contents and the peak of admitted
+// requests served at once. Config.Clock lets a test move the windows'
+// clock instead of waiting a minute.
+//
+// The fakellm command (internal/fakellm/cmd/fakellm) sets the same limits
+// with flags.
 package fakellm
 
 import (
@@ -40,6 +73,19 @@ type Config struct {
 	// Model is reported in answers when the request names none; default
 	// "fake".
 	Model string
+	// AnswerTokens, when above 0, is how long the model's answer is,
+	// whatever the request's max_tokens: a max_tokens below it cuts the
+	// answer short (finish_reason "length"), one above it is not used up
+	// (finish_reason "stop"), as a request that asks max_tokens 300 of a
+	// model that says 20. Default 0: the answer is max_tokens long, or
+	// Tokens without one. SetAnswerTokens changes it at run time.
+	AnswerTokens int
+	// Limits are the hidden limits the server starts with; default none.
+	// SetLimits changes them at run time.
+	Limits Limits
+	// Clock is the rolling windows' clock; default time.Now. A test of the
+	// windows moves it by hand instead of waiting a minute.
+	Clock func() time.Time
 }
 
 // Failure is a canned error answer, in OpenAI's error format:
@@ -99,20 +145,37 @@ type Server struct {
 	quit chan struct{}
 	once sync.Once
 
-	mu          sync.Mutex
-	seq         int
-	inFlight    int
-	peak        int
-	disconnects int
-	failures    []Failure
-	requests    []Request
+	mu           sync.Mutex
+	seq          int
+	inFlight     int
+	peak         int
+	disconnects  int
+	failures     []Failure
+	requests     []Request
+	answerTokens int
+	limits       Limits
+	window       []admitted // oldest first
+	refused      int
+	serving      int
+	peakServing  int
 }
 
 // New returns a server configured by cfg.
 func New(cfg Config) *Server {
 	cfg.Tokens = cmp.Or(cfg.Tokens, 16)
 	cfg.Model = cmp.Or(cfg.Model, "fake")
-	return &Server{cfg: cfg, quit: make(chan struct{})}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Server{cfg: cfg, quit: make(chan struct{}), answerTokens: cfg.AnswerTokens, limits: cfg.Limits}
+}
+
+// SetAnswerTokens sets how long the model's answers are from now on (see
+// Config.AnswerTokens); 0 goes back to max_tokens or Config.Tokens.
+func (s *Server) SetAnswerTokens(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answerTokens = n
 }
 
 // Close ends every stream that is hanging (see Config.HangAfter) or
@@ -188,10 +251,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Failure{Status: http.StatusBadRequest, Message: "'messages' must contain at least one message."})
 	case req.MaxTokens != nil && *req.MaxTokens < 1:
 		writeError(w, Failure{Status: http.StatusBadRequest, Message: "'max_tokens' must be at least 1."})
-	case req.Stream:
-		s.stream(w, r, req)
 	default:
-		s.complete(w, r, req)
+		p := s.plan(req)
+		if f := s.admit(w.Header(), p.usage.TotalTokens); f != nil {
+			writeError(w, *f)
+			return
+		}
+		defer s.served()
+		if req.Stream {
+			s.stream(w, r, req, p)
+		} else {
+			s.complete(w, r, p)
+		}
 	}
 }
 
@@ -239,7 +310,7 @@ type plan struct {
 func (s *Server) plan(req ChatRequest) plan {
 	s.mu.Lock()
 	s.seq++
-	seq := s.seq
+	seq, answer := s.seq, s.answerTokens
 	s.mu.Unlock()
 	p := plan{
 		id:      "chatcmpl-fake-" + strconv.Itoa(seq),
@@ -250,6 +321,9 @@ func (s *Server) plan(req ChatRequest) plan {
 	}
 	if req.MaxTokens != nil {
 		p.tokens, p.finish = *req.MaxTokens, "length"
+	}
+	if answer > 0 && (req.MaxTokens == nil || answer <= *req.MaxTokens) {
+		p.tokens, p.finish = answer, "stop"
 	}
 	for _, m := range req.Messages {
 		p.usage.PromptTokens += len(strings.Fields(m.Content))
@@ -313,8 +387,7 @@ type chunk struct {
 	Usage   *Usage        `json:"usage,omitempty"`
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, req ChatRequest) {
-	p := s.plan(req)
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req ChatRequest, p plan) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -364,8 +437,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req ChatRequest)
 
 // complete answers a non-streaming request after the time the tokens would
 // have taken to stream.
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, req ChatRequest) {
-	p := s.plan(req)
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, p plan) {
 	n := p.tokens
 	if s.cfg.HangAfter > 0 && n > s.cfg.HangAfter {
 		s.wait(r, 0, true)

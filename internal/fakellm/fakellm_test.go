@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // serve runs fake on a test server, closed (fake first) when the test ends.
@@ -55,17 +56,6 @@ func dataLines(t *testing.T, r io.Reader) []string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func waitFor(t *testing.T, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestStreamsNumberedTokensUsageAndDone(t *testing.T) {
@@ -223,7 +213,7 @@ func TestCountsDisconnectsInFlightAndPeak(t *testing.T) {
 		t.Fatalf("in flight %d peak %d disconnects %d", fake.InFlight(), fake.PeakInFlight(), fake.Disconnects())
 	}
 	stop()
-	waitFor(t, func() bool { return fake.Disconnects() == 3 && fake.InFlight() == 0 },
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Disconnects() == 3 && fake.InFlight() == 0 },
 		"the server did not see three clients leave")
 	if fake.PeakInFlight() != 3 {
 		t.Fatalf("peak %d, want 3", fake.PeakInFlight())
@@ -257,19 +247,19 @@ func TestHangAfterHoldsTheStreamUntilTheClientLeaves(t *testing.T) {
 		t.Fatalf("buffered %d in flight %d: the stream did not stall", br.Buffered(), fake.InFlight())
 	}
 	stop()
-	waitFor(t, func() bool { return fake.Disconnects() == 1 && fake.InFlight() == 0 }, "the hang did not end with the client")
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Disconnects() == 1 && fake.InFlight() == 0 }, "the hang did not end with the client")
 }
 
 func TestCloseEndsHangingStreams(t *testing.T) {
 	t.Parallel()
 	fake, srv := serve(t, fakellm.Config{Tokens: 10, HangAfter: 1})
 	resp := post(t, t.Context(), srv, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`)
-	waitFor(t, func() bool { return fake.InFlight() == 1 }, "no request in flight")
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.InFlight() == 1 }, "no request in flight")
 	fake.Close()
 	if _, err := io.ReadAll(resp.Body); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return fake.InFlight() == 0 }, "Close did not end the stream")
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.InFlight() == 0 }, "Close did not end the stream")
 	if fake.Disconnects() != 0 {
 		t.Fatalf("Close counted %d disconnects", fake.Disconnects())
 	}

@@ -1,0 +1,11 @@
+package lease
+
+import "github.com/leasehold/leasehold/internal/testsignal"
+
+// WithWaitingSignal returns cfg with sig fired each time the waiter is
+// about to sleep (in line, subscribed to wake-ups) until a wake-up or its
+// next poll.
+func WithWaitingSignal(cfg WaitConfig, sig *testsignal.Signal) WaitConfig {
+	cfg.waiting = sig
+	return cfg
+}
