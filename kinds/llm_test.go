@@ -37,11 +37,13 @@ type llmFixture struct {
 // given (a fake's hanging streams), then the worker, then the server.
 func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution.Config) *llmFixture {
 	t.Helper()
-	return startKinds(t, upstream, SleepConfig{}, llm, wcfg)
+	return startKinds(t, upstream, SleepConfig{}, llm, wcfg, nil)
 }
 
-// startKinds is startLLM with sleep's configuration too.
-func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config) *llmFixture {
+// startKinds is startLLM with sleep's configuration too, and setup (nil
+// for none) run on the store before the worker starts: limits set there
+// hold from its first claim.
+func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*job.Store)) *llmFixture {
 	t.Helper()
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
@@ -55,6 +57,9 @@ func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMC
 	}
 	if f.flags, err = cancel.New(rdb, nc, cancel.Config{Prefix: prefix, Subject: subject}); err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(f.store)
 	}
 	if llm.BaseURL == "" && llm.Client == nil {
 		llm.BaseURL = f.srv.URL + "/v1"

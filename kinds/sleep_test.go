@@ -97,7 +97,7 @@ func TestSleepNotifyReachesOnlyWhatIsAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startKinds(t, http.NotFoundHandler(), SleepConfig{Allow: allow}, LLMConfig{}, execution.Config{})
+	f := startKinds(t, http.NotFoundHandler(), SleepConfig{Allow: allow}, LLMConfig{}, execution.Config{}, nil)
 	run := func(notify string) job.Job {
 		t.Helper()
 		in, _ := json.Marshal(map[string]string{"duration": "250ms", "tick": "100ms", "notify_url": notify})

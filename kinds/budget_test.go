@@ -1,0 +1,285 @@
+package kinds
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// The tests of this file put llm.chat in front of an upstream whose limits
+// are hidden (fakellm.Limits): they are set on the fake only, never in
+// Leasehold's configuration, which must learn them from the answers.
+
+// chatJob is an llm.chat submission of model fake-1, as the API makes it.
+func chatJob(i, maxTokens, attempts int) job.Submission {
+	mt := ""
+	if maxTokens > 0 {
+		mt = fmt.Sprintf(`,"max_tokens":%d`, maxTokens)
+	}
+	return job.Submission{
+		Kind:            "llm.chat",
+		Input:           []byte(fmt.Sprintf(`{"model":"fake-1","messages":[{"role":"user","content":"job %d"}]%s}`, i, mt)),
+		ConcurrencyKeys: []string{"model:fake-1"},
+		MaxAttempts:     attempts,
+	}
+}
+
+// runAll submits n jobs made by sub and waits until each has ended, within
+// timeout; it returns how long that took and the jobs as they ended.
+func runAll(t *testing.T, store *job.Store, n int, timeout time.Duration, sub func(i int) job.Submission) (time.Duration, []job.Job) {
+	t.Helper()
+	start := time.Now()
+	ids := make([]string, n)
+	for i := range ids {
+		j, _, err := store.Submit(t.Context(), "acme", sub(i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = j.ID
+	}
+	done := make([]job.Job, n)
+	for i, id := range ids {
+		testenv.Eventually(t, timeout, func() bool {
+			j, err := store.Get(t.Context(), "acme", id, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done[i] = j
+			return j.State.Terminal()
+		}, "job %s never ended", id)
+	}
+	return time.Since(start), done
+}
+
+// startWithLimit is startLLM with kl set on model:fake-1 before the worker
+// starts.
+func startWithLimit(t *testing.T, upstream http.Handler, wcfg execution.Config, kl job.KeyLimit) *llmFixture {
+	t.Helper()
+	return startKinds(t, upstream, SleepConfig{}, LLMConfig{}, wcfg, func(store *job.Store) {
+		if err := store.SetKeyLimit(t.Context(), "model:fake-1", kl); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func keyLimit(t *testing.T, store *job.Store, key string) job.Limit {
+	t.Helper()
+	ls, err := store.Limits(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if l.Key == key {
+			return l
+		}
+	}
+	t.Fatalf("no limit on %s", key)
+	return job.Limit{}
+}
+
+// TestAdaptiveLimitLearnsTheUpstreamsCapacity: a limit of 20 before an
+// upstream that serves 5 at once, three worker processes, 40 one-second
+// jobs with one attempt each. The effective limit starts low and finds the
+// capacity: every job succeeds, 429s stay within 10 % of the calls, and the
+// jobs take at most 1.5× the ideal. Then the capacity doubles, and the
+// effective limit grows back to it; then a worker is killed mid-run, and
+// its jobs run again on another.
+func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
+	t.Parallel()
+	const limit = 20
+	upstream := fakellm.New(fakellm.Config{Tokens: 10, Delay: 100 * time.Millisecond, Limits: fakellm.Limits{Concurrency: 5}})
+	srv := httptest.NewServer(upstream)
+	t.Cleanup(srv.Close)
+	t.Cleanup(upstream.Close)
+
+	rdb := testenv.Redis(t).Client(t)
+	prefix := testenv.Prefix(t)
+	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
+	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(limit)
+	if err := store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}); err != nil {
+		t.Fatal(err)
+	}
+	var workers []*testenv.Process
+	for range 3 {
+		p := testenv.StartHelper(t, "llmworker", envPrefix+"="+prefix, envSubject+"="+subject, envLLMURL+"="+srv.URL+"/v1")
+		p.Line(t, "ready ", 20*time.Second)
+		workers = append(workers, p)
+	}
+
+	phase := func(name string, jobs, capacity, attempts int, during func()) {
+		t.Helper()
+		before := upstream.Stats()
+		upstream.SetLimits(fakellm.Limits{Concurrency: capacity})
+		var wg sync.WaitGroup
+		if during != nil {
+			wg.Go(during)
+		}
+		took, done := runAll(t, store, jobs, 60*time.Second, func(i int) job.Submission { return chatJob(i, 0, attempts) })
+		wg.Wait()
+		for _, j := range done {
+			if j.State != job.StateSucceeded {
+				t.Errorf("%s: job %s ended %s (%+v), want succeeded", name, j.ID, j.State, j.Error)
+			}
+		}
+		st := upstream.Stats()
+		calls, refused := st.Calls-before.Calls, st.Refused-before.Refused
+		ideal := time.Duration(jobs/capacity) * time.Second
+		l := keyLimit(t, store, "model:fake-1")
+		t.Logf("%s: %d jobs in %v (ideal %v, %.2fx); %d calls, %d refused (%.1f %%); effective limit %d",
+			name, jobs, took.Round(10*time.Millisecond), ideal, took.Seconds()/ideal.Seconds(), calls, refused,
+			100*float64(refused)/float64(calls), l.EffectiveLimit.Value)
+		if float64(refused) > 0.1*float64(calls) {
+			t.Errorf("%s: %d of %d calls refused, want at most 10 %%", name, refused, calls)
+		}
+		if took > ideal*3/2 {
+			t.Errorf("%s: %v, want at most 1.5x the ideal %v", name, took, ideal)
+		}
+		if l.EffectiveLimit.Value > limit || l.EffectiveLimit.Value < 1 {
+			t.Errorf("%s: effective limit %d, want 1 to %d", name, l.EffectiveLimit.Value, limit)
+		}
+	}
+	phase("capacity 5", 40, 5, 1, nil)
+	phase("capacity 10", 60, 10, 1, nil)
+	// A killed worker's jobs are lost and run again: they spend an attempt.
+	phase("capacity 10, a worker killed", 60, 10, 2, func() {
+		testenv.Eventually(t, 30*time.Second, func() bool { return upstream.Stats().Serving >= 5 }, "the upstream never served 5 at once")
+		workers[0].Kill(t)
+	})
+}
+
+// TestTPMSettlesToActualUsage: jobs ask max_tokens 300 of a model that says
+// 20. The tpm fits about 19 estimates a minute, and 60 jobs run within 30 s
+// all the same, with no 429, since each execution's actual usage replaces
+// its estimate as it ends; the key's tokens of the last minute are the
+// upstream's own count. (Without the settlement, 19 jobs a minute would
+// run: three minutes.)
+func TestTPMSettlesToActualUsage(t *testing.T) {
+	t.Parallel()
+	upstream := fakellm.New(fakellm.Config{AnswerTokens: 20, Delay: 2 * time.Millisecond})
+	const tpm = 6000 // an estimate is ~310 tokens: prompt and max_tokens 300
+	upstream.SetLimits(fakellm.Limits{TPM: tpm})
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: lease.Budget{TPM: tpm}})
+	took, done := runAll(t, f.store, 60, 30*time.Second, func(i int) job.Submission { return chatJob(i, 300, 1) })
+	for _, j := range done {
+		if j.State != job.StateSucceeded {
+			t.Fatalf("job %s ended %s (%+v), want succeeded", j.ID, j.State, j.Error)
+		}
+	}
+	st := upstream.Stats()
+	if st.Refused != 0 {
+		t.Errorf("the upstream refused %d of %d calls, want none", st.Refused, st.Calls)
+	}
+	l := keyLimit(t, f.store, "model:fake-1")
+	t.Logf("60 jobs in %v; the key's tokens of the last minute %d, the upstream's %d", took, l.TokensLastMinute.Value, st.TokensLastMinute)
+	if l.TokensLastMinute.Value != int64(st.TokensLastMinute) {
+		t.Errorf("tokens of the last minute %d, the upstream counted %d", l.TokensLastMinute.Value, st.TokensLastMinute)
+	}
+}
+
+// TestRPMHoldsTheRestQueued: over any rolling minute at most rpm calls
+// start; the rest wait queued, not failed, and run once the minute rolls on.
+func TestRPMHoldsTheRestQueued(t *testing.T) {
+	t.Parallel()
+	upstream := fakellm.New(fakellm.Config{Tokens: 2})
+	const rpm = 10
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: lease.Budget{RPM: rpm}})
+	ids := make([]string, 15)
+	for i := range ids {
+		j, _, err := f.store.Submit(t.Context(), "acme", chatJob(i, 0, 1), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = j.ID
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(upstream.Requests()) == rpm }, "fewer than %d calls", rpm)
+	// Give the workers time to do wrong: many claims and heartbeats pass.
+	deadline := time.Now().Add(time.Second)
+	testenv.Eventually(t, 5*time.Second, func() bool { return time.Now().After(deadline) }, "")
+	if n := len(upstream.Requests()); n != rpm {
+		t.Fatalf("%d calls in the first minute, want rpm %d", n, rpm)
+	}
+	queued := 0
+	for _, id := range ids {
+		j := f.wait(t, id, job.StateSucceeded, job.StateQueued)
+		if j.State == job.StateQueued {
+			queued++
+		}
+	}
+	if queued != len(ids)-rpm {
+		t.Fatalf("%d jobs queued, want %d", queued, len(ids)-rpm)
+	}
+	// The minute rolls on (the window's starts are moved a minute back).
+	rdb := testenv.Redis(t).Client(t)
+	w := keys.New(f.prefix).LeaseWindow("model:fake-1")
+	entries, err := rdb.ZRangeWithScores(t.Context(), w, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		rdb.ZAdd(t.Context(), w, redis.Z{Score: e.Score - 61_000, Member: e.Member})
+	}
+	for _, id := range ids {
+		if j := f.wait(t, id, job.StateSucceeded, job.StateFailed); j.State != job.StateSucceeded {
+			t.Fatalf("job %s ended %s", id, j.State)
+		}
+	}
+}
+
+// TestThrottleHoldsEveryWorker: a pushback's Retry-After holds the claims
+// of every job that names its adaptive key, on every worker, until it
+// passes: no call reaches the upstream before.
+func TestThrottleHoldsEveryWorker(t *testing.T) {
+	t.Parallel()
+	upstream := fakellm.New(fakellm.Config{Tokens: 2})
+	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "2", Message: "slow down"})
+	n := int64(10)
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4}, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}})
+	// A second worker, in a process of its own.
+	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(f.prefix, ":"), ":", ".")
+	testenv.StartHelper(t, "llmworker", envPrefix+"="+f.prefix, envSubject+"="+subject, envLLMURL+"="+f.srv.URL+"/v1").
+		Line(t, "ready ", 20*time.Second)
+	first, _, err := f.store.Submit(t.Context(), "acme", chatJob(0, 0, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(upstream.Requests()) == 1 }, "the first call never came")
+	refusedAt := upstream.Requests()[0].At
+	// Jobs claimed between the 429 and its settlement are not held: the
+	// throttle starts when the pushback is recorded.
+	f.wait(t, first.ID, job.StateRetrying)
+	var ids []string
+	for i := range 6 {
+		j, _, err := f.store.Submit(t.Context(), "acme", chatJob(i+1, 0, 1), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	for _, id := range append(ids, first.ID) {
+		if j := f.wait(t, id, job.StateSucceeded, job.StateFailed); j.State != job.StateSucceeded || j.Attempt != 1 {
+			t.Fatalf("job %s ended %s on attempt %d", id, j.State, j.Attempt)
+		}
+	}
+	for _, r := range upstream.Requests()[1:] {
+		if gap := r.At.Sub(refusedAt); gap < 2*time.Second {
+			t.Fatalf("a call came %v after a 429 with Retry-After 2s: the throttle did not hold", gap)
+		}
+	}
+}
