@@ -168,7 +168,7 @@ func settleArgs(limit int, b Budget, ss []Settlement) []any {
 
 func (c *Client) settleKeys(key string) []string {
 	return []string{c.keys.LeaseSet(key), c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
-		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)}
+		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key), c.keys.LeaseWaiting(key)}
 }
 
 // BudgetState is what a budgeted key's rolling minute holds now.

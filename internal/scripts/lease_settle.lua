@@ -2,7 +2,8 @@
 -- settles what each reserved: the release of a budgeted key. A key
 -- without one is released with a plain ZREM.
 -- KEYS[1] lease set   KEYS[2] window   KEYS[3] spent   KEYS[4] throttle
--- KEYS[5] adapt
+-- KEYS[5] adapt   KEYS[6] the mark that claims were refused a slot lately
+-- (lease_acquire.lua)
 -- ARGV[1] limit (-1: none)   ARGV[2] tpm (-1: none)   ARGV[3] "1" when adaptive
 -- ARGV[4..] for each holder five values: holder; how it ended: "ok" (the
 --   upstream served it), "pushback" (the upstream refused it for
@@ -20,16 +21,17 @@
 -- adds what it spent over its estimate, as an entry of its own, now.
 --
 -- The effective limit of an adaptive key follows the upstream (see
--- docs/architecture.md, "Adaptive limits"): a success grows it, half a
--- slot a success while it is below the level of the last pushback (×1.5
--- a round), and near that level a slot a round, once the hold after the
--- last cut is over; growing past that level forgets it. A pushback cuts it
--- to the holders still in flight (the upstream refused one more than
--- those), and one below its value if the refused holder started after the
--- last cut: fresh news. A fresh cut at the same level as the last one
--- doubles the hold (1 s, then up to 16 s), so a steady capacity is probed
--- ever more rarely; and a Retry-After throttles the key until it passes.
-local leases, window, spent, throttle, adapt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- docs/architecture.md, "Adaptive limits"). A success while the limit is
+-- in use grows it: by half a slot (x1.5 a round) until the first pushback,
+-- the slow start; after, by a slot a round, except just below the level
+-- of the last pushback, where it waits out a hold first; growing past
+-- that level forgets it. A pushback cuts it to the holders still in
+-- flight (the upstream refused one more than those), and one below its
+-- value if the refused holder started after the last cut: fresh news. A
+-- fresh cut at the same level as the last one doubles the hold (1 s, then
+-- up to 16 s), so a steady capacity is probed ever more rarely; and a
+-- Retry-After throttles the key until it passes.
+local leases, window, spent, throttle, adapt, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit, tpm, adaptive = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 
 local t = redis.call('TIME')
@@ -68,11 +70,15 @@ for i = 4, #ARGV, 5 do
       redis.call('PEXPIRE', spent, minute)
     end
   end
-  if a and how == 'ok' then
-    if a.eff + 1 < a.ceil then
-      a.eff = a.eff + 0.5
-    elseif now >= a.untl then
-      a.eff = a.eff + 1 / a.eff
+  if a and how == 'ok' and (redis.call('EXISTS', waiting) == 1 or
+      redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff)) then
+    -- Only a success under a limit in use says it may grow (claims were
+    -- refused lately, or it ran with the limit full): one that ran with
+    -- slots to spare tells nothing of the upstream's capacity.
+    if a.cut == 0 then
+      a.eff = a.eff + 0.5 -- the slow start: x1.5 a round, until the first pushback
+    elseif a.eff + 1 < a.ceil or now >= a.untl then
+      a.eff = a.eff + 1 / a.eff -- a slot a round
       if a.eff >= a.ceil then
         a.ceil, a.hold = cap + 1, 0 -- past the last pushback's level: the capacity grew
       end
