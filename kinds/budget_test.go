@@ -96,7 +96,12 @@ func keyLimit(t *testing.T, store *job.Store, key string) job.Limit {
 // capacity: every job succeeds, 429s stay within 10 % of the calls, and the
 // jobs take at most 1.5× the ideal. Then the capacity doubles, and the
 // effective limit grows back to it; then a worker is killed mid-run, and
-// its jobs run again on another.
+// its jobs run again on another (after their lease's TTL, which that
+// phase's bound allows for).
+//
+// The ideal is the jobs' rounds at the capacity times one job's time
+// measured alone in the same run (claim, call and finish, under this
+// machine's load): a ratio to a baseline, not a guess of the machine.
 func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 	t.Parallel()
 	const limit = 20
@@ -123,7 +128,8 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 		workers = append(workers, p)
 	}
 
-	phase := func(name string, jobs, capacity, attempts int, during func()) {
+	single, _ := runAll(t, store, 1, 30*time.Second, func(int) job.Submission { return chatJob(0, 0, 1) })
+	phase := func(name string, jobs, capacity, attempts int, slack time.Duration, during func()) {
 		t.Helper()
 		before := upstream.Stats()
 		upstream.SetLimits(fakellm.Limits{Concurrency: capacity})
@@ -140,7 +146,7 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 		}
 		st := upstream.Stats()
 		calls, refused := st.Calls-before.Calls, st.Refused-before.Refused
-		ideal := time.Duration(jobs/capacity) * time.Second
+		ideal := time.Duration(jobs/capacity) * single
 		l := keyLimit(t, store, "model:fake-1")
 		t.Logf("%s: %d jobs in %v (ideal %v, %.2fx); %d calls, %d refused (%.1f %%); effective limit %d",
 			name, jobs, took.Round(10*time.Millisecond), ideal, took.Seconds()/ideal.Seconds(), calls, refused,
@@ -148,17 +154,19 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 		if float64(refused) > 0.1*float64(calls) {
 			t.Errorf("%s: %d of %d calls refused, want at most 10 %%", name, refused, calls)
 		}
-		if took > ideal*3/2 {
-			t.Errorf("%s: %v, want at most 1.5x the ideal %v", name, took, ideal)
+		if took > ideal*3/2+slack {
+			t.Errorf("%s: %v, want at most 1.5x the ideal %v (+%v)", name, took, ideal, slack)
 		}
 		if l.EffectiveLimit.Value > limit || l.EffectiveLimit.Value < 1 {
 			t.Errorf("%s: effective limit %d, want 1 to %d", name, l.EffectiveLimit.Value, limit)
 		}
 	}
-	phase("capacity 5", 40, 5, 1, nil)
-	phase("capacity 10", 60, 10, 1, nil)
-	// A killed worker's jobs are lost and run again: they spend an attempt.
-	phase("capacity 10, a worker killed", 60, 10, 2, func() {
+	t.Logf("one job alone: %v", single)
+	phase("capacity 5", 40, 5, 1, 0, nil)
+	phase("capacity 10", 60, 10, 1, 0, nil)
+	// A killed worker's jobs are lost and run again once their leases
+	// expire (the helper's TTL, 1 s): they spend an attempt.
+	phase("capacity 10, a worker killed", 60, 10, 2, time.Second, func() {
 		testenv.Eventually(t, 30*time.Second, func() bool { return upstream.Stats().Serving >= 5 }, "the upstream never served 5 at once")
 		workers[0].Kill(t)
 	})

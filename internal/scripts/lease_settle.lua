@@ -22,7 +22,7 @@
 --
 -- The effective limit of an adaptive key follows the upstream (see
 -- docs/architecture.md, "Adaptive limits"). A success while the limit is
--- in use grows it: by half a slot (x1.5 a round) until the first pushback,
+-- in use grows it: by 0.4 of a slot (x1.4 a round) until the first pushback,
 -- the slow start; after, by a slot a round, except just below the level
 -- of the last pushback, where it waits out a hold first; growing past
 -- that level forgets it. A pushback cuts it to the holders still in
@@ -76,7 +76,7 @@ for i = 4, #ARGV, 5 do
     -- refused lately, or it ran with the limit full): one that ran with
     -- slots to spare tells nothing of the upstream's capacity.
     if a.cut == 0 then
-      a.eff = a.eff + 0.5 -- the slow start: x1.5 a round, until the first pushback
+      a.eff = a.eff + 0.4 -- the slow start: x1.4 a round, until the first pushback
     elseif a.eff + 1 < a.ceil or now >= a.untl then
       a.eff = a.eff + 1 / a.eff -- a slot a round
       if a.eff >= a.ceil then
