@@ -188,4 +188,7 @@ type outcome struct {
 	// worker's backoff wins when longer. For a pushback, the upstream's
 	// Retry-After alone.
 	minBackoff time.Duration
+	// unrun: the handler never ran (a claim too slow to trust, a context
+	// ended before the start), so it spent nothing of its keys' budgets.
+	unrun bool
 }

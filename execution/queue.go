@@ -675,16 +675,27 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 	if len(held) == 0 {
 		return nil
 	}
+	settles := map[string]*redis.Cmd{}
+	unused := map[string][]lease.Settlement{}
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, ids := range held {
 			ss := make([]lease.Settlement, len(ids))
 			for i, id := range ids {
 				ss[i] = lease.Settlement{Holder: id, Outcome: lease.OutcomeUnused, Tokens: -1}
 			}
-			q.releaseIn(ctx, p, key, ss)
+			if cmd := q.releaseIn(ctx, p, key, ss); cmd != nil {
+				settles[key], unused[key] = cmd, ss
+			}
 		}
 		return nil
 	})
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = nil // a settlement Redis lost the script of is sent again below
+	}
+	for key, cmd := range settles {
+		_, serr := q.leases.Settled(ctx, cmd, key, int(q.limits.of(key)), q.limits.budgetOf(key), unused[key])
+		err = errors.Join(err, serr)
+	}
 	return err
 }
 
@@ -896,10 +907,12 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 // served it, refused it for capacity, or neither (a failure, a cancel).
 func (f *finishing) settlement() lease.Settlement {
 	s := lease.Settlement{Holder: f.e.ID, Outcome: lease.OutcomeOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
-	switch f.o.state {
-	case StateSucceeded:
+	switch {
+	case f.o.unrun:
+		s.Outcome = lease.OutcomeUnused // no request started: it leaves the window
+	case f.o.state == StateSucceeded:
 		s.Outcome = lease.OutcomeOK
-	case StatePushback:
+	case f.o.state == StatePushback:
 		s.Outcome, s.RetryAfter = lease.OutcomePushback, f.o.minBackoff
 	}
 	return s

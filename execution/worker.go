@@ -503,9 +503,10 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		// fired yet: the handler must not run, not even for the moment
 		// until it does. It never ran, so the attempt is not spent.
 		w.execLog(e).WarnContext(ctx, "claim took longer than the lease TTL; the job is handed back unrun", "lease_ttl", w.cfg.LeaseTTL)
-		o = outcome{state: StateHandedOff}
+		o = outcome{state: StateHandedOff, unrun: true}
 	case err != nil:
 		o = w.outcome(runCtx, nil, err)
+		o.unrun = true
 	default:
 		result, err := w.call(runCtx, e)
 		o = w.outcome(runCtx, result, err)
