@@ -500,15 +500,12 @@ func TestK8sReferences(t *testing.T) {
 					find(t, docs, "ConfigMap", name)
 				}
 			}
+			// Secrets are created out of band (TestNoKeyShips): a reference
+			// names the one Secret config.yaml tells the operator to create.
 			for _, e := range list(get(c, "env")) {
 				ref := get(e, "valueFrom", "secretKeyRef")
-				if ref == nil {
-					continue
-				}
-				s := find(t, docs, "Secret", str(get(ref, "name")))
-				key := str(get(ref, "key"))
-				if get(s.m, "stringData", key) == nil && get(s.m, "data", key) == nil {
-					t.Errorf("%s: Secret %s has no key %s", d.file, s.name(), key)
+				if ref != nil && str(get(ref, "name")) != "leasehold-secrets" {
+					t.Errorf("%s: env %s refers to Secret %q, want leasehold-secrets", d.file, str(get(e, "name")), str(get(ref, "name")))
 				}
 			}
 		}
@@ -533,6 +530,82 @@ func TestK8sReferences(t *testing.T) {
 	for _, want := range []string{"leasehold-api", "leasehold-worker"} {
 		if !slices.Contains(pdbs, want) {
 			t.Errorf("no PodDisruptionBudget for %s", want)
+		}
+	}
+}
+
+// TestComposePortsOnLoopback: Compose publishes no port on every host
+// interface. Redis, NATS and Jaeger there have no password, so a port on
+// 0.0.0.0 would hand the job store to anyone who can reach the host.
+func TestComposePortsOnLoopback(t *testing.T) {
+	published := 0
+	for name, svc := range get(compose(t), "services").(map[string]any) {
+		for _, p := range list(get(svc, "ports")) {
+			published++
+			host := str(get(p, "host_ip")) // the long syntax
+			if s, ok := p.(string); ok {
+				// The short syntax: [host_ip:]host_port:container_port[/proto].
+				if parts := strings.Split(s, ":"); len(parts) == 3 {
+					host = parts[0]
+				}
+			}
+			if host != "127.0.0.1" && host != "[::1]" && host != "::1" {
+				t.Errorf("compose.yaml: service %s publishes %v on every interface, want 127.0.0.1:...", name, p)
+			}
+		}
+	}
+	for _, name := range []string{"redis", "nats"} {
+		if get(compose(t), "services", name, "network_mode") == "host" {
+			t.Errorf("compose.yaml: %s on the host's network", name)
+		}
+	}
+	if published == 0 {
+		t.Error("compose.yaml publishes no port at all; has its format changed?")
+	}
+}
+
+// placeholderKey finds what reads as an example key in a deployment file.
+var placeholderKey = regexp.MustCompile(`(?i)replace[-_]?me|change[-_]?me|example[-_]?(admin[-_]?)?key`)
+
+// TestNoKeyShips: the deployment files give no API key the API would start
+// with. Compose requires LEASEHOLD_API_KEYS from the shell or deploy/.env
+// (no fallback); Kubernetes reads it from a Secret these files do not
+// define, and the API pods do not start without it.
+func TestNoKeyShips(t *testing.T) {
+	api := composeEnv(get(compose(t), "services", "api"))
+	if v := api["LEASEHOLD_API_KEYS"]; !strings.HasPrefix(v, "${LEASEHOLD_API_KEYS:?") {
+		t.Errorf("compose.yaml: LEASEHOLD_API_KEYS is %q, want ${LEASEHOLD_API_KEYS:?...}: required, with no fallback", v)
+	}
+	docs := k8sDocs(t)
+	for _, d := range docs {
+		if d.kind() == "Secret" {
+			t.Errorf("%s: Secret %s ships with the manifests; create it out of band", d.file, d.name())
+		}
+		data, _ := get(d.m, "data").(map[string]any)
+		for k := range data {
+			if d.kind() == "ConfigMap" && strings.Contains(k, "KEY") {
+				t.Errorf("%s: ConfigMap %s holds %s", d.file, d.name(), k)
+			}
+		}
+	}
+	c := list(get(find(t, docs, "Deployment", "leasehold-api").m, "spec", "template", "spec", "containers"))[0]
+	from := false
+	for _, e := range list(get(c, "env")) {
+		if str(get(e, "name")) == "LEASEHOLD_API_KEYS" {
+			ref := get(e, "valueFrom", "secretKeyRef")
+			from = ref != nil && get(ref, "optional") != true && get(e, "value") == nil
+		}
+	}
+	if !from {
+		t.Error("api.yaml: LEASEHOLD_API_KEYS does not come from a required secretKeyRef")
+	}
+	for _, f := range yamlFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := placeholderKey.Find(b); m != nil {
+			t.Errorf("%s: %q reads as a placeholder key", f, m)
 		}
 	}
 }
