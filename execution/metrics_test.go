@@ -170,7 +170,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	}, "the stale finish was never counted as refused")
 
 	// Handed off at shutdown: it is ready again, at the head of the queue.
-	handed := f.submit(t, job.Submission{Kind: "block"})
+	handed := f.submit(t, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:h"}})
 	waitStarted(handed.ID)
 	stopWorker()
 	if j := f.get(t, handed.ID); j.State != job.StateQueued || j.Attempt != 0 {
@@ -198,6 +198,9 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	}
 	if n := gaugeValue(t, end, "leasehold.queue.depth", queue); n != 1 {
 		t.Errorf("queue depth %v, want 1 (the handed-off job)", n)
+	}
+	if n := gaugeValue(t, end, "leasehold.queue.key.waiting", queue, attribute.String("key", "model:h")); n != 1 {
+		t.Errorf("jobs waiting on model:h %v, want 1 (the handed-off job)", n)
 	}
 	// The handed-off job has waited since the hand-off: its age, read at
 	// each collection, grows past 0 (Redis's clock is in ms).
