@@ -11,7 +11,9 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,7 +23,14 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
+
+// TestMain gives TestScalerMetricsExist a redis-server and NATS to run a
+// real worker on.
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 // doc is one parsed YAML document.
 type doc struct {
@@ -669,5 +678,92 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !copied {
 		t.Error("Dockerfile: final stage does not copy api and worker to /usr/local/bin/")
+	}
+}
+
+var metricName = regexp.MustCompile(`leasehold_[a-z0-9_]+`)
+
+// scalerMetrics is every Leasehold metric an autoscaler in deploy/k8s reads:
+// the HPA's external and pods metrics and the ScaledObject's Prometheus
+// queries.
+func scalerMetrics(t *testing.T, docs []doc) map[string]string {
+	t.Helper()
+	names := map[string]string{} // name -> where it is read
+	hpa := find(t, docs, "HorizontalPodAutoscaler", "leasehold-worker")
+	for _, m := range list(get(hpa.m, "spec", "metrics")) {
+		if str(get(m, "type")) == "Resource" {
+			t.Errorf("hpa.yaml: scales on the resource %s; LLM workers idle on CPU while they wait", str(get(m, "resource", "name")))
+		}
+		for _, kind := range []string{"external", "pods"} {
+			if n := str(get(m, kind, "metric", "name")); n != "" {
+				names[n] = "hpa.yaml " + kind
+			}
+		}
+	}
+	so := find(t, docs, "ScaledObject", "leasehold-worker")
+	find(t, docs, str(get(so.m, "spec", "scaleTargetRef", "kind")), str(get(so.m, "spec", "scaleTargetRef", "name")))
+	for _, tr := range list(get(so.m, "spec", "triggers")) {
+		if str(get(tr, "type")) != "prometheus" {
+			t.Errorf("%s: trigger %s is not a prometheus scaler", so.file, str(get(tr, "name")))
+		}
+		for _, n := range metricName.FindAllString(str(get(tr, "metadata", "query")), -1) {
+			names[n] = so.file + " trigger " + str(get(tr, "name"))
+		}
+	}
+	if len(names) < 2 {
+		t.Fatalf("the autoscalers read %v; want the queue depth and the workers' utilization", names)
+	}
+	return names
+}
+
+// TestScalerMetricsExist runs a real worker and reads its /metrics: every
+// metric the HPA and the ScaledObject scale on must be in it, under the
+// name Prometheus gives it, or the autoscaler silently never scales.
+func TestScalerMetricsExist(t *testing.T) {
+	names := scalerMetrics(t, k8sDocs(t))
+
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leasehold/leasehold/cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(filepath.Join(bin, "worker"))
+	cmd.Env = append(os.Environ(), "LEASEHOLD_REDIS_URL=redis://"+testenv.Redis(t).Addr()+"/0",
+		"LEASEHOLD_NATS_URL="+testenv.NATS(t).URL(), "LEASEHOLD_PREFIX="+testenv.Prefix(t), "LEASEHOLD_METRICS_ADDR="+addr)
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	var body string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(body, "leasehold_queue_depth")
+	}, "the worker's /metrics never showed leasehold_queue_depth\n%s", out)
+	exported := map[string]bool{}
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, "#") {
+			exported[strings.TrimRight(strings.SplitN(strings.SplitN(line, "{", 2)[0], " ", 2)[0], "\n")] = true
+		}
+	}
+	for name, where := range names {
+		if !exported[name] {
+			t.Errorf("%s reads %s, which the worker's /metrics does not export", where, name)
+		}
 	}
 }

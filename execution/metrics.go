@@ -36,6 +36,7 @@ var (
 //	leasehold_queue_oldest_age_seconds{queue}                   gauge: how long the job the next claim takes has been ready
 //	leasehold_queue_key_waiting{queue, key}                     gauge: ready jobs of the queue naming concurrency key key
 //	leasehold_worker_executions_in_flight{key}                  gauge: this worker's running executions holding concurrency key key
+//	leasehold_worker_utilization_ratio                          gauge: this worker's running executions / its Concurrency
 //	leasehold_worker_claim_duration_seconds{queue}              histogram: one claim (peek + claim scripts), empty ones included
 //	leasehold_worker_heartbeat_lag_seconds{queue}               histogram: age of a lease when a renewal of it succeeds
 //	leasehold_worker_cancel_observe_duration_seconds{path}      histogram: cancel request -> the handler's context cancelled
@@ -98,7 +99,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	for _, q := range w.cfg.Queues {
 		in.byQueue[q] = newQueueAttrs(q)
 	}
-	var errs [12]error
+	var errs [13]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...))
@@ -120,7 +121,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	in.expired, errs[10] = m.Int64Counter("leasehold.worker.expired", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs this worker's claims expired because they waited longer than max_wait, per concurrency key they named: a key that stays full."))
 	var depth, keyWaiting, inFlight metric.Int64ObservableGauge
-	var age metric.Float64ObservableGauge
+	var age, utilization metric.Float64ObservableGauge
 	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
 	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
@@ -129,6 +130,8 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Jobs ready to run in the queue that name the concurrency key (every job names its tenant:<t> key), read from the same counts as the depth."))
 	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
 		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
+	utilization, errs[12] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
+		metric.WithDescription("This worker's running executions over its concurrency: the autoscaler's measure of busy workers, whose CPU stays idle while they wait on upstreams."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -136,6 +139,10 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		w.observeKeys(func(key string, n int64) {
 			o.ObserveInt64(inFlight, n, metric.WithAttributes(attribute.String("key", key)))
 		})
+		w.mu.Lock()
+		busy := len(w.running)
+		w.mu.Unlock()
+		o.ObserveFloat64(utilization, float64(busy)/float64(w.cfg.Concurrency))
 		var errs []error
 		for _, q := range w.queues {
 			ready, oldest, byKey, err := q.depth(ctx)
@@ -151,7 +158,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 			}
 		}
 		return errors.Join(errs...)
-	}, depth, age, keyWaiting, inFlight)
+	}, depth, age, keyWaiting, inFlight, utilization)
 	return in, err
 }
 

@@ -125,6 +125,10 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 			if n := gaugeValue(t, collect(t, reader), "leasehold.worker.executions.in_flight", attribute.String("key", "model:m")); n != 1 {
 				t.Fatalf("in flight on model:m = %v, want 1", n)
 			}
+			// The one running execution of the default 32.
+			if u := gaugeValue(t, collect(t, reader), "leasehold.worker.utilization"); u != 1.0/32 {
+				t.Fatalf("utilization %v, want 1/32", u)
+			}
 		}
 		if err := f.flags.Request(t.Context(), j.ID, time.Hour); err != nil {
 			t.Fatal(err)
