@@ -65,6 +65,9 @@ func binaries(t *testing.T) string {
 
 const secret = "hunter2-s3cr3t-0123456789"
 
+// testKey is the acme tenant's API key where the tests start an api.
+const testKey = "k-0123456789abcdef"
+
 // TestNoSecretInUsageOrErrors runs the real binaries with secrets in their
 // environment: neither -h, a mistyped flag, nor a Redis or NATS URL that
 // does not work prints one.
@@ -195,7 +198,7 @@ func api(t *testing.T, env ...string) (string, *testenv.Buffer) {
 	cmd.Env = append(os.Environ(), append([]string{
 		"LEASEHOLD_ADDR=" + addr,
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0",
-		"LEASEHOLD_API_KEYS=acme:k-0123456789abcdef",
+		"LEASEHOLD_API_KEYS=acme:" + testKey,
 		"LEASEHOLD_NATS_URL=" + testenv.NATS(t).URL(),
 		"LEASEHOLD_PREFIX=" + testenv.Prefix(t),
 	}, env...)...)
@@ -228,7 +231,7 @@ func api(t *testing.T, env ...string) (string, *testenv.Buffer) {
 func submitAndGet(t *testing.T, base string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"echo"}`))
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -240,7 +243,7 @@ func submitAndGet(t *testing.T, base string) {
 		t.Fatalf("submit: %d %s", resp.StatusCode, body)
 	}
 	req, _ = http.NewRequest(http.MethodGet, base+resp.Header.Get("Location"), nil)
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +288,7 @@ func TestRedisDeployments(t *testing.T) {
 		srv := testenv.StartRedis(t, "--rename-command", "CONFIG", "")
 		url := "LEASEHOLD_REDIS_URL=redis://" + srv.Addr() + "/0"
 		cmd := exec.Command(filepath.Join(binaries(t), "api"))
-		cmd.Env = append(os.Environ(), url, "LEASEHOLD_API_KEYS=acme:k-0123456789abcdef", "LEASEHOLD_ADDR=127.0.0.1:0",
+		cmd.Env = append(os.Environ(), url, "LEASEHOLD_API_KEYS=acme:"+testKey, "LEASEHOLD_ADDR=127.0.0.1:0",
 			"LEASEHOLD_METRICS_ADDR=127.0.0.1:0", "LEASEHOLD_NATS_URL="+testenv.NATS(t).URL())
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "LEASEHOLD_REDIS_ASSUME_NOEVICTION=1") {
