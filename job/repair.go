@@ -19,10 +19,11 @@ const scanChunk = 500
 
 // Retry puts the ended job id of tenant (admin: of any tenant) back in its
 // queue: a failed, cancelled or expired job becomes queued, keeping its id,
-// events and last execution. It starts afresh: attempt 0, so it has
-// max_attempts attempts again, no cancel request, its max_wait counting
-// from now; its next execution gets a higher fencing token from the
-// queue's counter. Any other state is returned with ErrNotRetryable.
+// events and last execution. It gets its original max_attempts more
+// attempts (MaxAttempts becomes the attempts spent plus that), and its next
+// execution is the attempt after the last one spent: attempt numbers never
+// go back. No cancel request, its max_wait counting from now; its next
+// execution gets a higher fencing token from the queue's counter. Any other state is returned with ErrNotRetryable.
 //
 // A job cancelled while it ran left a cancel flag, which would stop the
 // next execution at once: Retry deletes the flag first, while the job is

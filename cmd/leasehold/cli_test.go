@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +27,8 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 const (
-	acmeKey  = "acme-cli-key"
-	adminKey = "admin-cli-key"
+	acmeKey  = "acme-cli-key-0123456789"
+	adminKey = "admin-cli-key-0123456789"
 )
 
 // system is the real binaries, built by the test: an API and a worker on
@@ -296,7 +297,8 @@ func TestCLI(t *testing.T) {
 		}
 
 		// The failed job is one of acme's failed: a bulk retry moves it,
-		// and a second moves nothing (it fails again later, as it is meant to).
+		// and a second moves nothing. Its next run is its second attempt,
+		// which its fail_attempts lets succeed: "2/2" in the listing.
 		s.ok("queues", "pause", "default", "--key", adminKey)
 		r := s.ok("retry", "--all", "--state", "failed")
 		if !strings.Contains(r.stdout, "moved 1 ") {
@@ -306,6 +308,17 @@ func TestCLI(t *testing.T) {
 			t.Errorf("second bulk retry: %s", r.stdout)
 		}
 		s.ok("queues", "resume", "default", "--key", adminKey)
+		if r := s.cli("", "watch", failed); r.code != 0 {
+			t.Errorf("watch of the retried failed job: exit %d, want 0\n%s", r.code, r.stderr)
+		}
+		if r := s.ok("get", failed); !strings.Contains(r.stdout, "2 of 2") {
+			t.Errorf("the retried job, want attempt 2 of 2:\n%s", r.stdout)
+		}
+		if r := s.ok("ls", "--state", "succeeded"); !slices.ContainsFunc(strings.Split(r.stdout, "\n"), func(l string) bool {
+			return strings.HasPrefix(l, failed) && slices.Contains(strings.Fields(l), "2/2")
+		}) {
+			t.Errorf("the retried job in the listing, want 2/2:\n%s", r.stdout)
+		}
 	})
 
 	t.Run("ls, rm, queues, limits, usage", func(t *testing.T) {

@@ -396,9 +396,10 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("a failed job is retried from its page", func(t *testing.T) {
-		// A retried job's attempts count from 1 again, so this job fails
-		// its second run too: the page shows two runs, the second with a
-		// higher fencing token.
+		// A retried job's attempt numbers go on from the last one spent,
+		// so this job, which fails its first attempt, succeeds on its
+		// second: the page shows two runs, attempts 1 and 2, the second
+		// with a higher fencing token, and "2 of 2".
 		j := s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}}`)
 		failed := s.await(j.ID)
 		if failed.State != job.StateFailed {
@@ -412,8 +413,10 @@ func TestConsole(t *testing.T) {
 			chromedp.Click(chromedp.ID("retry")),
 			textHas("[role=status]", "Queued again."),
 			until(`document.querySelectorAll('#attempts tbody tr').length === 2`),
-			textHas("#state", "failed"),
+			textHas("#state", "succeeded"),
 			textIs("#stream-status", "ended"),
+			until(`[...document.querySelectorAll('#attempts tbody tr td:first-child')].map(td => td.textContent).join() === '1,2'`),
+			until(`[...document.querySelectorAll('dd')].some(dd => dd.textContent === '2 of 2')`),
 		)
 		again := s.await(j.ID)
 		if again.Execution == nil || again.Execution.FencingToken <= failed.Execution.FencingToken {

@@ -11,7 +11,10 @@
 --   state              see may_move                            move
 --   token              the latest execution's fencing token    submit ("0"), claim
 --   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
---                                                              finish (-1 on a hand-off), retry ("0")
+--                                                              finish (-1 on a hand-off)
+--   max_attempts       the attempts it may spend in all        submit, retry (attempt + the original)
+--   retries            "<state event id>:<max_attempts before
+--                      it>" per retry, comma-separated          retry
 --   exec_id            the latest execution's id               claim
 --   exec_state         running | succeeded | failed | timed_out | cancelled
 --                      | handed_off | lost                     claim, finish, reap
@@ -26,7 +29,7 @@
 --   error              JSON {code, message}: why it ended, or
 --                      the last attempt's error                finish, reap, expire, cancel
 --   cancel_requested   "1": a cancel asked it to stop          cancel (running), retry ("0")
---   id, queue, tenant, kind, input, priority, max_attempts, concurrency_keys (the
+--   id, queue, tenant, kind, input, priority, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
 --   created_at, nonce                                          submit only: they never change
 --
