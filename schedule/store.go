@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Errors callers branch on.
@@ -38,6 +39,9 @@ type Config struct {
 	// NATS wakes an idle worker of a fired job's queue; nil: workers find
 	// the job when they poll.
 	NATS *nats.Conn
+	// Usage counts each fired job in its tenant's jobs_submitted, as the
+	// API counts a submission; nil: not counted.
+	Usage *usage.Counters
 }
 
 // Store keeps schedules in Redis and fires them.
@@ -47,6 +51,7 @@ type Store struct {
 	prefix  string
 	jobs    *job.Store
 	nc      *nats.Conn
+	usage   *usage.Counters
 	create  *redis.Script
 	due     *redis.Script
 	advance *redis.Script
@@ -73,6 +78,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		prefix:  cfg.Prefix,
 		jobs:    jobs,
 		nc:      cfg.NATS,
+		usage:   cfg.Usage,
 		create:  scripts.Load("schedule_create.lua", lib...),
 		due:     scripts.Load("schedule_due.lua", lib...),
 		advance: scripts.Load("schedule_advance.lua", lib...),
@@ -406,10 +412,18 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 	if err != nil {
 		return j, false, fmt.Errorf("schedule: fire %s: %w", sch.Name, err)
 	}
-	if created && s.nc != nil {
+	if !created {
+		return j, false, nil
+	}
+	if s.nc != nil {
 		_ = execution.Wake(s.nc, s.prefix, j.Queue) // a lost wake-up costs a poll
 	}
-	return j, created, nil
+	if s.usage != nil {
+		// Bookkeeping, as for a submission: a count that fails is not
+		// made up, and the fire stands.
+		_, _ = s.usage.Add(ctx, j.Tenant, usage.JobsSubmitted, 1, j.ID, j.CreatedAt)
+	}
+	return j, true, nil
 }
 
 // moveOn is the second step of a fire (schedule_advance.lua): from due
