@@ -34,6 +34,7 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
+	"github.com/leasehold/leasehold/schedule"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
 )
 
@@ -228,6 +229,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, "", nc, schedule.Limits{}, log)
+	if err != nil {
+		return err
+	}
+	g.Add(fire, stopFiring)
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }
