@@ -34,8 +34,8 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
-	"github.com/leasehold/leasehold/schedule"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
+	"github.com/leasehold/leasehold/schedule"
 )
 
 const usage = `usage: leasehold <command> [flags] [args]
