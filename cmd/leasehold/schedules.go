@@ -117,4 +117,3 @@ func printSchedules(w io.Writer, list []schedule.Schedule) error {
 	}
 	return t.Flush()
 }
-
