@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasehold/leasehold/job"
 )
@@ -23,4 +24,15 @@ func (s *Store) SubmitOnly(ctx context.Context, tenant, name string) (job.Job, e
 	key := fireKey(sch)
 	j, _, err := s.submit(ctx, sch, sch.NextRunAt.UTC(), key, job.Cap{})
 	return j, err
+}
+
+// AdvanceStale runs the second step of a fire of due time due, to next, as
+// a scheduler that read the schedule before it moved on (and was paused
+// meanwhile) would.
+func (s *Store) AdvanceStale(ctx context.Context, tenant, name string, due, next time.Time) error {
+	sch, err := s.Get(ctx, tenant, name)
+	if err != nil {
+		return err
+	}
+	return s.moveOn(ctx, sch, due.UnixMilli(), next.UnixMilli(), next.UnixMilli(), job.Job{})
 }

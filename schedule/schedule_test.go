@@ -332,3 +332,28 @@ func TestOverlapSkip(t *testing.T) {
 		t.Fatalf("%d jobs, want 2", len(jobs))
 	}
 }
+
+// The second step of a fire is a compare-and-set: a scheduler that fired a
+// due time the schedule has since moved past does not move it back.
+func TestAStaleFireDoesNotMoveTheScheduleBack(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t))
+	ctx := context.Background()
+	fx.create(t, "acme", every("tick", "1h"))
+	due := redisNow(t, fx.rdb).Add(-time.Second).Truncate(time.Millisecond)
+	fx.dueAt(t, "acme", "tick", due)
+	if res, err := fx.store.Fire(ctx, "acme", "tick", redisNow(t, fx.rdb), schedule.Limits{}); err != nil || res.Outcome != schedule.Fired {
+		t.Fatalf("fire: %+v, %v", res, err)
+	}
+	moved, _ := fx.store.Get(ctx, "acme", "tick")
+	if err := fx.store.AdvanceStale(ctx, "acme", "tick", due, due.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := fx.store.Get(ctx, "acme", "tick")
+	if !after.NextRunAt.Equal(*moved.NextRunAt) {
+		t.Fatalf("a stale fire moved next_run_at from %s to %s", moved.NextRunAt, after.NextRunAt)
+	}
+	if score, _ := fx.rdb.ZScore(ctx, fx.keys.ScheduleDue(), "acme/tick").Result(); int64(score) != moved.NextRunAt.UnixMilli() {
+		t.Fatalf("due index at %v, want %v", score, moved.NextRunAt.UnixMilli())
+	}
+}
