@@ -110,6 +110,7 @@ type Job struct {
 	Result          json.RawMessage `json:"result"`
 	Error           *Error          `json:"error"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Schedule        *string         `json:"schedule"` // the schedule that fired it; nil otherwise
 
 	// Input is the job's input. Store.Get and Store.List leave it empty:
 	// a read should not carry up to 1 MiB per job that it does not show.
@@ -186,6 +187,10 @@ func ParseRecord(h map[string]string) (Job, error) {
 		OnBusy:      OnBusy(h["on_busy"]),
 		Trace:       telemetry.Decode(h["trace"]),
 		retries:     h["retries"],
+	}
+	if h["schedule"] != "" {
+		name := h["schedule"]
+		j.Schedule = &name
 	}
 	r.json("concurrency_keys", &j.ConcurrencyKeys)
 	r.moved(&j)

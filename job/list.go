@@ -29,7 +29,7 @@ var shownFields = []string{
 	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
-	"exec_finished_at", "exec_state", "trace", "retries",
+	"exec_finished_at", "exec_state", "trace", "retries", "schedule",
 }
 
 // ListQuery selects a page of jobs.

@@ -249,7 +249,7 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 		// go-redis resends a script whose reply it lost; the nonce lets
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
-		room,
+		room, n.Schedule,
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {

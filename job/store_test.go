@@ -91,7 +91,7 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		h := fx.rdb.HGetAll(ctx, fx.keys.Job("gpu", j.ID)).Val()
 		for field, v := range map[string]string{
 			"token": "0", "cancel_requested": "0", "result": "", "error": "", "started_at": "",
-			"finished_at": "", "exec_id": "", "exec_state": "", "trace": "", "exec_trace": "", "timeout_ms": "90000",
+			"finished_at": "", "exec_id": "", "exec_state": "", "trace": "", "exec_trace": "", "timeout_ms": "90000", "schedule": "",
 			"max_wait_ms": "300000", "on_busy": "reject", "concurrency_keys": `["model:gpt-4o","tenant:acme"]`,
 			"created_at": strconv.FormatInt(got.CreatedAt.UnixMilli(), 10),
 		} {
@@ -99,8 +99,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", field, h[field], v)
 			}
 		}
-		if len(h) != 31 {
-			t.Errorf("record has %d fields, want 31: %v", len(h), h)
+		if len(h) != 32 {
+			t.Errorf("record has %d fields, want 32: %v", len(h), h)
 		}
 		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
 			t.Errorf("lookup = %q", q)

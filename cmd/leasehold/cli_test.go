@@ -373,6 +373,36 @@ func TestCLI(t *testing.T) {
 			t.Errorf("usage -o json: %v %d days", err, len(u.Days))
 		}
 	})
+
+	t.Run("schedules", func(t *testing.T) {
+		r := s.ok("schedules", "create", "nightly", "0 3 * * *", "echo", "--timezone", "Europe/Berlin", "--overlap", "skip", "--input", `{"n":1}`)
+		if !strings.Contains(r.stdout, "nightly") || !strings.Contains(r.stdout, "Europe/Berlin") || !strings.Contains(r.stdout, "skip") {
+			t.Errorf("create:\n%s", r.stdout)
+		}
+		if r := s.cli("", "schedules", "create", "bad", "0 25 * * *", "echo"); r.code != 1 || !strings.Contains(r.stderr, "cron") {
+			t.Errorf("a bad cron: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.ok("schedules", "pause", "nightly"); !strings.Contains(r.stdout, "true") {
+			t.Errorf("pause:\n%s", r.stdout)
+		}
+		var j struct{ ID, Schedule string }
+		if err := json.Unmarshal([]byte(s.ok("schedules", "trigger", "nightly", "-o", "json").stdout), &j); err != nil || j.Schedule != "nightly" {
+			t.Fatalf("trigger: %v %+v", err, j)
+		}
+		s.ok("schedules", "resume", "nightly")
+		if r := s.ok("schedules", "ls"); !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "false") {
+			t.Errorf("ls after the trigger and resume:\n%s", r.stdout)
+		}
+		if r := s.ok("schedules", "get", "nightly", "-o", "json"); !strings.Contains(r.stdout, `"last_job_id":"`+j.ID+`"`) {
+			t.Errorf("get -o json: %s", r.stdout)
+		}
+		if r := s.ok("schedules", "rm", "nightly"); r.stdout != "deleted nightly\n" {
+			t.Errorf("rm: %q", r.stdout)
+		}
+		if r := s.cli("", "schedules", "get", "nightly"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("get after rm: exit %d %s", r.code, r.stderr)
+		}
+	})
 }
 
 // proxy forwards TCP connections to an address, and can cut every one

@@ -479,6 +479,42 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("schedules: next and last run, pause, resume, trigger, delete", func(t *testing.T) {
+		s.call(http.MethodPost, "/v1/schedules", acmeKey, `{"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"kind": "echo"}}`, http.StatusCreated, nil)
+		tb := tab.in(t)
+		tb.run(
+			show("#/schedules"),
+			textHas("main table", "nightly"),
+			textHas("main table", "0 3 * * * (Europe/Berlin)"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Pause schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly paused."),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Resume schedule nightly"]`)),
+			textHas("main table", "paused"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Trigger schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly fired job "),
+			chromedp.WaitVisible(chromedp.CSS(`main table a[href^="#/jobs/"]`)),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Resume schedule nightly"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Pause schedule nightly"]`)),
+		)
+		var sch struct {
+			Paused    bool    `json:"paused"`
+			LastJobID *string `json:"last_job_id"`
+		}
+		s.call(http.MethodGet, "/v1/schedules/nightly", acmeKey, "", http.StatusOK, &sch)
+		if sch.Paused || sch.LastJobID == nil {
+			t.Fatalf("after pause, trigger and resume: %+v", sch)
+		}
+		if href := get(tb, chromedp.Evaluate[string](`document.querySelector('main table a').getAttribute('href')`)); href != "#/jobs/"+*sch.LastJobID {
+			t.Fatalf("last job link %q, want the job %s", href, *sch.LastJobID)
+		}
+		tb.run(
+			chromedp.Click(chromedp.CSS(`button[aria-label="Delete schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly deleted."),
+			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Delete schedule nightly"]`)),
+		)
+		s.call(http.MethodGet, "/v1/schedules/nightly", acmeKey, "", http.StatusNotFound, nil)
+	})
+
 	tab.login(adminKey, "admin")
 
 	t.Run("the admin pauses and resumes a queue", func(t *testing.T) {
@@ -557,6 +593,7 @@ func TestConsole(t *testing.T) {
 		for _, view := range []struct{ hash, ready string }{
 			{"#/overview", "#queues-title"},
 			{"#/jobs", "table"},
+			{"#/schedules", "#schedules-title"},
 			{"#/usage", "svg.chart"},
 			{"#/admin", "#limits-title"},
 		} {

@@ -12,6 +12,7 @@
 -- ARGV[16] nonce of this call (the same when the client resends it)
 -- ARGV[17] how many of the tenant's jobs not ended this queue may hold
 -- before this one ("" = no cap)
+-- ARGV[18] the name of the schedule that fires it ("" = none)
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
 -- had created it: its nonce is the job's), {0, HGETALL} when it existed,
 -- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
@@ -54,7 +55,7 @@ move(tx, {key = job, events = events, id = id, tenant = ARGV[2], state = ''}, 'q
   'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
   'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
   'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
+  'nonce', ARGV[16], 'schedule', ARGV[18]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)
