@@ -285,7 +285,9 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 // is returned with ErrNotEnded.
 //
 // The job's record, events and entries in its queue go in one script: from
-// then on the job is gone for every reader. Its id → queue lookup and a
+// then on the job is gone for every reader. The script leaves a mark that
+// lives IdempotencyTTL, so an idempotent replay of the submission that
+// created the job gets ErrDeleted instead of a new run of it. Its id → queue lookup and a
 // cancel flag it may have left live in other slots and go after; a crash
 // in between leaves them pointing at nothing, which reads as not found,
 // until they expire.
@@ -304,8 +306,8 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	}
 	res, err := s.delete.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueRetired(queue),
-		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue),
-	}, id, owner).Slice()
+		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue), s.keys.JobDeleted(queue, id),
+	}, id, owner, s.idemTTL.Milliseconds()).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
