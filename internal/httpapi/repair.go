@@ -21,7 +21,7 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 	defer stop()
 	j, err := s.store.Retry(ctx, c.tenant, r.PathValue("id"), c.admin)
 	if errors.Is(err, job.ErrNotRetryable) {
-		writeConflict(w, j, "the job is "+string(j.State)+"; only a failed, cancelled or expired job can be retried")
+		writeConflict(w, s.shown(c, j), "the job is "+string(j.State)+"; only a failed, cancelled or expired job can be retried")
 		return
 	}
 	if err != nil {
@@ -29,7 +29,7 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	s.wake(r, j.Queue)
-	writeJSON(w, http.StatusAccepted, j)
+	writeJSON(w, http.StatusAccepted, s.shown(c, j))
 }
 
 // retryFilter is the body of POST /v1/jobs/retry.
@@ -92,7 +92,7 @@ func (s *server) deleteJob(w http.ResponseWriter, r *http.Request, c caller) {
 	defer stop()
 	j, err := s.store.Delete(ctx, c.tenant, r.PathValue("id"), c.admin)
 	if errors.Is(err, job.ErrNotEnded) {
-		writeConflict(w, j, "the job is "+string(j.State)+"; only a job that ended can be deleted")
+		writeConflict(w, s.shown(c, j), "the job is "+string(j.State)+"; only a job that ended can be deleted")
 		return
 	}
 	if err != nil {
