@@ -115,6 +115,9 @@ type RetryFilter struct {
 	State  State  // failed, cancelled or expired; "" = failed
 	Kind   string // "" = any
 	Queue  string // "" = every queue
+	// Max bounds how many jobs one call moves; 0 = no bound. The call
+	// stops once it moved Max.
+	Max int
 }
 
 func (f RetryFilter) validate() error {
@@ -188,20 +191,34 @@ func (s *Store) RetryAll(ctx context.Context, f RetryFilter) (map[string]int, er
 					ids = append(ids, page[i])
 				}
 			}
+			if f.Max > 0 {
+				ids = ids[:min(len(ids), f.Max-total(moved))]
+			}
 			n, err := s.retryMatching(ctx, q, owner, f, ids)
 			moved[q] += n
 			if err != nil {
 				return moved, err
 			}
-			if cursor == 0 {
+			if cursor == 0 || (f.Max > 0 && total(moved) >= f.Max) {
 				break
 			}
 		}
 		if moved[q] == 0 {
 			delete(moved, q)
 		}
+		if f.Max > 0 && total(moved) >= f.Max {
+			break
+		}
 	}
 	return moved, nil
+}
+
+func total(moved map[string]int) int {
+	n := 0
+	for _, m := range moved {
+		n += m
+	}
+	return n
 }
 
 // endedIndex returns the sorted set to scan for queue's ended jobs of

@@ -305,6 +305,16 @@ func (s *Store) refuse(ctx context.Context, tenant, id, idemKey string, fresh bo
 	return err
 }
 
+// Unended returns how many of tenant's jobs have not ended in queues:
+// what a cap on them counts (see SubmitWithin).
+func (s *Store) Unended(ctx context.Context, tenant string, queues []string) (int64, error) {
+	if len(queues) == 0 {
+		return 0, nil
+	}
+	own, elsewhere, _, err := s.unended(ctx, tenant, queues[0], "", queues[1:])
+	return own + elsewhere, err
+}
+
 // unended reads, in one round trip, how many of tenant's jobs have not
 // ended in queue (own) and in the other queues of queues (elsewhere), and
 // whether idemKey ("" = none) has a record for tenant: then the request
