@@ -261,9 +261,14 @@ func TestDelete(t *testing.T) {
 		if _, err := fx.store.Delete(ctx, "acme", j.ID, false); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("second delete: %v", err)
 		}
-		// Nothing of it is left; the queue's own keys stay.
+		// Nothing of it is left but its deletion mark (for idempotent
+		// replays, with the idempotency TTL); the queue's own keys stay.
+		mark := fx.keys.JobDeleted(j.Queue, j.ID)
+		if ttl := fx.rdb.PTTL(ctx, mark).Val(); ttl <= 0 || ttl > job.DefaultIdempotencyTTL {
+			t.Errorf("deletion mark's TTL %v, want up to %v", ttl, job.DefaultIdempotencyTTL)
+		}
 		for _, k := range fx.written(t) {
-			if strings.Contains(k, j.ID) {
+			if strings.Contains(k, j.ID) && k != mark {
 				t.Errorf("%s left behind", k)
 			}
 		}

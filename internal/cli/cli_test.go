@@ -84,6 +84,8 @@ func TestNoSecretInUsageOrErrors(t *testing.T) {
 		"LEASEHOLD_REDIS_URL=redis://user:" + secret + "@127.0.0.1:" + strconv.Itoa(closed) + "/0",
 		"LEASEHOLD_NATS_URL=nats://user:" + secret + "@127.0.0.1:" + strconv.Itoa(closed),
 		"LEASEHOLD_LLM_BASE_URL=https://user:" + secret + "@llm.example/v1",
+		"LEASEHOLD_HANDLERS=summarize=https://user:" + secret + "@handlers.example/summarize",
+		"LEASEHOLD_KEY=" + secret,
 		"LEASEHOLD_ADDR=127.0.0.1:0",
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0",
 	}

@@ -141,6 +141,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrIdempotencyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body",
 			job.FieldError{Field: "Idempotency-Key", Message: "already used with a different body"})
+	case errors.Is(err, job.ErrDeleted):
+		writeProblem(w, http.StatusConflict, "the job this Idempotency-Key created was deleted; send a new key to submit it again",
+			job.FieldError{Field: "Idempotency-Key", Message: "stands for a deleted job"})
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",

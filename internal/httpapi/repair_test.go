@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -343,4 +344,49 @@ func equalStates(a, b []job.State) bool {
 		}
 	}
 	return true
+}
+
+// A retry counts like a submission: a tenant at its cap of jobs not ended
+// cannot retry one more (single or bulk), and a bulk retry moves no more
+// jobs than the room under the cap.
+func TestRetryCountsAgainstTheTenantCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *httpapi.Config) { c.TenantMaxJobs = 2 })
+	cancelled := func() string {
+		t.Helper()
+		j := f.submit(acmeKey, `{"kind": "echo", "queue": "idle"}`)
+		if resp := f.cancel(acmeKey, j.ID); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("cancel: %s %s", resp.Status, resp.body)
+		}
+		f.awaitState(j.ID, job.StateCancelled)
+		return j.ID
+	}
+	retry := func(id string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/" + id + "/retry", key: acmeKey})
+	}
+	bulk := func() response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/retry", key: acmeKey, body: `{"state": "cancelled"}`})
+	}
+	a, b, c := cancelled(), cancelled(), cancelled()
+	f.submit(acmeKey, `{"kind": "echo", "queue": "idle"}`) // one not ended: room for one more
+
+	if resp := bulk(); resp.StatusCode != http.StatusOK || decode[struct{ Moved int }](t, resp).Moved != 1 {
+		t.Fatalf("bulk retry with room for one: %s %s", resp.Status, resp.body)
+	}
+	// At the cap now: neither kind of retry moves another.
+	for _, id := range []string{a, b, c} {
+		if f.job(id).State == job.StateCancelled {
+			expectProblem(t, retry(id), http.StatusTooManyRequests, "")
+		}
+	}
+	expectProblem(t, bulk(), http.StatusTooManyRequests, "")
+	n := 0
+	for _, id := range []string{a, b, c} {
+		if f.job(id).State == job.StateQueued {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d of the cancelled jobs are queued again, want 1", n)
+	}
 }

@@ -2,6 +2,7 @@
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] fair (fair.lua)   KEYS[6] stats (stats.lua)   KEYS[7] events   KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
+-- KEYS[11] the job's deletion mark (job_delete.lua)
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
 -- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
@@ -16,7 +17,8 @@
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
 -- had created it: its nonce is the job's), {0, HGETALL} when it existed,
 -- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
--- ended (nothing written).
+-- ended (nothing written), {-2, 0} when the job was deleted (nothing
+-- written: a replay does not bring it back).
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
@@ -30,6 +32,9 @@ if redis.call('EXISTS', job) == 1 then
     created = 1
   end
   return {created, redis.call('HGETALL', job)}
+end
+if redis.call('EXISTS', KEYS[11]) == 1 then
+  return {-2, 0}
 end
 
 if ARGV[17] ~= '' then
