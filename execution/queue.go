@@ -21,7 +21,7 @@ import (
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua")
+	claimScript     = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
 	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
