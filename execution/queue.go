@@ -736,7 +736,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	held := map[string][]string{}
 	for _, e := range execs {
 		keys = append(keys, q.keys.Job(q.name, e.JobID))
-		args = append(args, e.JobID, e.token.String())
+		args = append(args, e.JobID, e.token.String(), e.ID)
 		for _, k := range e.keys {
 			held[k] = append(held[k], e.ID)
 		}
@@ -806,7 +806,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 			retry = "1"
 		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
-			max(q.backoff(f.e.attempt), f.o.minBackoff).Milliseconds(), f.e.traceparent())
+			max(q.backoff(f.e.attempt), f.o.minBackoff).Milliseconds(), f.e.traceparent(), f.e.ID)
 	}
 	return b
 }
@@ -868,7 +868,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 
 func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {
 	id, err := emitScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.JobEvents(q.name, e.JobID)},
-		e.token.String(), typ, data, scripts.EventsMaxLen).Text()
+		e.token.String(), typ, data, scripts.EventsMaxLen, e.ID).Text()
 	if err != nil {
 		return fmt.Errorf("emit %s: %w", e.JobID, err)
 	}
