@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -107,6 +108,9 @@ func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) 
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
+	// A claim's leases and slots are on LEASEHOLD_REDIS_MIN_REPLICAS
+	// replicas before its handlers start: each round trip carries its WAIT.
+	ctx = replicas.Ack(ctx)
 	fixed := q.fixedKeys()
 	// While keys are full, look at more lanes, so the lanes waiting for
 	// them do not hide the ones behind that can run. Otherwise want lanes
