@@ -9,6 +9,8 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -107,4 +109,45 @@ func TestAnotherExecutionWithTheSameTokenCannotWrite(t *testing.T) {
 			t.Fatalf("the stale execution's event landed: %+v", ev)
 		}
 	}
+}
+
+// With MIN_REPLICAS=1 a claim's leases are on the replica before its
+// handler starts: while the replica is paused no handler starts (the
+// claims are not confirmed), and once it follows again the job runs.
+//
+// Fails when the claim does not wait for replicas (replicas.Ack): the
+// handler starts while the replica has not got the claim.
+func TestClaimWaitsForItsReplicaBeforeTheHandlerStarts(t *testing.T) {
+	t.Parallel()
+	primary := testenv.StartRedis(t)
+	replica := testenv.StartReplica(t, primary)
+	rdb := primary.Client(t)
+	if err := replicas.Require(rdb, 1, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixtureOn(t, rdb, testenv.NATS(t).Conn(t))
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Resume() })
+	ran := make(chan struct{}, 1)
+	// The submit is not the API's: it does not wait.
+	j := f.submit(t, job.Submission{Kind: faultKind})
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		faultKind: func(context.Context, *execution.Execution) (any, error) { ran <- struct{}{}; return "ran", nil },
+	})
+	select {
+	case <-ran:
+		t.Fatal("a handler started while the replica had not confirmed its claim")
+	case <-time.After(2 * time.Second): // ten claims' WAITs
+	}
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job never ran once the replica followed again")
+	}
+	f.waitState(t, j.ID, 30*time.Second, job.StateSucceeded)
 }
