@@ -15,7 +15,7 @@ import (
 )
 
 var (
-	acquireScript = scripts.Load("lease_acquire.lua")
+	acquireScript = scripts.Load("lease_acquire.lua", "fence.lua")
 	renewScript   = scripts.Load("lease_renew.lua")
 	countScript   = scripts.Load("lease_count.lua")
 )

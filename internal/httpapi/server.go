@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -320,6 +321,11 @@ type methods map[string]http.HandlerFunc
 
 func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h, ok := m[r.Method]; ok {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// A write is acknowledged only once LEASEHOLD_REDIS_MIN_REPLICAS
+			// replicas have it (replicas.Require; a no-op without it).
+			r = r.WithContext(replicas.Ack(r.Context()))
+		}
 		h(w, r)
 		return
 	}

@@ -2,7 +2,7 @@
 -- room: the one acquire of every path (lease.Acquire, Semaphore.Do, and a
 -- worker's claim, which asks for a batch of jobs at once).
 -- KEYS[1] lease set (member: holder, score: expiry in ms on the Redis clock)
--- KEYS[2] fencing-token counter of the lease key
+-- KEYS[2] fencing-token counter of the lease key (fence.lua)
 -- KEYS[3] the Wait line's ticket expiries   KEYS[4] whose turn it is
 -- KEYS[5] mark: this side waits
 -- ARGV[1] ttl_ms   ARGV[2] limit (-1: none, every holder gets a slot)
@@ -78,7 +78,7 @@ if #add > 0 then
   if redis.call('PEXPIRETIME', leases) < tonumber(expires) then
     redis.call('PEXPIREAT', leases, expires)
   end
-  local token = redis.call('INCRBY', fence, #add / 2) - #add / 2
+  local token = fence_take(fence, #add / 2)
   for i = 4, #out do
     if out[i] then
       token = token + 1
