@@ -32,6 +32,7 @@ import (
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
 	"github.com/leasehold/leasehold/ratelimit/usage"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 // Config configures a Client. Zero values mean the documented defaults,
@@ -87,6 +88,7 @@ type Client struct {
 	store  *job.Store
 	flags  *cancel.Flags
 	worker *execution.Worker
+	sched  *schedule.Store
 }
 
 // NewClient returns a Client on rdb, a Redis or a Redis Cluster client
@@ -133,7 +135,11 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(cfg.Concurrency, remote.DefaultMaxConns), Logger: cfg.Logger})
-	return &Client{nc: cfg.NATS, prefix: cfg.Prefix, store: store, flags: flags, worker: w}, nil
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: cfg.Prefix, Jobs: store, NATS: cfg.NATS, Usage: counters})
+	if err != nil {
+		return nil, fmt.Errorf("leasehold: %w", err)
+	}
+	return &Client{nc: cfg.NATS, prefix: cfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in
@@ -171,4 +177,42 @@ func (c *Client) Get(ctx context.Context, tenant, id string) (job.Job, error) {
 // ended otherwise than cancelled.
 func (c *Client) Cancel(ctx context.Context, tenant, id string) (job.Job, error) {
 	return execution.CancelJob(ctx, c.store, c.flags, tenant, id, false)
+}
+
+// CreateSchedule creates tenant's schedule, as POST /v1/schedules does:
+// created is false when one of that name exists with the same spec, and
+// the error schedule.ErrExists when it has another. The schedules fire
+// wherever a schedule.Scheduler runs (every API and worker process).
+func (c *Client) CreateSchedule(ctx context.Context, tenant string, spec schedule.Spec) (s schedule.Schedule, created bool, err error) {
+	return c.sched.Create(ctx, tenant, spec)
+}
+
+// Schedules lists tenant's schedules by name.
+func (c *Client) Schedules(ctx context.Context, tenant string) ([]schedule.Schedule, error) {
+	return c.sched.List(ctx, tenant)
+}
+
+// Schedule returns tenant's schedule name; schedule.ErrNotFound if none.
+func (c *Client) Schedule(ctx context.Context, tenant, name string) (schedule.Schedule, error) {
+	return c.sched.Get(ctx, tenant, name)
+}
+
+// DeleteSchedule deletes tenant's schedule name; the jobs it fired stay.
+func (c *Client) DeleteSchedule(ctx context.Context, tenant, name string) error {
+	return c.sched.Delete(ctx, tenant, name)
+}
+
+// PauseSchedule stops tenant's schedule name from firing until resumed.
+func (c *Client) PauseSchedule(ctx context.Context, tenant, name string) (schedule.Schedule, error) {
+	return c.sched.Pause(ctx, tenant, name)
+}
+
+// ResumeSchedule makes a paused schedule fire again from its next due time.
+func (c *Client) ResumeSchedule(ctx context.Context, tenant, name string) (schedule.Schedule, error) {
+	return c.sched.Resume(ctx, tenant, name)
+}
+
+// TriggerSchedule fires tenant's schedule name once now and returns the job.
+func (c *Client) TriggerSchedule(ctx context.Context, tenant, name string) (job.Job, error) {
+	return c.sched.Trigger(ctx, tenant, name, job.Cap{})
 }

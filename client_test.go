@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
@@ -75,5 +76,38 @@ func TestClientRunsItsKindsAndCancels(t *testing.T) {
 	wait(long.ID, job.StateCancelled)
 	if _, err := c.Cancel(t.Context(), "acme", echo.ID); !errors.Is(err, job.ErrConflict) {
 		t.Fatal("cancel of a succeeded job: no error, want job.ErrConflict")
+	}
+}
+
+// A Client creates, reads, pauses, triggers and deletes schedules.
+func TestClientSchedules(t *testing.T) {
+	t.Parallel()
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	spec := schedule.Spec{Name: "digest", Cron: "0 3 * * *", Timezone: "Europe/Berlin", Job: job.Submission{Kind: "echo"}}
+	if _, created, err := c.CreateSchedule(ctx, "acme", spec); err != nil || !created {
+		t.Fatalf("create: %v %v", created, err)
+	}
+	if s, err := c.PauseSchedule(ctx, "acme", "digest"); err != nil || !s.Paused {
+		t.Fatalf("pause: %+v %v", s, err)
+	}
+	j, err := c.TriggerSchedule(ctx, "acme", "digest")
+	if err != nil || j.Schedule == nil || *j.Schedule != "digest" {
+		t.Fatalf("trigger: %+v %v", j, err)
+	}
+	if s, err := c.ResumeSchedule(ctx, "acme", "digest"); err != nil || s.Paused || *s.LastJobID != j.ID {
+		t.Fatalf("resume: %+v %v", s, err)
+	}
+	if list, err := c.Schedules(ctx, "acme"); err != nil || len(list) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if err := c.DeleteSchedule(ctx, "acme", "digest"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Schedule(ctx, "acme", "digest"); !errors.Is(err, schedule.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
 	}
 }

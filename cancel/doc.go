@@ -8,12 +8,16 @@
 //	Flags.Request ──1──▶ Redis   SET <flag> <now> PX ttl   (the truth)
 //	              ──2──▶ NATS    publish id                (the accelerator)
 //
-// Watcher.Run listens on NATS and reads the flags of every watched id from
-// Redis every Poll, all in one pipelined round trip:
+// Watcher.Run reads the flags of every watched id from Redis every Poll, all
+// in one pipelined round trip, and reads the flag of an id at once when a
+// NATS message names it:
 //
-//	NATS message for id ─┐
-//	                     ├──▶ every context watching id: cancel(ErrRequested)
-//	flag of id found set ┘
+//	NATS message for id ──▶ read flag of id ─┐
+//	                                         ├──▶ set: every context watching
+//	poll ──▶ read flags of all watched ids ──┘     id: cancel(ErrRequested)
+//
+// A message alone cancels nothing: anyone who can publish on the subject
+// could send one, and only the flag says a cancel was requested.
 //
 // The flag is written before the message is sent, so whenever a message
 // could have been lost (the watcher was reconnecting, NATS was down, the
@@ -26,7 +30,8 @@
 // # Guarantees
 //
 //   - A Request that returned nil is seen by every Watcher watching id while
-//     the flag lives: by message, normally within milliseconds; by poll, within
+//     the flag lives: by message, normally within a millisecond or two (one
+//     Redis read after the message); by poll, within
 //     Poll (default 2s), when NATS is down or the message was lost.
 //   - After a NATS outage the Watcher reads every watched flag as soon as its
 //     connection is back, since messages sent meanwhile are gone.
@@ -37,8 +42,8 @@
 //     is promised that cannot be kept. Stopping work whose owner is cut off
 //     from Redis is self-fencing's job, in the lease keeper.
 //   - A Redis failover with asynchronous replication can lose a flag written
-//     just before it, like any other write; the message, if delivered, has
-//     cancelled the watchers that were listening by then.
+//     just before it, like any other write; then the request is lost,
+//     message or not.
 //
 // # The flag's TTL is a cache lifetime
 //

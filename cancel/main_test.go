@@ -55,12 +55,7 @@ func (e env) flags(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn) *canc
 // the test ends, that Run returned nil.
 func (e env) watcher(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn, poll time.Duration) *cancel.Watcher {
 	t.Helper()
-	return e.watcherWithPrefix(t, rdb, nc, poll, e.prefix)
-}
-
-func (e env) watcherWithPrefix(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn, poll time.Duration, prefix string) *cancel.Watcher {
-	t.Helper()
-	w, err := cancel.NewWatcher(rdb, nc, cancel.WatcherConfig{Prefix: prefix, Subject: e.subject, Poll: poll, Logger: e.log})
+	w, err := cancel.NewWatcher(rdb, nc, cancel.WatcherConfig{Prefix: e.prefix, Subject: e.subject, Poll: poll, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,19 +71,25 @@ func (e env) watcherWithPrefix(t testing.TB, rdb redis.UniversalClient, nc *nats
 	return w
 }
 
-// subscribed returns once w's subscription is live on the server: it
-// publishes a bare message (no flag behind it, so only NATS can deliver it)
-// for a watched probe id until the probe is cancelled.
-func (e env) subscribed(t testing.TB, w *cancel.Watcher, nc *nats.Conn) {
+// subscribed returns once some client subscribed to e's subject on srv,
+// so that a request published from then on reaches the watcher.
+func (e env) subscribed(t testing.TB, srv *testenv.NATSServer) {
 	t.Helper()
+	testenv.Eventually(t, 5*time.Second, func() bool { return srv.Interest(e.subject) },
+		"watcher never subscribed")
+}
+
+// fresh returns once Run has read the flags of every id watched before the
+// call: it watches a probe whose flag is set and waits for its cancel, which
+// comes in the same read as theirs or after it.
+func (e env) fresh(t testing.TB, f *cancel.Flags, w *cancel.Watcher) {
+	t.Helper()
+	if err := f.Request(t.Context(), "probe", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := w.Watch(context.Background(), "probe")
 	defer stop()
-	testenv.Eventually(t, 5*time.Second, func() bool {
-		if err := nc.Publish(e.subject, []byte("probe")); err != nil {
-			t.Fatal(err)
-		}
-		return ctx.Err() != nil
-	}, "watcher never received a NATS message")
+	cancelled(t, ctx, 5*time.Second, "probe")
 }
 
 // disconnected waits until every nc has noticed that its server is gone.

@@ -55,7 +55,8 @@ type Watcher struct {
 	log     *slog.Logger
 	fired   func(id, via string)
 
-	// wake tells Run that fresh has ids to check; one pending signal is enough.
+	// wake tells Run that fresh or told has ids to check; one pending
+	// signal is enough.
 	wake chan struct{}
 
 	mu sync.Mutex
@@ -64,6 +65,11 @@ type Watcher struct {
 	// stop or the next poll (see watched).
 	watches map[string][]*watch
 	fresh   map[string]struct{} // watched ids whose flag Run has not read yet
+	// told are watched ids a NATS message named since Run last read their
+	// flags. A message only hastens that read: anyone who can publish on
+	// the subject could send one, and only the flag in Redis says a cancel
+	// was requested.
+	told map[string]struct{}
 }
 
 type watch struct {
@@ -95,6 +101,7 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		wake:    make(chan struct{}, 1),
 		watches: make(map[string][]*watch),
 		fresh:   make(map[string]struct{}),
+		told:    make(map[string]struct{}),
 	}, nil
 }
 
@@ -108,7 +115,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// Registered before subscribing, so no reconnect can slip between.
 		connected = w.nc.StatusChanged(nats.CONNECTED)
 		defer w.nc.RemoveStatusListener(connected)
-		sub, err := w.nc.Subscribe(w.subject, func(m *nats.Msg) { w.fire(string(m.Data), "nats") })
+		sub, err := w.nc.Subscribe(w.subject, func(m *nats.Msg) { w.tell(string(m.Data)) })
 		if err != nil {
 			return fmt.Errorf("cancel: subscribe %q: %w", w.subject, err)
 		}
@@ -120,7 +127,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.settle(ctx)
 	}
 	// Ids watched before Run started may have been requested already.
-	w.check(ctx, w.watched())
+	w.check(ctx, w.watched(), "flag")
 
 	tick := time.NewTicker(w.poll)
 	defer tick.Stop()
@@ -129,16 +136,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			w.check(ctx, w.watched())
+			w.check(ctx, w.watched(), "flag")
 		case <-w.wake:
 			// A request made before its id was watched sent its message to
 			// nobody; read the flags of new ids now rather than a Poll later.
-			w.check(ctx, w.takeFresh())
+			fresh, told := w.take()
+			w.check(ctx, fresh, "flag")
+			w.check(ctx, told, "nats")
 		case <-connected:
 			// Messages published while the connection was down are lost;
 			// their flags are not.
 			w.settle(ctx)
-			w.check(ctx, w.watched())
+			w.check(ctx, w.watched(), "flag")
 		}
 	}
 }
@@ -154,8 +163,8 @@ func (w *Watcher) settle(ctx context.Context) {
 }
 
 // Watch returns a context that is cancelled with cause ErrRequested once
-// cancellation of id is requested, whether a NATS message says so or the
-// flag is found set. The returned func (call it stop) unregisters id and
+// the flag of id is found set: read at every poll, and at once when a NATS
+// message names id (the message alone cancels nothing). The returned func (call it stop) unregisters id and
 // cancels the context with cause context.Canceled; calling it again does
 // nothing. As with context.WithCancel, call stop when the work is done. Watch
 // never touches Redis: an id whose flag was set before Watch is caught by Run
@@ -170,13 +179,33 @@ func (w *Watcher) Watch(parent context.Context, id string) (context.Context, con
 	w.watches[id] = append(w.watches[id], wt)
 	w.fresh[id] = struct{}{}
 	w.mu.Unlock()
+	w.signal()
+	return ctx, func() {
+		w.unregister(id, wt)
+		cancel(nil)
+	}
+}
+
+// signal wakes Run without blocking.
+func (w *Watcher) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	return ctx, func() {
-		w.unregister(id, wt)
-		cancel(nil)
+}
+
+// tell notes that a NATS message named id, so Run reads its flag now. Ids
+// nobody watches are dropped: a flood of messages costs at most one read per
+// watched id and wake.
+func (w *Watcher) tell(id string) {
+	w.mu.Lock()
+	_, ok := w.watches[id]
+	if ok {
+		w.told[id] = struct{}{}
+	}
+	w.mu.Unlock()
+	if ok {
+		w.signal()
 	}
 }
 
@@ -196,6 +225,7 @@ func (w *Watcher) keep(id string, list []*watch) {
 	}
 	delete(w.watches, id)
 	delete(w.fresh, id)
+	delete(w.told, id)
 }
 
 // fire cancels every watch of id with ErrRequested and unregisters them.
@@ -204,6 +234,7 @@ func (w *Watcher) fire(id, via string) {
 	list := live(w.watches[id])
 	delete(w.watches, id)
 	delete(w.fresh, id)
+	delete(w.told, id)
 	w.mu.Unlock()
 	if len(list) > 0 && w.fired != nil {
 		w.fired(id, via)
@@ -222,6 +253,7 @@ func (w *Watcher) watched() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	clear(w.fresh) // about to read them all
+	clear(w.told)
 	for id, list := range w.watches {
 		w.keep(id, live(list))
 	}
@@ -234,17 +266,26 @@ func live(list []*watch) []*watch {
 	return slices.DeleteFunc(list, func(wt *watch) bool { return wt.ctx.Err() != nil })
 }
 
-func (w *Watcher) takeFresh() []string {
+// take returns the fresh ids and the told ones that are not fresh too, and
+// forgets both.
+func (w *Watcher) take() (fresh, told []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ids := slices.Collect(maps.Keys(w.fresh))
+	fresh = slices.Collect(maps.Keys(w.fresh))
+	for id := range w.told {
+		if _, ok := w.fresh[id]; !ok {
+			told = append(told, id)
+		}
+	}
 	clear(w.fresh)
-	return ids
+	clear(w.told)
+	return fresh, told
 }
 
 // check reads the flags of ids in one pipelined round trip and fires those
-// that are set. Reads that fail are logged and retried at the next poll.
-func (w *Watcher) check(ctx context.Context, ids []string) {
+// that are set, saying via which path told. Reads that fail are logged and
+// retried at the next poll.
+func (w *Watcher) check(ctx context.Context, ids []string, via string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -261,7 +302,7 @@ func (w *Watcher) check(ctx context.Context, ids []string) {
 	// On a cluster some nodes may have answered when others did not.
 	for i, cmd := range cmds {
 		if cmd.Err() == nil && cmd.Val() == 1 {
-			w.fire(ids[i], "flag")
+			w.fire(ids[i], via)
 		}
 	}
 }

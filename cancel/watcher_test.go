@@ -19,13 +19,14 @@ func TestWatchIsCancelledOverNATS(t *testing.T) {
 	rdb := testenv.Redis(t).Client(t)
 	wnc := testenv.NATS(t).Conn(t)
 	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
-	// Polls once an hour, under a prefix no request is written to: only the
-	// NATS message can cancel.
-	w := e.watcherWithPrefix(t, rdb, wnc, time.Hour, e.prefix+"elsewhere:")
-	e.subscribed(t, w, wnc)
+	// Polls once an hour, and the read of fresh ids is over before the
+	// request: only the read the NATS message prompts can cancel.
+	w := e.watcher(t, rdb, wnc, time.Hour)
+	e.subscribed(t, testenv.NATS(t))
 
 	ctx, stop := w.Watch(context.Background(), "job-1")
 	defer stop()
+	e.fresh(t, f, w)
 	start := time.Now()
 	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
 		t.Fatal(err)
@@ -34,6 +35,41 @@ func TestWatchIsCancelledOverNATS(t *testing.T) {
 	// proves which path delivered.
 	cancelled(t, ctx, 5*time.Second, "job-1")
 	t.Logf("request to cancelled context over NATS: %v", time.Since(start))
+}
+
+// A NATS message is not a cancel request: anyone who can publish on the
+// subject could send one. Only the flag in Redis cancels.
+func TestForgedMessageCancelsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	wnc, pnc := testenv.NATS(t).Conn(t), testenv.NATS(t).Conn(t)
+	f := e.flags(t, rdb, pnc)
+	w := e.watcher(t, rdb, wnc, time.Hour)
+	e.subscribed(t, testenv.NATS(t))
+
+	forged, stopForged := w.Watch(context.Background(), "job-1")
+	defer stopForged()
+	real, stopReal := w.Watch(context.Background(), "job-2")
+	defer stopReal()
+	e.fresh(t, f, w)
+	if err := pnc.Publish(e.subject, []byte("job-1")); err != nil {
+		t.Fatal(err)
+	}
+	// Published after the forgery on the same connection, so delivered
+	// after it: once job-2 is cancelled, job-1's message was acted on.
+	if err := f.Request(t.Context(), "job-2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cancelled(t, real, 5*time.Second, "job-2")
+	if forged.Err() != nil {
+		t.Fatalf("a NATS message with no flag behind it cancelled job-1: %v", context.Cause(forged))
+	}
+	// The real request still gets through.
+	if err := f.Request(t.Context(), "job-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cancelled(t, forged, 5*time.Second, "job-1")
 }
 
 func TestWatchIsCancelledByFlagWhenNATSIsDown(t *testing.T) {
@@ -67,7 +103,8 @@ func TestMessageLostInAnOutageIsNotNeeded(t *testing.T) {
 	w := e.watcher(t, rdb, wnc, time.Hour)
 	ctx, stop := w.Watch(context.Background(), "job-1")
 	defer stop()
-	e.subscribed(t, w, wnc)
+	e.subscribed(t, srv)
+	e.fresh(t, f, w)
 
 	srv.Stop(t)
 	disconnected(t, wnc, rnc)
@@ -212,7 +249,7 @@ func TestWatchConcurrently(t *testing.T) {
 	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
 	wnc := testenv.NATS(t).Conn(t)
 	w := e.watcher(t, rdb, wnc, 10*time.Millisecond)
-	e.subscribed(t, w, wnc)
+	e.subscribed(t, testenv.NATS(t))
 
 	const n = 200
 	id := func(i int) string { return "job-" + strconv.Itoa(i) }

@@ -11,7 +11,9 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,7 +23,14 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
+
+// TestMain gives TestScalerMetricsExist a redis-server and NATS to run a
+// real worker on.
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 // doc is one parsed YAML document.
 type doc struct {
@@ -500,15 +509,12 @@ func TestK8sReferences(t *testing.T) {
 					find(t, docs, "ConfigMap", name)
 				}
 			}
+			// Secrets are created out of band (TestNoKeyShips): a reference
+			// names the one Secret config.yaml tells the operator to create.
 			for _, e := range list(get(c, "env")) {
 				ref := get(e, "valueFrom", "secretKeyRef")
-				if ref == nil {
-					continue
-				}
-				s := find(t, docs, "Secret", str(get(ref, "name")))
-				key := str(get(ref, "key"))
-				if get(s.m, "stringData", key) == nil && get(s.m, "data", key) == nil {
-					t.Errorf("%s: Secret %s has no key %s", d.file, s.name(), key)
+				if ref != nil && str(get(ref, "name")) != "leasehold-secrets" {
+					t.Errorf("%s: env %s refers to Secret %q, want leasehold-secrets", d.file, str(get(e, "name")), str(get(ref, "name")))
 				}
 			}
 		}
@@ -533,6 +539,82 @@ func TestK8sReferences(t *testing.T) {
 	for _, want := range []string{"leasehold-api", "leasehold-worker"} {
 		if !slices.Contains(pdbs, want) {
 			t.Errorf("no PodDisruptionBudget for %s", want)
+		}
+	}
+}
+
+// TestComposePortsOnLoopback: Compose publishes no port on every host
+// interface. Redis, NATS and Jaeger there have no password, so a port on
+// 0.0.0.0 would hand the job store to anyone who can reach the host.
+func TestComposePortsOnLoopback(t *testing.T) {
+	published := 0
+	for name, svc := range get(compose(t), "services").(map[string]any) {
+		for _, p := range list(get(svc, "ports")) {
+			published++
+			host := str(get(p, "host_ip")) // the long syntax
+			if s, ok := p.(string); ok {
+				// The short syntax: [host_ip:]host_port:container_port[/proto].
+				if parts := strings.Split(s, ":"); len(parts) == 3 {
+					host = parts[0]
+				}
+			}
+			if host != "127.0.0.1" && host != "[::1]" && host != "::1" {
+				t.Errorf("compose.yaml: service %s publishes %v on every interface, want 127.0.0.1:...", name, p)
+			}
+		}
+	}
+	for _, name := range []string{"redis", "nats"} {
+		if get(compose(t), "services", name, "network_mode") == "host" {
+			t.Errorf("compose.yaml: %s on the host's network", name)
+		}
+	}
+	if published == 0 {
+		t.Error("compose.yaml publishes no port at all; has its format changed?")
+	}
+}
+
+// placeholderKey finds what reads as an example key in a deployment file.
+var placeholderKey = regexp.MustCompile(`(?i)replace[-_]?me|change[-_]?me|example[-_]?(admin[-_]?)?key`)
+
+// TestNoKeyShips: the deployment files give no API key the API would start
+// with. Compose requires LEASEHOLD_API_KEYS from the shell or deploy/.env
+// (no fallback); Kubernetes reads it from a Secret these files do not
+// define, and the API pods do not start without it.
+func TestNoKeyShips(t *testing.T) {
+	api := composeEnv(get(compose(t), "services", "api"))
+	if v := api["LEASEHOLD_API_KEYS"]; !strings.HasPrefix(v, "${LEASEHOLD_API_KEYS:?") {
+		t.Errorf("compose.yaml: LEASEHOLD_API_KEYS is %q, want ${LEASEHOLD_API_KEYS:?...}: required, with no fallback", v)
+	}
+	docs := k8sDocs(t)
+	for _, d := range docs {
+		if d.kind() == "Secret" {
+			t.Errorf("%s: Secret %s ships with the manifests; create it out of band", d.file, d.name())
+		}
+		data, _ := get(d.m, "data").(map[string]any)
+		for k := range data {
+			if d.kind() == "ConfigMap" && strings.Contains(k, "KEY") {
+				t.Errorf("%s: ConfigMap %s holds %s", d.file, d.name(), k)
+			}
+		}
+	}
+	c := list(get(find(t, docs, "Deployment", "leasehold-api").m, "spec", "template", "spec", "containers"))[0]
+	from := false
+	for _, e := range list(get(c, "env")) {
+		if str(get(e, "name")) == "LEASEHOLD_API_KEYS" {
+			ref := get(e, "valueFrom", "secretKeyRef")
+			from = ref != nil && get(ref, "optional") != true && get(e, "value") == nil
+		}
+	}
+	if !from {
+		t.Error("api.yaml: LEASEHOLD_API_KEYS does not come from a required secretKeyRef")
+	}
+	for _, f := range yamlFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := placeholderKey.Find(b); m != nil {
+			t.Errorf("%s: %q reads as a placeholder key", f, m)
 		}
 	}
 }
@@ -596,5 +678,92 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !copied {
 		t.Error("Dockerfile: final stage does not copy api and worker to /usr/local/bin/")
+	}
+}
+
+var metricName = regexp.MustCompile(`leasehold_[a-z0-9_]+`)
+
+// scalerMetrics is every Leasehold metric an autoscaler in deploy/k8s reads:
+// the HPA's external and pods metrics and the ScaledObject's Prometheus
+// queries.
+func scalerMetrics(t *testing.T, docs []doc) map[string]string {
+	t.Helper()
+	names := map[string]string{} // name -> where it is read
+	hpa := find(t, docs, "HorizontalPodAutoscaler", "leasehold-worker")
+	for _, m := range list(get(hpa.m, "spec", "metrics")) {
+		if str(get(m, "type")) == "Resource" {
+			t.Errorf("hpa.yaml: scales on the resource %s; LLM workers idle on CPU while they wait", str(get(m, "resource", "name")))
+		}
+		for _, kind := range []string{"external", "pods"} {
+			if n := str(get(m, kind, "metric", "name")); n != "" {
+				names[n] = "hpa.yaml " + kind
+			}
+		}
+	}
+	so := find(t, docs, "ScaledObject", "leasehold-worker")
+	find(t, docs, str(get(so.m, "spec", "scaleTargetRef", "kind")), str(get(so.m, "spec", "scaleTargetRef", "name")))
+	for _, tr := range list(get(so.m, "spec", "triggers")) {
+		if str(get(tr, "type")) != "prometheus" {
+			t.Errorf("%s: trigger %s is not a prometheus scaler", so.file, str(get(tr, "name")))
+		}
+		for _, n := range metricName.FindAllString(str(get(tr, "metadata", "query")), -1) {
+			names[n] = so.file + " trigger " + str(get(tr, "name"))
+		}
+	}
+	if len(names) < 2 {
+		t.Fatalf("the autoscalers read %v; want the queue depth and the workers' utilization", names)
+	}
+	return names
+}
+
+// TestScalerMetricsExist runs a real worker and reads its /metrics: every
+// metric the HPA and the ScaledObject scale on must be in it, under the
+// name Prometheus gives it, or the autoscaler silently never scales.
+func TestScalerMetricsExist(t *testing.T) {
+	names := scalerMetrics(t, k8sDocs(t))
+
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leasehold/leasehold/cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(filepath.Join(bin, "worker"))
+	cmd.Env = append(os.Environ(), "LEASEHOLD_REDIS_URL=redis://"+testenv.Redis(t).Addr()+"/0",
+		"LEASEHOLD_NATS_URL="+testenv.NATS(t).URL(), "LEASEHOLD_PREFIX="+testenv.Prefix(t), "LEASEHOLD_METRICS_ADDR="+addr)
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	var body string
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(body, "leasehold_queue_depth")
+	}, "the worker's /metrics never showed leasehold_queue_depth\n%s", out)
+	exported := map[string]bool{}
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, "#") {
+			exported[strings.TrimRight(strings.SplitN(strings.SplitN(line, "{", 2)[0], " ", 2)[0], "\n")] = true
+		}
+	}
+	for name, where := range names {
+		if !exported[name] {
+			t.Errorf("%s reads %s, which the worker's /metrics does not export", where, name)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -67,6 +68,19 @@ func BenchmarkThroughput(b *testing.B) {
 	benchEach(b, "concurrency", []int{10, 50, 200}, func(concurrency int) benchRun {
 		return benchRun{jobs: 20_000, concurrency: concurrency}
 	})
+}
+
+// BenchmarkThroughputReplicated is BenchmarkThroughput on a Redis with one
+// replica, the worker's claims waiting for it (MIN_REPLICAS=1) or not (0):
+// what WAIT costs a claim.
+func BenchmarkThroughputReplicated(b *testing.B) {
+	for _, n := range []int{0, 1} {
+		b.Run(fmt.Sprintf("min_replicas=%d", n), func(b *testing.B) {
+			benchEach(b, "concurrency", []int{10, 50, 200}, func(concurrency int) benchRun {
+				return benchRun{jobs: 20_000, concurrency: concurrency, replica: true, minReplicas: n}
+			})
+		})
+	}
 }
 
 // BenchmarkWorkerWithNATS is BenchmarkThroughput with the worker on NATS,
@@ -157,8 +171,12 @@ type benchRun struct {
 	jobs, concurrency, backlog int
 	queues                     int
 	nats, cluster, spread      bool
-	submission                 func(i int) job.Submission
-	limits                     map[string]int
+	// replica: the Redis has one; minReplicas: the worker's claims wait
+	// for this many replicas (LEASEHOLD_REDIS_MIN_REPLICAS).
+	replica     bool
+	minReplicas int
+	submission  func(i int) job.Submission
+	limits      map[string]int
 }
 
 // submitAll submits n jobs, sub(i) for i in [0, n), 32 at a time.
@@ -181,8 +199,9 @@ func submitAll(b *testing.B, store *job.Store, n int, sub func(i int) job.Submis
 // benchRedis is the Redis of one run: one redis-server, or the masters of
 // a Cluster.
 type benchRedis struct {
-	addrs   []string
-	cluster bool
+	addrs       []string
+	cluster     bool
+	minReplicas int // the workers' clients wait for this many replicas
 }
 
 // client returns a new client of r with a pool of size connections (0:
@@ -195,6 +214,9 @@ func (r benchRedis) client(b *testing.B, size int) redis.UniversalClient {
 	var c redis.UniversalClient = redis.NewClient(&redis.Options{Addr: r.addrs[0], PoolSize: size, MaintNotificationsConfig: off})
 	if r.cluster {
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, PoolSize: size, MaintNotificationsConfig: off})
+	}
+	if err := replicas.Require(c, r.minReplicas, time.Second); err != nil {
+		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
@@ -213,12 +235,16 @@ func (r benchRedis) masters(b *testing.B) []redis.UniversalClient {
 // what earlier runs left behind (their memory, an AOF rewrite of it) is not
 // measured, and returns it with a client, a key prefix and a job store on
 // it.
-func freshStore(b *testing.B, cluster bool) (benchRedis, redis.UniversalClient, string, *job.Store) {
+func freshStore(b *testing.B, cluster, replica bool) (benchRedis, redis.UniversalClient, string, *job.Store) {
 	r := benchRedis{cluster: cluster}
 	if cluster {
 		r.addrs = testenv.StartCluster(b).Addrs() // AOF fsync every second: Redis's default
 	} else {
-		r.addrs = []string{testenv.StartRedis(b, "--appendfsync", "everysec").Addr()}
+		srv := testenv.StartRedis(b, "--appendfsync", "everysec")
+		r.addrs = []string{srv.Addr()}
+		if replica {
+			testenv.StartReplica(b, srv)
+		}
 	}
 	rdb, prefix := r.client(b, 0), testenv.Prefix(b)
 	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
@@ -313,7 +339,7 @@ func sumOver(masters []redis.UniversalClient, f func(redis.UniversalClient) int6
 func benchThroughput(b *testing.B, run benchRun) {
 	b.StopTimer()
 	jobs, concurrency := run.jobs, run.concurrency
-	r, rdb, prefix, store := freshStore(b, run.cluster)
+	r, rdb, prefix, store := freshStore(b, run.cluster, run.replica)
 	queues := queueNames(b, run, rdb, prefix, r.addrs)
 	masters := r.masters(b)
 	for k, n := range run.limits {
@@ -340,6 +366,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 	}
 
 	trips := &tripCounter{}
+	r.minReplicas = run.minReplicas
 	wrdb := r.client(b, 64)
 	wrdb.AddHook(trips)
 	var done atomic.Int64
@@ -470,7 +497,7 @@ func BenchmarkThroughputFloor(b *testing.B) {
 	const jobs, batch = 20_000, 70
 	for range b.N {
 		b.StopTimer()
-		_, rdb, prefix, store := freshStore(b, false)
+		_, rdb, prefix, store := freshStore(b, false, false)
 		submitAll(b, store, jobs, func(int) job.Submission { return job.Submission{Kind: "noop"} })
 		rewriteAOF(b, rdb)
 		ks, q := keys.New(prefix), job.DefaultQueue

@@ -18,7 +18,8 @@ import (
 
 // claimLog records the fencing token each job's execution got. Tokens are
 // issued by one counter per queue, in claim order, so they say how many
-// claims came before a job's.
+// claims came before a job's (once the counter is set above the clock:
+// countFrom).
 type claimLog struct {
 	mu     sync.Mutex
 	tokens map[string]fencing.Token
@@ -101,9 +102,10 @@ func TestSmallTenantIsNotStarvedByAFlood(t *testing.T) {
 	f.startWorker(t, execution.Config{Concurrency: concurrency, LeaseTTL: fairLease},
 		map[string]execution.Handler{"noop": log.handler})
 	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	from := f.countFrom(t, fence)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		n, _ := f.rdb.Get(t.Context(), fence).Int64()
-		return n >= 500
+		return n-from >= 500
 	}, "the flood never got going")
 
 	before, err := f.rdb.Get(t.Context(), fence).Int64()
@@ -140,9 +142,10 @@ func TestPriorityDoesNotPassOtherTenants(t *testing.T) {
 			return nil, nil
 		}})
 	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	from := f.countFrom(t, fence)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		n, _ := f.rdb.Get(t.Context(), fence).Int64()
-		return n >= 50
+		return n-from >= 50
 	}, "the flood never got going")
 
 	before, err := f.rdb.Get(t.Context(), fence).Int64()
@@ -202,9 +205,10 @@ func TestALateLaneTakesTurnsWithTheWaitingOnes(t *testing.T) {
 	log := &claimLog{tokens: map[string]fencing.Token{}}
 	f.startWorker(t, execution.Config{Concurrency: 8, LeaseTTL: fairLease}, map[string]execution.Handler{"noop": log.handler})
 	fence := keys.New(f.prefix).QueueFence(job.DefaultQueue)
+	from := f.countFrom(t, fence)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		n, _ := f.rdb.Get(t.Context(), fence).Int64()
-		return n >= 1000
+		return n-from >= 1000
 	}, "the early lane never got going")
 
 	before, err := f.rdb.Get(t.Context(), fence).Int64()

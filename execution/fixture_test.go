@@ -176,6 +176,19 @@ func (f *fixture) cancelJob(t *testing.T, id string) job.Job {
 	return j
 }
 
+// countFrom sets the fence counter at key above the Redis clock and returns
+// its value: tokens are floored by the clock in µs (fence.lua), and a
+// counter above it (2^52 > TIME in µs until the year 2112) counts the
+// tokens it issues one by one again, for tests that count claims or grants.
+func (f *fixture) countFrom(t *testing.T, key string) int64 {
+	t.Helper()
+	const above = int64(1) << 52
+	if err := f.rdb.Set(t.Context(), key, above, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return above
+}
+
 // echo returns its input.
 func echo(_ context.Context, e *execution.Execution) (any, error) { return e.Input, nil }
 

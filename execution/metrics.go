@@ -35,7 +35,9 @@ var (
 //
 //	leasehold_queue_depth{queue}                                gauge: ready jobs, read from Redis at each collection
 //	leasehold_queue_oldest_age_seconds{queue}                   gauge: how long the job the next claim takes has been ready
+//	leasehold_queue_key_waiting{queue, key}                     gauge: ready jobs of the queue naming concurrency key key
 //	leasehold_worker_executions_in_flight{key}                  gauge: this worker's running executions holding concurrency key key
+//	leasehold_worker_utilization_ratio                          gauge: this worker's running executions / its Concurrency
 //	leasehold_worker_claim_duration_seconds{queue}              histogram: one claim (peek + claim scripts), empty ones included
 //	leasehold_worker_heartbeat_lag_seconds{queue}               histogram: age of a lease when a renewal of it succeeds
 //	leasehold_worker_cancel_observe_duration_seconds{path}      histogram: cancel request -> the handler's context cancelled
@@ -127,14 +129,18 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Executions' ends settled in the budget of a key that has one, by outcome: ok (the upstream served it), pushback (it refused for capacity), other, failed (the settlement was not written)."))
 	in.tokens, errs[12] = m.Int64Counter("leasehold.worker.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens settled in a key's tpm budget: reserved (the executions' estimates) and spent (their actual usage, where reported)."))
-	var depth, inFlight metric.Int64ObservableGauge
-	var age metric.Float64ObservableGauge
+	var depth, keyWaiting, inFlight metric.Int64ObservableGauge
+	var age, utilization metric.Float64ObservableGauge
 	depth, errs[7] = m.Int64ObservableGauge("leasehold.queue.depth", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
 	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
 		metric.WithDescription("How long the job the next claim takes (the first of the lane whose turn comes first) has been ready."))
+	keyWaiting, errs[11] = m.Int64ObservableGauge("leasehold.queue.key.waiting", metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs ready to run in the queue that name the concurrency key (every job names its tenant:<t> key), read from the same counts as the depth."))
 	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
 		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
+	utilization, errs[12] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
+		metric.WithDescription("This worker's running executions over its concurrency: the autoscaler's measure of busy workers, whose CPU stays idle while they wait on upstreams."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -142,10 +148,13 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		w.observeKeys(func(key string, n int64) {
 			o.ObserveInt64(inFlight, n, metric.WithAttributes(attribute.String("key", key)))
 		})
-
+		w.mu.Lock()
+		busy := len(w.running)
+		w.mu.Unlock()
+		o.ObserveFloat64(utilization, float64(busy)/float64(w.cfg.Concurrency))
 		var errs []error
 		for _, q := range w.queues {
-			ready, oldest, err := q.depth(ctx)
+			ready, oldest, byKey, err := q.depth(ctx)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -153,21 +162,25 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 			attrs := metric.WithAttributes(attribute.String("queue", q.name))
 			o.ObserveInt64(depth, ready, attrs)
 			o.ObserveFloat64(age, oldest.Seconds(), attrs)
+			for key, n := range byKey {
+				o.ObserveInt64(keyWaiting, n, metric.WithAttributes(attribute.String("queue", q.name), attribute.String("key", key)))
+			}
 		}
 		return errors.Join(errs...)
-	}, depth, age, inFlight)
+	}, depth, age, keyWaiting, inFlight, utilization)
 	return in, err
 }
 
 // depth reads how many jobs are ready (the sum of the lanes' counts in the
-// fair hash, see internal/scripts/fair.lua) and how long the first job of
+// fair hash, see internal/scripts/fair.lua), how many of them name each
+// concurrency key (a lane is one set of keys), and how long the first job of
 // the lane at the head of the ready set, the job the next claim takes, has
 // been ready, in three round trips whatever the queue's size. A ready
 // job's newest event is
 // the "queued" one that made it ready (nothing else writes to a job that
 // does not run), and its stream id is that moment on Redis's clock; the
 // age is taken on Redis's clock too. A delayed job counts from its submit.
-func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, err error) {
+func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, byKey map[string]int64, err error) {
 	ctx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
 	var fair *redis.MapStringStringCmd
@@ -177,17 +190,23 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, e
 		head = p.ZRange(ctx, q.keys.QueueReady(q.name), 0, 0)
 		return nil
 	}); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
-	for _, n := range scripts.LaneCounts(fair.Val()) {
+	byKey = map[string]int64{}
+	for lane, n := range scripts.LaneCounts(fair.Val()) {
 		ready += n
+		var keys []string
+		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
+		for _, k := range keys {
+			byKey[k] += n
+		}
 	}
 	if len(head.Val()) == 0 {
-		return ready, 0, nil
+		return ready, 0, byKey, nil
 	}
 	first, err := q.rdb.ZRange(ctx, q.keys.QueueLane(q.name, head.Val()[0]), 0, 0).Result()
 	if err != nil || len(first) == 0 {
-		return ready, 0, err // the lane emptied meanwhile
+		return ready, 0, byKey, err // the lane emptied meanwhile
 	}
 	var last *redis.XMessageSliceCmd
 	var now *redis.TimeCmd
@@ -196,17 +215,17 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, e
 		now = p.Time(ctx)
 		return nil
 	}); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	if len(last.Val()) == 0 {
-		return ready, 0, nil // the job ended and its events expired meanwhile
+		return ready, 0, byKey, nil // the job ended and its events expired meanwhile
 	}
 	ms, _, _ := strings.Cut(last.Val()[0].ID, "-")
 	at, err := strconv.ParseInt(ms, 10, 64)
 	if err != nil {
-		return ready, 0, nil // stream ids are always <ms>-<seq>
+		return ready, 0, byKey, nil // stream ids are always <ms>-<seq>
 	}
-	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), nil
+	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), byKey, nil
 }
 
 // observeKeys counts the running executions per concurrency key.

@@ -125,6 +125,10 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 			if n := gaugeValue(t, collect(t, reader), "leasehold.worker.executions.in_flight", attribute.String("key", "model:m")); n != 1 {
 				t.Fatalf("in flight on model:m = %v, want 1", n)
 			}
+			// The one running execution of the default 32.
+			if u := gaugeValue(t, collect(t, reader), "leasehold.worker.utilization"); u != 1.0/32 {
+				t.Fatalf("utilization %v, want 1/32", u)
+			}
 		}
 		if err := f.flags.Request(t.Context(), j.ID, time.Hour); err != nil {
 			t.Fatal(err)
@@ -170,7 +174,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	}, "the stale finish was never counted as refused")
 
 	// Handed off at shutdown: it is ready again, at the head of the queue.
-	handed := f.submit(t, job.Submission{Kind: "block"})
+	handed := f.submit(t, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:h"}})
 	waitStarted(handed.ID)
 	stopWorker()
 	if j := f.get(t, handed.ID); j.State != job.StateQueued || j.Attempt != 0 {
@@ -198,6 +202,9 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	}
 	if n := gaugeValue(t, end, "leasehold.queue.depth", queue); n != 1 {
 		t.Errorf("queue depth %v, want 1 (the handed-off job)", n)
+	}
+	if n := gaugeValue(t, end, "leasehold.queue.key.waiting", queue, attribute.String("key", "model:h")); n != 1 {
+		t.Errorf("jobs waiting on model:h %v, want 1 (the handed-off job)", n)
 	}
 	// The handed-off job has waited since the hand-off: its age, read at
 	// each collection, grows past 0 (Redis's clock is in ms).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -21,7 +22,7 @@ import (
 
 var (
 	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua")
+	claimScript     = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua")
 	heartbeatScript = scripts.Load("execution_heartbeat.lua")
 	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua")
 	emitScript      = scripts.Load("execution_emit.lua")
@@ -107,6 +108,9 @@ func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) 
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
+	// A claim's leases and slots are on LEASEHOLD_REDIS_MIN_REPLICAS
+	// replicas before its handlers start: each round trip carries its WAIT.
+	ctx = replicas.Ack(ctx)
 	fixed := q.fixedKeys()
 	// While keys are full, look at more lanes, so the lanes waiting for
 	// them do not hide the ones behind that can run. Otherwise want lanes
@@ -824,7 +828,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	held := map[string][]string{}
 	for _, e := range execs {
 		keys = append(keys, q.keys.Job(q.name, e.JobID))
-		args = append(args, e.JobID, e.token.String())
+		args = append(args, e.JobID, e.token.String(), e.ID)
 		for _, k := range e.keys {
 			held[k] = append(held[k], e.ID)
 		}
@@ -898,7 +902,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 			backoff = f.o.minBackoff // the script backs off when the upstream did not say
 		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
-			backoff.Milliseconds(), f.e.traceparent())
+			backoff.Milliseconds(), f.e.traceparent(), f.e.ID)
 	}
 	return b
 }
@@ -991,7 +995,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 
 func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {
 	id, err := emitScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.JobEvents(q.name, e.JobID)},
-		e.token.String(), typ, data, scripts.EventsMaxLen).Text()
+		e.token.String(), typ, data, scripts.EventsMaxLen, e.ID).Text()
 	if err != nil {
 		return fmt.Errorf("emit %s: %w", e.JobID, err)
 	}

@@ -19,7 +19,8 @@ import (
 // waits for a full key never holds a slot of a free one. Here job X needs
 // model:a (free, limit 1) and model:b (held by someone else): every claim
 // takes model:a's slot for X, then must give it back. Each grant counts in
-// model:a's fencing counter, so the test waits for ten of them, and checks
+// model:a's fencing counter (set above the clock: countFrom), so the test
+// waits for ten of them, and checks
 // all along that no slot of model:a goes unrenewed for a second (a slot
 // taken by a claim lives the lease TTL, 3 s, unless given back).
 //
@@ -44,10 +45,11 @@ func TestClaimsGiveBackSlotsTheyDoNotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = leases.Release(context.Background(), hog) })
+	ks := keys.New(f.prefix)
+	from := f.countFrom(t, ks.LeaseFence("model:a"))
 	x := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a", "model:b"}})
 	f.startWorker(t, execution.Config{LeaseTTL: ttl, Heartbeat: 200 * time.Millisecond}, map[string]execution.Handler{faultKind: block})
 
-	ks := keys.New(f.prefix)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		// Live slots of model:a that were taken or renewed more than stale ago.
 		old, err := f.rdb.Eval(t.Context(), `
@@ -61,8 +63,8 @@ func TestClaimsGiveBackSlotsTheyDoNotUse(t *testing.T) {
 		if len(old) > 0 {
 			t.Fatalf("slots %v of model:a held for more than %v by a job that waits for model:b", old, stale)
 		}
-		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int()
-		return grants >= 10
+		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int64()
+		return grants-from >= 10
 	}, "the worker did not try to claim X ten times")
 	if got := f.get(t, x.ID); got.State != job.StateQueued || got.Attempt != 0 {
 		t.Fatalf("X is %s at attempt %d, want queued at 0: a refused claim spends nothing", got.State, got.Attempt)
@@ -122,6 +124,8 @@ func TestEarlySlotsNoCandidateUsesAreGivenBack(t *testing.T) {
 	const ttl = 20 * time.Second
 	f := newFixture(t)
 	f.setLimit(t, "model:a", 3)
+	ks := keys.New(f.prefix)
+	from := f.countFrom(t, ks.LeaseFence("model:a"))
 	a := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
 	b := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
 	f.startWorker(t, execution.Config{LeaseTTL: ttl, Concurrency: 2}, map[string]execution.Handler{
@@ -134,10 +138,9 @@ func TestEarlySlotsNoCandidateUsesAreGivenBack(t *testing.T) {
 	f.waitState(t, b.ID, 10*time.Second, job.StateSucceeded)
 	running := f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
 
-	ks := keys.New(f.prefix)
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int()
-		return grants >= 3
+		grants, _ := f.rdb.Get(t.Context(), ks.LeaseFence("model:a")).Int64()
+		return grants-from >= 3
 	}, "no claim asked for model:a's slots after A's and B's")
 	testenv.Eventually(t, ttl/2, func() bool {
 		held, err := liveMembers(t.Context(), f.rdb, ks.LeaseSet("model:a"))
@@ -159,12 +162,14 @@ func TestEarlyAskStopsAtTheJobsALaneHas(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.setLimit(t, "model:a", 3)
+	fence := keys.New(f.prefix).LeaseFence("model:a")
+	from := f.countFrom(t, fence)
 	a := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:a"}})
 	f.startWorker(t, execution.Config{Concurrency: 4}, map[string]execution.Handler{faultKind: block})
 	f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
 	c := f.submit(t, job.Submission{Kind: faultKind, ConcurrencyKeys: []string{"model:c"}})
 	f.waitState(t, c.ID, 10*time.Second, job.StateRunning)
-	if grants, err := f.rdb.Get(t.Context(), keys.New(f.prefix).LeaseFence("model:a")).Int(); err != nil || grants != 1 {
-		t.Fatalf("model:a granted %d slots (%v), want 1: a claim asked for slots of a lane it had emptied", grants, err)
+	if n, err := f.rdb.Get(t.Context(), fence).Int64(); err != nil || n-from != 1 {
+		t.Fatalf("model:a granted %d slots (%v), want 1: a claim asked for slots of a lane it had emptied", n-from, err)
 	}
 }

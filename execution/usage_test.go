@@ -18,7 +18,8 @@ import (
 // claim, and the job's retry runs there: the tenant's usage counts two
 // executions started, one lost and one succeeded, each once: whether the
 // lost execution's worker counted its start (the claim's count of it adds
-// nothing) or not (the claim's count makes up for it).
+// nothing) or not (the claim's count makes up for it). The job, which no
+// API counted, is counted submitted once.
 func TestUsageCountsLostAndRetriedExecutions(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -95,7 +96,10 @@ func testUsageLost(t *testing.T, countsStart bool) {
 	if end := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed); end.State != job.StateSucceeded || end.Attempt != 2 {
 		t.Fatalf("job %s at attempt %d, want succeeded at 2", end.State, end.Attempt)
 	}
+	// The job was submitted past the API, which counts it: the claims
+	// count it once all the same, as they do when the API's count failed.
 	want := map[string]int64{
+		usage.JobsSubmitted:                1,
 		usage.ExecutionsStarted:            2,
 		usage.ExecutionsEnded("lost"):      1,
 		usage.ExecutionsEnded("succeeded"): 1,

@@ -492,6 +492,10 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		defer unwatch()
 	}
 	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
+	// The API counts a new job once it is created, and may fail to (its
+	// count timed out): every claim counts it again, with the job id as
+	// the event id, which adds nothing when the count was made.
+	w.usage.add(ctx, e.Tenant, usage.JobsSubmitted, e.JobID)
 
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
 	var o outcome

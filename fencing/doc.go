@@ -15,10 +15,13 @@
 // # Where tokens come from
 //
 // The lease package issues tokens, not this one: its acquire script
-// increments a counter kept per lease key (it never expires) in the same
+// advances a counter kept per lease key (it never expires) in the same
 // atomic step that grants the lease. Tokens therefore grow strictly with each
-// acquisition and start at 1; 0 means "no token" and is refused as invalid
-// input (ErrInvalid). The owner carries its token into every write it makes
+// acquisition. The counter is floored by the Redis clock in µs, so tokens are
+// large (about 1.8e15, below 2^53) and still grow after a Redis restart or
+// failover that lost the counter's last increments, as long as the Redis
+// hosts' clocks agree to within the failover time. 0 means "no token" and is
+// refused as invalid input (ErrInvalid). The owner carries its token into every write it makes
 // and, in the Fencing-Token header (SetHeader, FromHeader), to downstream
 // services.
 //
@@ -45,6 +48,7 @@
 // the guard cannot answer.
 //
 // A fence is only as durable as the store holding it: a highest token written
-// to a Redis primary just before an asynchronous failover can be lost, and a
-// Memory forgets all on restart.
+// to a Redis primary just before an asynchronous failover can be lost (then a
+// lower token than one already admitted may be admitted once), and a Memory
+// forgets all on restart.
 package fencing

@@ -31,8 +31,9 @@
 // finishes it as cancelled. Cancelling twice changes nothing; cancelling a
 // job that ended otherwise is ErrConflict.
 //
-// Retry moves a failed, cancelled or expired job back to queued (attempt
-// 0, so max_attempts attempts again); RetryAll does it for every ended job
+// Retry moves a failed, cancelled or expired job back to queued with its
+// original max_attempts more attempts; its attempt number goes on from the
+// last one spent, never back; RetryAll does it for every ended job
 // a filter selects, and moves nothing more when run again. Delete removes
 // an ended job at once. Pause and resume a queue are a set the workers
 // read; Finished reads the jobs ended per minute over the last hour.

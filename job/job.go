@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -113,6 +114,7 @@ type Job struct {
 	Result          json.RawMessage `json:"result"`
 	Error           *Error          `json:"error"`
 	Metadata        json.RawMessage `json:"metadata"`
+	Schedule        *string         `json:"schedule"` // the schedule that fired it; nil otherwise
 	// Cost is what the job is expected to spend of its keys' token budgets
 	// (tpm): the submission's cost, or for llm.chat the estimate of its
 	// prompt and max_tokens; nil for none.
@@ -127,6 +129,11 @@ type Job struct {
 	// Trace is the span context of the job's submit span, the parent of
 	// every span of the job; invalid when it was submitted untraced.
 	Trace trace.SpanContext `json:"-"`
+
+	// retries is the record's retries field: per retry, its state event's
+	// id and the max_attempts before it (internal/scripts/job_retry.lua).
+	// At reads it, so an event before a retry shows the max_attempts of then.
+	retries string
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
@@ -187,6 +194,11 @@ func ParseRecord(h map[string]string) (Job, error) {
 		MaxWait:     time.Duration(r.int("max_wait_ms")) * time.Millisecond,
 		OnBusy:      OnBusy(h["on_busy"]),
 		Trace:       telemetry.Decode(h["trace"]),
+		retries:     h["retries"],
+	}
+	if h["schedule"] != "" {
+		name := h["schedule"]
+		j.Schedule = &name
 	}
 	r.json("concurrency_keys", &j.ConcurrencyKeys)
 	if h["cost"] != "" {
@@ -243,20 +255,26 @@ var eventFields = []string{"finished_at", "started_at", "cancel_requested", "err
 	"exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at", "exec_finished_at"}
 
 // At returns the job as it was at its state event e, given j, the job as
-// it is now: e's state, attempt and the fields moves change, with the
-// fields that never change from j. result is j's for a succeeded job, and
+// it is now: e's state, attempt, max_attempts (which only a retry changes)
+// and the fields moves change, with the fields that never change from j. result is j's for a succeeded job, and
 // none at any other state: only the move to succeeded writes it, and
 // nothing leaves succeeded. An event written before state events carried
 // their fields shows j in the event's state and attempt.
 func (j Job) At(e Event) (Job, error) {
 	var d stateData
+	var err error
 	if e.Type != "state" {
 		return Job{}, fmt.Errorf("job: event %s is a %s event, not a state event", e.ID, e.Type)
 	}
-	if err := json.Unmarshal(e.Data, &d); err != nil {
+	if err = json.Unmarshal(e.Data, &d); err != nil {
 		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, err)
 	}
 	j.State, j.Attempt = d.State, d.Attempt
+	if j.retries != "" {
+		if j.MaxAttempts, err = maxAttemptsAt(j.MaxAttempts, j.retries, e.ID); err != nil {
+			return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, err)
+		}
+	}
 	if d.Job == nil {
 		return j, nil
 	}
@@ -275,6 +293,42 @@ func (j Job) At(e Event) (Job, error) {
 		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, r.err)
 	}
 	return j, nil
+}
+
+// maxAttemptsAt is a job's max_attempts at its event id, given its
+// max_attempts now and its record's retries: the max_attempts before the
+// first retry after the event, or now's if none came after it.
+func maxAttemptsAt(now int, retries, id string) (int, error) {
+	at, err := parseStreamID(id)
+	if err != nil {
+		return 0, err
+	}
+	for r := range strings.SplitSeq(retries, ",") {
+		eid, before, _ := strings.Cut(r, ":")
+		retry, err := parseStreamID(eid)
+		n, nerr := strconv.Atoi(before)
+		if err != nil || nerr != nil {
+			return 0, fmt.Errorf("field retries: bad entry %q", r)
+		}
+		if retry[0] > at[0] || (retry[0] == at[0] && retry[1] > at[1]) {
+			return n, nil
+		}
+	}
+	return now, nil
+}
+
+// parseStreamID reads a stream entry id, "<ms>-<seq>".
+func parseStreamID(id string) ([2]uint64, error) {
+	ms, seq, _ := strings.Cut(id, "-")
+	m, err := strconv.ParseUint(ms, 10, 64)
+	if err != nil {
+		return [2]uint64{}, fmt.Errorf("stream id %q: %w", id, err)
+	}
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if err != nil {
+		return [2]uint64{}, fmt.Errorf("stream id %q: %w", id, err)
+	}
+	return [2]uint64{m, n}, nil
 }
 
 // record decodes hash fields, keeping the first error so ParseRecord reads

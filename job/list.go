@@ -20,6 +20,13 @@ const (
 	// most. Filters that match rarely would otherwise make a page read the
 	// whole index; instead the page comes back short, with a cursor.
 	listScanBound = 1000
+	// MaxPageBytes bounds the jobs' fields one page holds (a result alone
+	// may be 1 MiB, so 500 of them would be 500 MiB): a page ends early,
+	// with its cursor, before it would pass it. It always holds one job.
+	MaxPageBytes = 4 << 20
+	// loadChunk is how many jobs one pipeline reads, so the jobs held at
+	// once while a page fills stay near MaxPageBytes too.
+	loadChunk = 16
 )
 
 // shownFields are the hash fields Get and a listing read: all but input,
@@ -29,7 +36,7 @@ var shownFields = []string{
 	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
-	"exec_finished_at", "exec_state", "trace", "cost",
+	"exec_finished_at", "exec_state", "trace", "retries", "schedule", "cost",
 }
 
 // ListQuery selects a page of jobs.
@@ -74,7 +81,8 @@ func (q ListQuery) validate() error {
 // every queue or the one asked for, and the cursor of the next page ("" when
 // there is none). Filters are applied while paging, and a page examines at
 // most 1000 index entries, so a page may hold fewer than Limit jobs (even
-// none) while next is not "": stop when next is "".
+// none) while next is not "": stop when next is "". A page also ends
+// before its jobs' fields would pass MaxPageBytes.
 //
 // A page is read in rounds. Each round reads, in one pipeline, the next
 // entries of every queue's index (the tenant's, or every tenant's for an
@@ -107,26 +115,32 @@ func (s *Store) List(ctx context.Context, q ListQuery) (jobs []Job, next string,
 	limit := cmp.Or(q.Limit, defaultListLimit)
 	// A round examines width entries; width doubles while filters reject,
 	// so a page takes a handful of rounds, not one per rejected entry.
-	width, scanned, more := limit, 0, true
+	width, scanned, more, bytes := limit, 0, true, 0
+page:
 	for more && len(jobs) < limit && scanned < listScanBound {
 		batch, rest, err := s.nextEntries(ctx, indexes, after, min(width, listScanBound-scanned))
 		if err != nil {
 			return nil, "", err
 		}
-		loaded, err := s.load(ctx, queues, indexes, batch)
-		if err != nil {
-			return nil, "", err
-		}
 		more = rest
-		for i, j := range loaded {
-			if len(jobs) == limit {
-				more = true // batch[i:] is left for the next page
-				break
+		for len(batch) > 0 {
+			chunk := batch[:min(loadChunk, len(batch))]
+			batch = batch[len(chunk):]
+			loaded, sizes, err := s.load(ctx, queues, indexes, chunk)
+			if err != nil {
+				return nil, "", err
 			}
-			after = &batch[i].position
-			scanned++
-			if j.ID != "" && q.matches(j) {
-				jobs = append(jobs, j)
+			for i, j := range loaded {
+				if len(jobs) == limit || (len(jobs) > 0 && bytes+sizes[i] > MaxPageBytes) {
+					more = true // chunk[i:] is left for the next page
+					break page
+				}
+				after = &chunk[i].position
+				scanned++
+				if j.ID != "" && q.matches(j) {
+					jobs = append(jobs, j)
+					bytes += sizes[i]
+				}
 			}
 		}
 		width *= 2
@@ -233,11 +247,12 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 	return merged[:min(n, len(merged))], len(merged) > n, nil
 }
 
-// load reads the jobs of entries, in order; a job whose hash is gone (a
+// load reads the jobs of entries, in order, with the bytes of each one's
+// fields; a job whose hash is gone (a
 // DELETE, or a retention reaped between the index read and this one) is
 // left zero and its entry removed from its index. The reaper takes a
 // retired job out of the indexes itself.
-func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, error) {
+func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, []int, error) {
 	cmds := make([]*redis.SliceCmd, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range entries {
@@ -245,9 +260,10 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("job: list: %w", err)
+		return nil, nil, fmt.Errorf("job: list: %w", err)
 	}
 	jobs := make([]Job, len(entries))
+	sizes := make([]int, len(entries))
 	var gone []entry
 	for i, e := range entries {
 		h := shown(cmds[i].Val())
@@ -255,9 +271,12 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 			gone = append(gone, e)
 			continue
 		}
+		for _, v := range h {
+			sizes[i] += len(v)
+		}
 		var err error
 		if jobs[i], err = ParseRecord(h); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(gone) > 0 {
@@ -267,10 +286,10 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 			}
 			return nil
 		}); err != nil {
-			return nil, fmt.Errorf("job: list: clean index: %w", err)
+			return nil, nil, fmt.Errorf("job: list: clean index: %w", err)
 		}
 	}
-	return jobs, nil
+	return jobs, sizes, nil
 }
 
 // shown maps the values of HMGET shownFields to their fields; nil when the

@@ -240,3 +240,38 @@ func TestListPageFullInsideTheLastRound(t *testing.T) {
 		}
 	}
 }
+
+// A page of big jobs ends before it holds MaxPageBytes of them, with a
+// cursor: 500 jobs of 1 MiB results would otherwise make one 500 MiB
+// answer. Paging on still lists every job once, whole.
+func TestListPageIsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	result := `"` + strings.Repeat("r", 1<<20-2) + `"` // 1 MiB of JSON
+	const n = 9
+	var want []string
+	for range n {
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		if err := fx.rdb.HSet(t.Context(), fx.keys.Job(j.Queue, j.ID), "result", result).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, j.ID)
+	}
+	jobs, next, err := fx.store.List(t.Context(), job.ListQuery{Tenant: "acme", Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) == 0 || len(jobs)*len(result) > job.MaxPageBytes || next == "" {
+		t.Fatalf("first page: %d jobs of %d bytes, next %q; want at most %d bytes and a cursor",
+			len(jobs), len(result), next, job.MaxPageBytes)
+	}
+	for _, j := range jobs {
+		if len(j.Result) != len(result) {
+			t.Errorf("job %s listed with a result of %d bytes, want it whole (%d)", j.ID, len(j.Result), len(result))
+		}
+	}
+	slices.Reverse(want)
+	if got := listAll(t, fx, job.ListQuery{Tenant: "acme", Limit: 500}); !slices.Equal(got, want) {
+		t.Errorf("paging listed %v, want %v", got, want)
+	}
+}

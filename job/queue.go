@@ -35,8 +35,11 @@ func (s *Store) Pause(ctx context.Context, queue string, paused bool) (QueueStat
 	if err := ValidateQueue(queue); err != nil {
 		return QueueStats{}, &ValidationError{Errors: []FieldError{{Field: "name", Message: err.Error()}}}
 	}
-	// Both sets share a slot: the queue is named and paused at once.
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	// Both sets share a slot, in one round trip; a plain pipeline, not
+	// MULTI, so that an acknowledged pause waits for its replicas
+	// (internal/replicas). Either write alone is harmless, and a retry
+	// completes it.
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if paused {
 			p.SAdd(ctx, s.keys.Queues(), queue)
 			p.SAdd(ctx, s.keys.PausedQueues(), queue)

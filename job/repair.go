@@ -19,10 +19,11 @@ const scanChunk = 500
 
 // Retry puts the ended job id of tenant (admin: of any tenant) back in its
 // queue: a failed, cancelled or expired job becomes queued, keeping its id,
-// events and last execution. It starts afresh: attempt 0, so it has
-// max_attempts attempts again, no cancel request, its max_wait counting
-// from now; its next execution gets a higher fencing token from the
-// queue's counter. Any other state is returned with ErrNotRetryable.
+// events and last execution. It gets its original max_attempts more
+// attempts (MaxAttempts becomes the attempts spent plus that), and its next
+// execution is the attempt after the last one spent: attempt numbers never
+// go back. No cancel request, its max_wait counting from now; its next
+// execution gets a higher fencing token from the queue's counter. Any other state is returned with ErrNotRetryable.
 //
 // A job cancelled while it ran left a cancel flag, which would stop the
 // next execution at once: Retry deletes the flag first, while the job is
@@ -115,6 +116,9 @@ type RetryFilter struct {
 	State  State  // failed, cancelled or expired; "" = failed
 	Kind   string // "" = any
 	Queue  string // "" = every queue
+	// Max bounds how many jobs one call moves; 0 = no bound. The call
+	// stops once it moved Max.
+	Max int
 }
 
 func (f RetryFilter) validate() error {
@@ -188,20 +192,34 @@ func (s *Store) RetryAll(ctx context.Context, f RetryFilter) (map[string]int, er
 					ids = append(ids, page[i])
 				}
 			}
+			if f.Max > 0 {
+				ids = ids[:min(len(ids), f.Max-total(moved))]
+			}
 			n, err := s.retryMatching(ctx, q, owner, f, ids)
 			moved[q] += n
 			if err != nil {
 				return moved, err
 			}
-			if cursor == 0 {
+			if cursor == 0 || (f.Max > 0 && total(moved) >= f.Max) {
 				break
 			}
 		}
 		if moved[q] == 0 {
 			delete(moved, q)
 		}
+		if f.Max > 0 && total(moved) >= f.Max {
+			break
+		}
 	}
 	return moved, nil
+}
+
+func total(moved map[string]int) int {
+	n := 0
+	for _, m := range moved {
+		n += m
+	}
+	return n
 }
 
 // endedIndex returns the sorted set to scan for queue's ended jobs of
@@ -285,7 +303,9 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 // is returned with ErrNotEnded.
 //
 // The job's record, events and entries in its queue go in one script: from
-// then on the job is gone for every reader. Its id → queue lookup and a
+// then on the job is gone for every reader. The script leaves a mark that
+// lives IdempotencyTTL, so an idempotent replay of the submission that
+// created the job gets ErrDeleted instead of a new run of it. Its id → queue lookup and a
 // cancel flag it may have left live in other slots and go after; a crash
 // in between leaves them pointing at nothing, which reads as not found,
 // until they expire.
@@ -304,8 +324,8 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	}
 	res, err := s.delete.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueRetired(queue),
-		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue),
-	}, id, owner).Slice()
+		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue), s.keys.JobDeleted(queue, id),
+	}, id, owner, s.idemTTL.Milliseconds()).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}

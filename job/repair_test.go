@@ -43,7 +43,9 @@ func TestRetry(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got.State != job.StateQueued || got.Attempt != 0 || got.CancelRequested || got.FinishedAt != nil || got.ID != j.ID {
+				// fx.end spent 3 attempts of 3: the next is the 4th, of 3 more.
+				if got.State != job.StateQueued || got.Attempt != 3 || got.MaxAttempts != 6 || got.CancelRequested ||
+					got.FinishedAt != nil || got.ID != j.ID {
 					t.Errorf("retried job: %+v", got)
 				}
 				if want := bump(statsBefore, string(end), -1, "queued", +1, "queued/acme", +1); !mapsEqual(fx.stats(t, q), want) {
@@ -67,7 +69,11 @@ func TestRetry(t *testing.T) {
 				}
 				evs, err := fx.store.Events(ctx, "acme", j.ID, false, "", 0)
 				if err != nil || len(evs) != 2 || !fx.isNow(t, "acme", j.ID, evs[1]) {
-					t.Errorf("events %+v, %v: want the first queued kept and a new one", evs, err)
+					t.Fatalf("events %+v, %v: want the first queued kept and a new one", evs, err)
+				}
+				// The event before the retry shows the max_attempts of then.
+				if before, err := got.At(evs[0]); err != nil || before.MaxAttempts != 3 || before.Attempt != 0 {
+					t.Errorf("the submit's event replays as %+v, %v; want attempt 0 of 3", before, err)
 				}
 				// Again: it is queued now, so 409 and no change.
 				again, err := fx.store.Retry(ctx, "acme", j.ID, false)
@@ -106,6 +112,48 @@ func TestRetry(t *testing.T) {
 				t.Errorf("admin retry: %+v, %v", got, err)
 			}
 		})
+	})
+}
+
+// Every retry adds the job's original max_attempts to the attempts spent,
+// not the max_attempts of the retry before; and a replay of its events
+// shows each with the max_attempts it had.
+func TestRetriesAddTheOriginalMaxAttempts(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo", MaxAttempts: 2})
+		key := fx.keys.Job(j.Queue, j.ID)
+		want := []int{2} // max_attempts at each state event
+		for _, spent := range []int{3, 7} {
+			fx.end(t, j, job.StateFailed)
+			fx.rdb.HSet(ctx, key, "attempt", spent)
+			got, err := fx.store.Retry(ctx, "acme", j.ID, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Attempt != spent || got.MaxAttempts != spent+2 {
+				t.Errorf("retry after %d attempts spent: attempt %d of %d, want %d of %d", spent, got.Attempt, got.MaxAttempts, spent, spent+2)
+			}
+			want = append(want, spent+2)
+			fx.rdb.ZRem(ctx, fx.keys.QueueLane(j.Queue, `["tenant:acme"]`), j.ID)
+			j = got
+		}
+		evs, err := fx.store.Events(ctx, "acme", j.ID, false, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, e := range evs {
+			at, err := j.At(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, at.MaxAttempts)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("replayed max_attempts %v, want %v", got, want)
+		}
 	})
 }
 
@@ -213,9 +261,14 @@ func TestDelete(t *testing.T) {
 		if _, err := fx.store.Delete(ctx, "acme", j.ID, false); !errors.Is(err, job.ErrNotFound) {
 			t.Errorf("second delete: %v", err)
 		}
-		// Nothing of it is left; the queue's own keys stay.
+		// Nothing of it is left but its deletion mark (for idempotent
+		// replays, with the idempotency TTL); the queue's own keys stay.
+		mark := fx.keys.JobDeleted(j.Queue, j.ID)
+		if ttl := fx.rdb.PTTL(ctx, mark).Val(); ttl <= 0 || ttl > job.DefaultIdempotencyTTL {
+			t.Errorf("deletion mark's TTL %v, want up to %v", ttl, job.DefaultIdempotencyTTL)
+		}
 		for _, k := range fx.written(t) {
-			if strings.Contains(k, j.ID) {
+			if strings.Contains(k, j.ID) && k != mark {
 				t.Errorf("%s left behind", k)
 			}
 		}

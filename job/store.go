@@ -45,6 +45,9 @@ var (
 	// ErrNotEnded: the job has not ended, so it cannot be deleted. Delete
 	// returns the job with it.
 	ErrNotEnded = errors.New("job: has not ended")
+	// ErrDeleted: the Idempotency-Key stands for a job that was deleted.
+	// A replay does not create it again: the client deleted it on purpose.
+	ErrDeleted = errors.New("job: the job this idempotency key created was deleted")
 )
 
 // Defaults of Config.
@@ -256,7 +259,7 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 		s.keys.Job(q, id), s.keys.QueueReady(q), s.keys.QueueScheduled(q),
 		s.keys.QueueDeadlines(q), s.keys.QueueFair(q), s.keys.QueueStats(q),
 		s.keys.JobEvents(q, id), s.keys.QueueTenantJobs(q, tenant), s.keys.QueueAllJobs(q),
-		s.keys.QueueLane(q, string(keysJSON)),
+		s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id),
 	}
 	args := []any{
 		id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
@@ -265,13 +268,13 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 		// go-redis resends a script whose reply it lost; the nonce lets
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
-		room,
+		room, n.Schedule,
 		cost(n.tokens()),
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {
 		if err := s.room(ctx, rules, n.ConcurrencyKeys, n.tokens()); err != nil {
-			return Job{}, false, s.refuse(ctx, id, idemKey, err)
+			return Job{}, false, s.refuse(ctx, tenant, id, idemKey, id == fresh, err)
 		}
 	}
 	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
@@ -281,9 +284,16 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 	if len(res) != 2 {
 		return Job{}, false, fmt.Errorf("job: submit %s: %d values in the reply, want 2", id, len(res))
 	}
-	if res[0] == int64(-1) {
+	switch res[0] {
+	case int64(-1):
 		own, _ := res[1].(int64)
-		return Job{}, false, s.refuse(ctx, id, idemKey, &CapError{Jobs: others + own, Max: limit.Max})
+		return Job{}, false, s.refuse(ctx, tenant, id, idemKey, id == fresh, &CapError{Jobs: others + own, Max: limit.Max})
+	case int64(-2):
+		// The lookup written above points at nothing again.
+		if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
+			return Job{}, false, fmt.Errorf("job: submit %s: drop lookup: %w", id, err)
+		}
+		return Job{}, false, ErrDeleted
 	}
 	j, err = parseReply(res[1])
 	return j, res[0] == int64(1), err
@@ -297,17 +307,37 @@ func cost(tokens int64) string {
 	return strconv.FormatInt(tokens, 10)
 }
 
-// refuse returns err, the refusal of the new job id, after dropping the
-// lookup written for it when no idempotency key stands for it: nobody
-// else knows the id, so a refusal leaves nothing behind. (An idempotency
-// record keeps its id, which a retry that finds room creates.)
-func (s *Store) refuse(ctx context.Context, id, idemKey string, err error) error {
-	if idemKey == "" {
-		if derr := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); derr != nil {
-			return fmt.Errorf("job: submit %s: drop lookup: %w", id, derr)
+// refuse returns err, the refusal of the job id, after dropping the lookup
+// written for it and the idempotency record that stands for it: a refusal
+// leaves nothing behind, and a retry with the same key is a new request.
+// Only the request that wrote the record (fresh: id is its own) drops
+// them; a replay of a record whose first request is still in flight
+// leaves them to it. (If that first request created the job meanwhile,
+// the lookup it loses costs only a slower locate.)
+func (s *Store) refuse(ctx context.Context, tenant, id, idemKey string, fresh bool, err error) error {
+	if !fresh {
+		return err
+	}
+	if _, derr := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.keys.JobQueue(id))
+		if idemKey != "" {
+			p.Del(ctx, s.keys.Idempotency(tenant, idemKey))
 		}
+		return nil
+	}); derr != nil {
+		return fmt.Errorf("job: submit %s: drop lookup: %w", id, derr)
 	}
 	return err
+}
+
+// Unended returns how many of tenant's jobs have not ended in queues:
+// what a cap on them counts (see SubmitWithin).
+func (s *Store) Unended(ctx context.Context, tenant string, queues []string) (int64, error) {
+	if len(queues) == 0 {
+		return 0, nil
+	}
+	own, elsewhere, _, err := s.unended(ctx, tenant, queues[0], "", queues[1:])
+	return own + elsewhere, err
 }
 
 // unended reads, in one round trip, how many of tenant's jobs have not

@@ -93,7 +93,7 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		h := fx.rdb.HGetAll(ctx, fx.keys.Job("gpu", j.ID)).Val()
 		for field, v := range map[string]string{
 			"token": "0", "cancel_requested": "0", "result": "", "error": "", "started_at": "",
-			"finished_at": "", "exec_id": "", "exec_state": "", "trace": "", "exec_trace": "", "timeout_ms": "90000",
+			"finished_at": "", "exec_id": "", "exec_state": "", "trace": "", "exec_trace": "", "timeout_ms": "90000", "schedule": "",
 			"max_wait_ms": "300000", "on_busy": "reject", "concurrency_keys": `["model:gpt-4o","tenant:acme"]`,
 			"created_at": strconv.FormatInt(got.CreatedAt.UnixMilli(), 10),
 		} {

@@ -93,6 +93,11 @@ type Submission struct {
 	Delay           Duration        `json:"delay,omitempty"`
 	OnBusy          OnBusy          `json:"on_busy,omitempty"`
 	Metadata        json.RawMessage `json:"metadata,omitempty"`
+
+	// Schedule names the schedule that fires this job (package schedule);
+	// "" for a job submitted directly. A client cannot set it: it is not
+	// part of the API's submission body.
+	Schedule string `json:"-"`
 	// Cost is what the job expects to spend of its keys' token budgets.
 	Cost *Cost `json:"cost,omitempty"`
 }
@@ -158,6 +163,7 @@ func (s Submission) tokens() int64 {
 		n += tokensPerMessage + (int64(len(m.Content))+charsPerToken-1)/charsPerToken
 	}
 	return n
+
 }
 
 // FieldError names one invalid field and says what is wrong with it.

@@ -15,7 +15,7 @@ import (
 )
 
 var (
-	acquireScript = scripts.Load("lease_acquire.lua", "budget.lua")
+	acquireScript = scripts.Load("lease_acquire.lua", "fence.lua", "budget.lua")
 	settleScript  = scripts.Load("lease_settle.lua", "budget.lua")
 	budgetScript  = scripts.Load("lease_budget.lua", "budget.lua")
 	renewScript   = scripts.Load("lease_renew.lua")

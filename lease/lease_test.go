@@ -326,6 +326,47 @@ func TestTokensStrictlyIncreaseUnderConcurrency(t *testing.T) {
 	})
 }
 
+// A Redis that lost a key's fence counter (a restart without its AOF tail,
+// a failover to a replica that missed the last increments) still issues
+// tokens above every one issued before: the counter is floored by the
+// Redis clock. Deleting the counter is the worst such loss. Each path that
+// issues tokens is checked: Acquire (and a claim's AcquireAll, the same
+// script) and a Wait's grant.
+func TestTokensGrowAfterTheCounterIsLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		lose := func() {
+			t.Helper()
+			if err := rdb.Del(t.Context(), ks.LeaseFence("k")).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const exact = fencing.Token(1) << 53 // JSON clients read tokens as float64
+		last := fencing.Token(0)
+		grew := func(path string, token fencing.Token) {
+			t.Helper()
+			if token <= last || token >= exact {
+				t.Fatalf("%s after the counter was lost: token %d, want above %d and below 2^53", path, token, last)
+			}
+			last = token
+		}
+		for i := range 3 {
+			l := mustAcquire(t, c, "k", fmt.Sprint("a", i), 10, time.Minute)
+			grew("acquire", l.Token)
+			lose()
+			p, err := c.Semaphore("k", 10, time.Minute).Wait(t.Context(), fmt.Sprint("w", i), lease.WaitConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			grew("wait", p.Token())
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			lose()
+		}
+	})
+}
+
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t).Client(t)

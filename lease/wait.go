@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	pollScript  = scripts.Load("semaphore_poll.lua")
+	pollScript  = scripts.Load("semaphore_poll.lua", "fence.lua")
 	leaveScript = scripts.Load("semaphore_leave.lua")
 )
 

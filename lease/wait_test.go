@@ -545,7 +545,7 @@ func TestJoinArrivingAfterLeaveQueuesNothing(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	if err := scripts.Load("semaphore_poll.lua").Load(t.Context(), rdb).Err(); err != nil {
+	if err := scripts.Load("semaphore_poll.lua", "fence.lua").Load(t.Context(), rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(t.Context())

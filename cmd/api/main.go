@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], os.Stderr))) }
@@ -160,9 +161,16 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", opsLn.Addr().String(), "tenants", keys.Len())
 
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, schedule.Limits{
+		Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}, log)
+	if err != nil {
+		return err
+	}
+
 	var g run.Group
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
 	g.Add(cli.Serve(ctx, opsLn, ops, log))
+	g.Add(fire, stopFiring)
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +27,8 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 const (
-	acmeKey  = "acme-cli-key"
-	adminKey = "admin-cli-key"
+	acmeKey  = "acme-cli-key-0123456789"
+	adminKey = "admin-cli-key-0123456789"
 )
 
 // system is the real binaries, built by the test: an API and a worker on
@@ -296,7 +297,8 @@ func TestCLI(t *testing.T) {
 		}
 
 		// The failed job is one of acme's failed: a bulk retry moves it,
-		// and a second moves nothing (it fails again later, as it is meant to).
+		// and a second moves nothing. Its next run is its second attempt,
+		// which its fail_attempts lets succeed: "2/2" in the listing.
 		s.ok("queues", "pause", "default", "--key", adminKey)
 		r := s.ok("retry", "--all", "--state", "failed")
 		if !strings.Contains(r.stdout, "moved 1 ") {
@@ -306,6 +308,17 @@ func TestCLI(t *testing.T) {
 			t.Errorf("second bulk retry: %s", r.stdout)
 		}
 		s.ok("queues", "resume", "default", "--key", adminKey)
+		if r := s.cli("", "watch", failed); r.code != 0 {
+			t.Errorf("watch of the retried failed job: exit %d, want 0\n%s", r.code, r.stderr)
+		}
+		if r := s.ok("get", failed); !strings.Contains(r.stdout, "2 of 2") {
+			t.Errorf("the retried job, want attempt 2 of 2:\n%s", r.stdout)
+		}
+		if r := s.ok("ls", "--state", "succeeded"); !slices.ContainsFunc(strings.Split(r.stdout, "\n"), func(l string) bool {
+			return strings.HasPrefix(l, failed) && slices.Contains(strings.Fields(l), "2/2")
+		}) {
+			t.Errorf("the retried job in the listing, want 2/2:\n%s", r.stdout)
+		}
 	})
 
 	t.Run("ls, rm, queues, limits, usage", func(t *testing.T) {
@@ -358,6 +371,36 @@ func TestCLI(t *testing.T) {
 		var u struct{ Days []any }
 		if err := json.Unmarshal([]byte(s.ok("usage", "-o", "json").stdout), &u); err != nil || len(u.Days) != 7 {
 			t.Errorf("usage -o json: %v %d days", err, len(u.Days))
+		}
+	})
+
+	t.Run("schedules", func(t *testing.T) {
+		r := s.ok("schedules", "create", "nightly", "0 3 * * *", "echo", "--timezone", "Europe/Berlin", "--overlap", "skip", "--input", `{"n":1}`)
+		if !strings.Contains(r.stdout, "nightly") || !strings.Contains(r.stdout, "Europe/Berlin") || !strings.Contains(r.stdout, "skip") {
+			t.Errorf("create:\n%s", r.stdout)
+		}
+		if r := s.cli("", "schedules", "create", "bad", "0 25 * * *", "echo"); r.code != 1 || !strings.Contains(r.stderr, "cron") {
+			t.Errorf("a bad cron: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.ok("schedules", "pause", "nightly"); !strings.Contains(r.stdout, "true") {
+			t.Errorf("pause:\n%s", r.stdout)
+		}
+		var j struct{ ID, Schedule string }
+		if err := json.Unmarshal([]byte(s.ok("schedules", "trigger", "nightly", "-o", "json").stdout), &j); err != nil || j.Schedule != "nightly" {
+			t.Fatalf("trigger: %v %+v", err, j)
+		}
+		s.ok("schedules", "resume", "nightly")
+		if r := s.ok("schedules", "ls"); !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "false") {
+			t.Errorf("ls after the trigger and resume:\n%s", r.stdout)
+		}
+		if r := s.ok("schedules", "get", "nightly", "-o", "json"); !strings.Contains(r.stdout, `"last_job_id":"`+j.ID+`"`) {
+			t.Errorf("get -o json: %s", r.stdout)
+		}
+		if r := s.ok("schedules", "rm", "nightly"); r.stdout != "deleted nightly\n" {
+			t.Errorf("rm: %q", r.stdout)
+		}
+		if r := s.cli("", "schedules", "get", "nightly"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("get after rm: exit %d %s", r.code, r.stderr)
 		}
 	})
 }

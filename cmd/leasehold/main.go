@@ -35,6 +35,7 @@ import (
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
+	"github.com/leasehold/leasehold/schedule"
 )
 
 const usage = `usage: leasehold <command> [flags] [args]
@@ -50,6 +51,7 @@ const usage = `usage: leasehold <command> [flags] [args]
   queues                       queue counts (queues pause QUEUE, queues resume QUEUE: admin)
   limits                       concurrency limits (limits set KEY N, limits rm KEY: admin)
   usage                        usage per day (--from, --to, --tenant)
+  schedules                    schedules: ls, create NAME CRON KIND (--timezone, --overlap, --input), get, rm, pause, resume, trigger NAME
 
 Every command but dev takes --url (default $LEASEHOLD_URL, else http://127.0.0.1:8080),
 --key (default $LEASEHOLD_KEY) and -o table|json; leasehold <command> -h lists its flags.
@@ -106,6 +108,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runLimits(ctx, args, stdout, stderr)
 	case "usage":
 		return runUsage(ctx, args, stdout, stderr)
+	case "schedules":
+		return runSchedules(ctx, args, stdout, stderr)
 	case "-h", "--help", "help":
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
@@ -228,6 +232,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, "", nc, schedule.Limits{}, log)
+	if err != nil {
+		return err
+	}
+	g.Add(fire, stopFiring)
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

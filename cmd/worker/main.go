@@ -20,8 +20,11 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
+	"github.com/leasehold/leasehold/ratelimit"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 func main() { os.Exit(cli.Code("worker", runWorker(context.Background(), os.Args[1:], os.Stderr))) }
@@ -42,6 +45,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	handlers := fs.Handlers()
 	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
+	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate that schedule fires spend, as the API's --rate (default unlimited)")
+	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended, as the API's; a schedule fire over it waits (default 0: no cap)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -95,6 +100,20 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	limits := schedule.Limits{Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}
+	if *rateFlag != "" {
+		r, err := ratelimit.ParseRate(*rateFlag)
+		if err != nil {
+			return fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
+		}
+		if limits.Rate, err = ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: r, Prefix: *prefix}); err != nil {
+			return fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
+		}
+	}
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, limits, log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return err
@@ -116,6 +135,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	serve, shutdown := cli.Serve(ctx, ln, h.handler(metrics), log)
 	// /metrics and /readyz stay up while the worker drains; they go when it is done.
 	g.Add(serve, func(err error) { go func() { <-worked; shutdown(err) }() })
+	g.Add(fire, stopFiring) // every worker fires due schedules: no leader
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

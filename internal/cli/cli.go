@@ -110,9 +110,10 @@ func (f *Flags) Retention() *time.Duration {
 }
 
 // Handlers defines the flag the worker and the dev mode share: the kinds
-// served by remote HTTP handlers, read with remote.ParseHandlers.
+// served by remote HTTP handlers, read with remote.ParseHandlers. It is a
+// secret: a handler's URL may carry credentials.
 func (f *Flags) Handlers() *string {
-	return f.String("handlers", "LEASEHOLD_HANDLERS", "", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
+	return f.Secret("handlers", "LEASEHOLD_HANDLERS", "comma-separated kind=url pairs: kinds served by remote HTTP handlers")
 }
 
 // Parse parses args and reports bad environment values too.

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -62,7 +63,10 @@ func binaries(t *testing.T) string {
 	return built.dir
 }
 
-const secret = "hunter2-s3cr3t"
+const secret = "hunter2-s3cr3t-0123456789"
+
+// testKey is the acme tenant's API key where the tests start an api.
+const testKey = "k-0123456789abcdef"
 
 // TestNoSecretInUsageOrErrors runs the real binaries with secrets in their
 // environment: neither -h, a mistyped flag, nor a Redis or NATS URL that
@@ -80,6 +84,8 @@ func TestNoSecretInUsageOrErrors(t *testing.T) {
 		"LEASEHOLD_REDIS_URL=redis://user:" + secret + "@127.0.0.1:" + strconv.Itoa(closed) + "/0",
 		"LEASEHOLD_NATS_URL=nats://user:" + secret + "@127.0.0.1:" + strconv.Itoa(closed),
 		"LEASEHOLD_LLM_BASE_URL=https://user:" + secret + "@llm.example/v1",
+		"LEASEHOLD_HANDLERS=summarize=https://user:" + secret + "@handlers.example/summarize",
+		"LEASEHOLD_KEY=" + secret,
 		"LEASEHOLD_ADDR=127.0.0.1:0",
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0",
 	}
@@ -134,6 +140,33 @@ func TestNoSecretInUsageOrErrors(t *testing.T) {
 	}
 }
 
+// TestAPIRefusesWeakKeys: the api binary does not start on the keys a
+// deployment file ships as examples, or on short ones: it exits at once,
+// before it reaches Redis, with an error that names the pair and not the key.
+func TestAPIRefusesWeakKeys(t *testing.T) {
+	t.Parallel()
+	dir := binaries(t)
+	for keys, want := range map[string]string{
+		"acme:0123456789abcdef,admin:REPLACE-ME":          "api keys: pair 2 (tenant admin): a key must have at least 16 characters",
+		"admin:example-admin-key-change-me":               "api keys: pair 1 (tenant admin): the key is a placeholder",
+		"acme:" + secret + ",admin:REPLACE-ME-0123456789": "api keys: pair 2 (tenant admin): the key is a placeholder",
+		"": "api keys: none given",
+	} {
+		cmd := exec.Command(filepath.Join(dir, "api"))
+		// Redis is never reached: its URL points at nothing.
+		cmd.Env = append(os.Environ(), "LEASEHOLD_API_KEYS="+keys, "LEASEHOLD_REDIS_URL=redis://127.0.0.1:1/0",
+			"LEASEHOLD_ADDR=127.0.0.1:0", "LEASEHOLD_METRICS_ADDR=127.0.0.1:0")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), want) {
+			t.Errorf("api with LEASEHOLD_API_KEYS=%q: %v\n%s\nwant exit 1 with %q", keys, err, out, want)
+		}
+		if strings.Contains(string(out), "REPLACE-ME") || strings.Contains(string(out), secret) || strings.Contains(string(out), "redis") {
+			t.Errorf("api with LEASEHOLD_API_KEYS=%q shows a key, or went on to Redis:\n%s", keys, out)
+		}
+	}
+}
+
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
@@ -167,7 +200,7 @@ func api(t *testing.T, env ...string) (string, *testenv.Buffer) {
 	cmd.Env = append(os.Environ(), append([]string{
 		"LEASEHOLD_ADDR=" + addr,
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0",
-		"LEASEHOLD_API_KEYS=acme:k",
+		"LEASEHOLD_API_KEYS=acme:" + testKey,
 		"LEASEHOLD_NATS_URL=" + testenv.NATS(t).URL(),
 		"LEASEHOLD_PREFIX=" + testenv.Prefix(t),
 	}, env...)...)
@@ -200,7 +233,7 @@ func api(t *testing.T, env ...string) (string, *testenv.Buffer) {
 func submitAndGet(t *testing.T, base string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"echo"}`))
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -212,7 +245,7 @@ func submitAndGet(t *testing.T, base string) {
 		t.Fatalf("submit: %d %s", resp.StatusCode, body)
 	}
 	req, _ = http.NewRequest(http.MethodGet, base+resp.Header.Get("Location"), nil)
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+testKey)
 	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +290,7 @@ func TestRedisDeployments(t *testing.T) {
 		srv := testenv.StartRedis(t, "--rename-command", "CONFIG", "")
 		url := "LEASEHOLD_REDIS_URL=redis://" + srv.Addr() + "/0"
 		cmd := exec.Command(filepath.Join(binaries(t), "api"))
-		cmd.Env = append(os.Environ(), url, "LEASEHOLD_API_KEYS=acme:k", "LEASEHOLD_ADDR=127.0.0.1:0",
+		cmd.Env = append(os.Environ(), url, "LEASEHOLD_API_KEYS=acme:"+testKey, "LEASEHOLD_ADDR=127.0.0.1:0",
 			"LEASEHOLD_METRICS_ADDR=127.0.0.1:0", "LEASEHOLD_NATS_URL="+testenv.NATS(t).URL())
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "LEASEHOLD_REDIS_ASSUME_NOEVICTION=1") {

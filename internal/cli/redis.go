@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/replicas"
 )
 
 // RedisConfig names the Redis a process keeps its state in.
@@ -34,6 +36,11 @@ type RedisConfig struct {
 	AssumeNoEviction bool
 	// PoolSize, when not 0, overrides the URL's pool_size.
 	PoolSize int
+	// MinReplicas, when at least 1, makes the writes a caller acknowledges
+	// (under replicas.Ack: the API's writes, a claim's) wait until this
+	// many replicas have them, at most ReplicaTimeout (Redis WAIT).
+	MinReplicas    int
+	ReplicaTimeout time.Duration
 }
 
 // RedisFlags are the flags that name the Redis: --redis-url and
@@ -41,6 +48,8 @@ type RedisConfig struct {
 type RedisFlags struct {
 	url              *string
 	assumeNoEviction *bool
+	minReplicas      *int
+	replicaTimeout   *time.Duration
 }
 
 // Redis defines --redis-url, with usage, and --redis-assume-noeviction.
@@ -50,12 +59,17 @@ func (f *Flags) Redis(usage string) RedisFlags {
 			"; a cluster: redis+cluster://h1:p1,h2:p2; Sentinel: redis+sentinel://s1:26379,s2:26379/master/db"),
 		assumeNoEviction: f.Bool("redis-assume-noeviction", "LEASEHOLD_REDIS_ASSUME_NOEVICTION", false,
 			"skip the start-up check of maxmemory-policy, for a managed Redis that refuses CONFIG: you assert it is noeviction"),
+		minReplicas: f.Int("redis-min-replicas", "LEASEHOLD_REDIS_MIN_REPLICAS", 0,
+			"acknowledged writes (the API's, a claim's before its handler starts) wait until this many replicas have them (Redis WAIT); 0: no wait"),
+		replicaTimeout: f.Duration("redis-replica-timeout", "LEASEHOLD_REDIS_REPLICA_TIMEOUT", time.Second,
+			"how long a write waits for its replicas; past it the API answers 503 (keep it below the Redis read timeout, 3s by default)"),
 	}
 }
 
 // Config returns the configuration the flags give.
 func (r RedisFlags) Config() RedisConfig {
-	return RedisConfig{URL: *r.url, AssumeNoEviction: *r.assumeNoEviction}
+	return RedisConfig{URL: *r.url, AssumeNoEviction: *r.assumeNoEviction,
+		MinReplicas: *r.minReplicas, ReplicaTimeout: *r.replicaTimeout}
 }
 
 // Redis connects to cfg.URL and checks the server: it must answer, and it
@@ -83,9 +97,17 @@ func Redis(ctx context.Context, cfg RedisConfig, log *slog.Logger) (redis.Univer
 
 // NewRedisClient returns a client for cfg.URL without contacting Redis.
 func NewRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
+	if cfg.MinReplicas < 0 || cfg.MinReplicas > 0 && cfg.ReplicaTimeout <= 0 {
+		return nil, fmt.Errorf("redis min replicas %d, replica timeout %v: want 0 or more replicas and a timeout above 0",
+			cfg.MinReplicas, cfg.ReplicaTimeout)
+	}
 	rdb, err := newRedisClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("redis url %s: %w", Redact(cfg.URL), redactErr(err, cfg.URL))
+	}
+	if err := replicas.Require(rdb, cfg.MinReplicas, cfg.ReplicaTimeout); err != nil {
+		rdb.Close()
+		return nil, err
 	}
 	return rdb, nil
 }

@@ -396,9 +396,10 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("a failed job is retried from its page", func(t *testing.T) {
-		// A retried job's attempts count from 1 again, so this job fails
-		// its second run too: the page shows two runs, the second with a
-		// higher fencing token.
+		// A retried job's attempt numbers go on from the last one spent,
+		// so this job, which fails its first attempt, succeeds on its
+		// second: the page shows two runs, attempts 1 and 2, the second
+		// with a higher fencing token, and "2 of 2".
 		j := s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}}`)
 		failed := s.await(j.ID)
 		if failed.State != job.StateFailed {
@@ -412,8 +413,10 @@ func TestConsole(t *testing.T) {
 			chromedp.Click(chromedp.ID("retry")),
 			textHas("[role=status]", "Queued again."),
 			until(`document.querySelectorAll('#attempts tbody tr').length === 2`),
-			textHas("#state", "failed"),
+			textHas("#state", "succeeded"),
 			textIs("#stream-status", "ended"),
+			until(`[...document.querySelectorAll('#attempts tbody tr td:first-child')].map(td => td.textContent).join() === '1,2'`),
+			until(`[...document.querySelectorAll('dd')].some(dd => dd.textContent === '2 of 2')`),
 		)
 		again := s.await(j.ID)
 		if again.Execution == nil || again.Execution.FencingToken <= failed.Execution.FencingToken {
@@ -474,6 +477,42 @@ func TestConsole(t *testing.T) {
 		if bars := get(tb, chromedp.Evaluate[int](`document.querySelectorAll('svg.chart rect').length`)); bars < 1 {
 			t.Fatalf("%d bars in the usage chart", bars)
 		}
+	})
+
+	t.Run("schedules: next and last run, pause, resume, trigger, delete", func(t *testing.T) {
+		s.call(http.MethodPost, "/v1/schedules", acmeKey, `{"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"kind": "echo"}}`, http.StatusCreated, nil)
+		tb := tab.in(t)
+		tb.run(
+			show("#/schedules"),
+			textHas("main table", "nightly"),
+			textHas("main table", "0 3 * * * (Europe/Berlin)"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Pause schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly paused."),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Resume schedule nightly"]`)),
+			textHas("main table", "paused"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Trigger schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly fired job "),
+			chromedp.WaitVisible(chromedp.CSS(`main table a[href^="#/jobs/"]`)),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Resume schedule nightly"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Pause schedule nightly"]`)),
+		)
+		var sch struct {
+			Paused    bool    `json:"paused"`
+			LastJobID *string `json:"last_job_id"`
+		}
+		s.call(http.MethodGet, "/v1/schedules/nightly", acmeKey, "", http.StatusOK, &sch)
+		if sch.Paused || sch.LastJobID == nil {
+			t.Fatalf("after pause, trigger and resume: %+v", sch)
+		}
+		if href := get(tb, chromedp.Evaluate[string](`document.querySelector('main table a').getAttribute('href')`)); href != "#/jobs/"+*sch.LastJobID {
+			t.Fatalf("last job link %q, want the job %s", href, *sch.LastJobID)
+		}
+		tb.run(
+			chromedp.Click(chromedp.CSS(`button[aria-label="Delete schedule nightly"]`)),
+			textHas("#schedules-status", "Schedule nightly deleted."),
+			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Delete schedule nightly"]`)),
+		)
+		s.call(http.MethodGet, "/v1/schedules/nightly", acmeKey, "", http.StatusNotFound, nil)
 	})
 
 	tab.login(adminKey, "admin")
@@ -554,6 +593,7 @@ func TestConsole(t *testing.T) {
 		for _, view := range []struct{ hash, ready string }{
 			{"#/overview", "#queues-title"},
 			{"#/jobs", "table"},
+			{"#/schedules", "#schedules-title"},
 			{"#/usage", "svg.chart"},
 			{"#/admin", "#limits-title"},
 		} {

@@ -69,7 +69,7 @@ func newSystem(t *testing.T, env ...string) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &system{t: t, base: "http://127.0.0.1:" + strconv.Itoa(port), key: "e2e-key-1", prefix: testenv.Prefix(t)}
+	s := &system{t: t, base: "http://127.0.0.1:" + strconv.Itoa(port), key: "e2e-key-0123456789abcdef", prefix: testenv.Prefix(t)}
 	s.env = append(os.Environ(),
 		"LEASEHOLD_REDIS_URL=redis://"+testenv.Redis(t).Addr()+"/0",
 		"LEASEHOLD_NATS_URL="+testenv.NATS(t).URL(),

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/leasehold/leasehold/job"
@@ -26,10 +27,21 @@ type keyEntry struct {
 	sum    [sha256.Size]byte
 }
 
+// MinKeyLength is the fewest characters an API key may have: a short key
+// can be guessed online, where every try costs only a request.
+const MinKeyLength = 16
+
+// placeholders are words that mark a key as an example, not a secret: a
+// key that contains one, ignoring case, '-' and '_', is refused (a file
+// that ships "admin:REPLACE-ME" must not start an API anyone can use).
+var placeholders = []string{"replaceme", "changeme", "placeholder", "example"}
+
 // ParseKeys reads keys in LEASEHOLD_API_KEYS' form: comma-separated
 // tenant:key pairs, such as "acme:k1,admin:k2". The key is everything after
 // the first colon; white space around a pair is ignored. A tenant may have
-// several keys (to rotate them); one key may not stand for two entries.
+// several keys (to rotate them); one key may not stand for two entries. A
+// key shorter than MinKeyLength, or one that reads as a placeholder
+// (REPLACE-ME, changeme, example...), is refused.
 // Errors name the pair by position and never show a key.
 func ParseKeys(s string) (Keys, error) {
 	var k Keys
@@ -49,6 +61,11 @@ func ParseKeys(s string) (Keys, error) {
 			return Keys{}, fmt.Errorf("api keys: pair %d (tenant %s): empty key", i+1, tenant)
 		case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r > '~' }):
 			return Keys{}, fmt.Errorf("api keys: pair %d (tenant %s): a key must be printable ASCII without spaces", i+1, tenant)
+		case len(key) < MinKeyLength:
+			return Keys{}, fmt.Errorf("api keys: pair %d (tenant %s): a key must have at least %d characters (e.g. openssl rand -hex 32)",
+				i+1, tenant, MinKeyLength)
+		case placeholder(key):
+			return Keys{}, fmt.Errorf("api keys: pair %d (tenant %s): the key is a placeholder; generate one, e.g. openssl rand -hex 32", i+1, tenant)
 		}
 		if err := job.ValidateTenant(tenant); err != nil {
 			return Keys{}, fmt.Errorf("api keys: pair %d: %w", i+1, err)
@@ -64,6 +81,12 @@ func ParseKeys(s string) (Keys, error) {
 		return Keys{}, errors.New("api keys: none given; want tenant:key[,tenant:key...]")
 	}
 	return k, nil
+}
+
+// placeholder says whether key reads as one of placeholders.
+func placeholder(key string) bool {
+	folded := strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(key))
+	return slices.ContainsFunc(placeholders, func(p string) bool { return strings.Contains(folded, p) })
 }
 
 // Len is the number of keys.

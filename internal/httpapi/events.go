@@ -123,7 +123,7 @@ func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err 
 			if err != nil {
 				return false, err
 			}
-			if data, err = json.Marshal(j); err != nil {
+			if data, err = json.Marshal(st.s.shown(st.c, j)); err != nil {
 				return false, err
 			}
 			done = i == last && state.State.Terminal()

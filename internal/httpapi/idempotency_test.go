@@ -1,10 +1,13 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 
+	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -113,5 +116,35 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	}
 	if list := decode[listBody](t, f.get(adminKey, "/v1/jobs")); len(list.Jobs) != 1 {
 		t.Errorf("%d jobs stored, want 1", len(list.Jobs))
+	}
+}
+
+// A replay of the Idempotency-Key of a deleted job does not bring the job
+// back: 409, and nothing is written.
+func TestReplayAfterDeleteDoesNotRunTheJobAgain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(map[string]execution.Handler{"echo": func(_ context.Context, e *execution.Execution) (any, error) { return "ok", nil }})
+	const body = `{"kind": "echo"}`
+	submit := func() response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: body,
+			header: http.Header{"Idempotency-Key": {"once"}}})
+	}
+	first := submit()
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("submit: %s %s", first.Status, first.body)
+	}
+	id := decode[job.Job](t, first).ID
+	f.awaitState(id, job.StateSucceeded)
+	if resp := f.do(request{method: http.MethodDelete, path: "/v1/jobs/" + id, key: acmeKey}); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %s %s", resp.Status, resp.body)
+	}
+	before := f.written()
+	expectProblem(t, submit(), http.StatusConflict, "Idempotency-Key")
+	if resp := f.get(acmeKey, "/v1/jobs/"+id); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the deleted job after a replay: %s %s", resp.Status, resp.body)
+	}
+	if after := f.written(); !slices.Equal(before, after) {
+		t.Errorf("the replay wrote keys:\nbefore %q\nafter  %q", before, after)
 	}
 }

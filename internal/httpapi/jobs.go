@@ -60,13 +60,13 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	if !created {
-		writeJSON(w, http.StatusOK, j) // an idempotent replay
+		writeJSON(w, http.StatusOK, s.shown(c, j)) // an idempotent replay
 		return
 	}
 	s.countSubmitted(ctx, j)
 	s.wake(r, j.Queue)
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
-	writeJSON(w, http.StatusCreated, j)
+	writeJSON(w, http.StatusCreated, s.shown(c, j))
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" when it has
@@ -164,7 +164,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, j)
+	writeJSON(w, http.StatusOK, s.shown(c, j))
 }
 
 // parseWait reads ?wait=, a Go duration up to MaxWait; 0 when absent.
@@ -283,9 +283,9 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	list := jobList{Jobs: jobs}
-	if list.Jobs == nil {
-		list.Jobs = []job.Job{}
+	list := jobList{Jobs: make([]job.Job, len(jobs))}
+	for i, j := range jobs {
+		list.Jobs[i] = s.shown(c, j)
 	}
 	if next != "" {
 		list.NextCursor = &next
@@ -331,14 +331,14 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, c caller) {
 	defer stop()
 	j, err := execution.CancelJob(ctx, s.store, s.flags, c.tenant, id, c.admin)
 	if errors.Is(err, job.ErrConflict) {
-		writeConflict(w, j, "the job already ended "+string(j.State)+"; it cannot be cancelled")
+		writeConflict(w, s.shown(c, j), "the job already ended "+string(j.State)+"; it cannot be cancelled")
 		return
 	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, j)
+	writeJSON(w, http.StatusAccepted, s.shown(c, j))
 }
 
 // queueList is the body of GET /v1/queues.

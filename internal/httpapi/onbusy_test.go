@@ -49,10 +49,14 @@ func TestOnBusyRejectWhileAKeyIsFull(t *testing.T) {
 		t.Errorf("a refused job wrote to Redis:\nbefore %v\nafter  %v", before, after)
 	}
 
-	// The same idempotent request is refused while the key is full, then
-	// creates the job once it has room.
+	// The same idempotent request is refused while the key is full, with
+	// no record or lookup left behind, then creates the job once it has
+	// room.
 	if resp := f.postJob(acmeKey, rejecting, "once"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("idempotent, key full: %s %s", resp.Status, resp.body)
+	}
+	if after := f.written(); !slices.Equal(before, after) {
+		t.Errorf("a refused idempotent job wrote to Redis:\nbefore %v\nafter  %v", before, after)
 	}
 	if resp := f.postJob(acmeKey, `{"kind": "echo", "concurrency_keys": ["tenant:acme:y"], "on_busy": "reject"}`, ""); resp.StatusCode != http.StatusCreated {
 		t.Errorf("a key with room: %s %s", resp.Status, resp.body)

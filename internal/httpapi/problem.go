@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -141,6 +142,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrIdempotencyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used with a different request body",
 			job.FieldError{Field: "Idempotency-Key", Message: "already used with a different body"})
+	case errors.Is(err, job.ErrDeleted):
+		writeProblem(w, http.StatusConflict, "the job this Idempotency-Key created was deleted; send a new key to submit it again",
+			job.FieldError{Field: "Idempotency-Key", Message: "stands for a deleted job"})
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
@@ -180,7 +184,8 @@ func unavailable(err error) bool {
 		errors.As(err, &netErr),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
+		errors.Is(err, replicas.ErrNotConfirmed): // the write may be on the primary only: a failover could lose it
 		return true
 	}
 	// Replies of a Redis that is up but cannot serve now.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -19,9 +20,13 @@ const bulkRetryBudget = time.Minute
 func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
+	if _, err := s.admitRetry(ctx, w, c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	j, err := s.store.Retry(ctx, c.tenant, r.PathValue("id"), c.admin)
 	if errors.Is(err, job.ErrNotRetryable) {
-		writeConflict(w, j, "the job is "+string(j.State)+"; only a failed, cancelled or expired job can be retried")
+		writeConflict(w, s.shown(c, j), "the job is "+string(j.State)+"; only a failed, cancelled or expired job can be retried")
 		return
 	}
 	if err != nil {
@@ -29,7 +34,30 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	s.wake(r, j.Queue)
-	writeJSON(w, http.StatusAccepted, j)
+	writeJSON(w, http.StatusAccepted, s.shown(c, j))
+}
+
+// admitRetry counts a retry like a submission (API.md, retry): for a
+// tenant at its cap of jobs not ended it returns a *job.CapError, over its
+// submission rate errRateLimited (one unit per call). Otherwise it returns
+// how many jobs the call may move, the room under the cap (0: no cap).
+// The admin's retries, like its submissions, are not capped.
+func (s *server) admitRetry(ctx context.Context, w http.ResponseWriter, c caller) (int, error) {
+	if c.admin {
+		return 0, nil
+	}
+	room := 0
+	if s.tenantCap > 0 {
+		n, err := s.store.Unended(ctx, c.tenant, s.queues)
+		if err != nil {
+			return 0, err
+		}
+		if n >= s.tenantCap {
+			return 0, &job.CapError{Jobs: n, Max: s.tenantCap}
+		}
+		room = int(s.tenantCap - n)
+	}
+	return room, s.limit(ctx, w, c.tenant, "")
 }
 
 // retryFilter is the body of POST /v1/jobs/retry.
@@ -73,6 +101,10 @@ func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	ctx, stop := s.redisContext(r.Context(), bulkRetryBudget)
 	defer stop()
+	if f.Max, err = s.admitRetry(ctx, w, c); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	moved, err := s.store.RetryAll(ctx, f)
 	if err != nil {
 		s.fail(w, r, err)
@@ -92,7 +124,7 @@ func (s *server) deleteJob(w http.ResponseWriter, r *http.Request, c caller) {
 	defer stop()
 	j, err := s.store.Delete(ctx, c.tenant, r.PathValue("id"), c.admin)
 	if errors.Is(err, job.ErrNotEnded) {
-		writeConflict(w, j, "the job is "+string(j.State)+"; only a job that ended can be deleted")
+		writeConflict(w, s.shown(c, j), "the job is "+string(j.State)+"; only a job that ended can be deleted")
 		return
 	}
 	if err != nil {

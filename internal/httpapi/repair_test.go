@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/kinds"
 )
 
 // runs counts the executions of each job, so a handler can fail a job's
@@ -63,7 +67,9 @@ func TestRetryRunsAgainWithAHigherToken(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("retry: %s %s", resp.Status, resp.body)
 	}
-	if got := decode[job.Job](t, resp); got.ID != j.ID || got.State != job.StateQueued && got.State != job.StateRunning || got.Attempt > 1 {
+	// Its next execution is the 2nd attempt, of 1 more: 2 in all.
+	if got := decode[job.Job](t, resp); got.ID != j.ID || got.State != job.StateQueued && got.State != job.StateRunning ||
+		got.Attempt < 1 || got.Attempt > 2 || got.MaxAttempts != 2 {
 		t.Errorf("retried job: %+v", got)
 	}
 	// A wait ends at the retried run's end, not at the failure before it.
@@ -74,7 +80,7 @@ func TestRetryRunsAgainWithAHigherToken(t *testing.T) {
 	if done.Execution == nil || done.Execution.FencingToken <= failed.Execution.FencingToken || done.Execution.ID == failed.Execution.ID {
 		t.Errorf("the retry ran as %+v; the failed run was %+v: want a new execution with a higher token", done.Execution, failed.Execution)
 	}
-	if done.Attempt != 1 || string(done.Result) != `"second run"` {
+	if done.Attempt != 2 || done.Execution.Attempt != 2 || string(done.Result) != `"second run"` {
 		t.Errorf("retried job ended %+v", done)
 	}
 	// Its events are kept: queued, running, failed, then again.
@@ -138,8 +144,41 @@ func TestRetryOfAJobCancelledWhileRunning(t *testing.T) {
 		t.Fatalf("retry: %s %s", resp.Status, resp.body)
 	}
 	done := f.awaitState(j.ID, job.StateSucceeded)
-	if done.CancelRequested || done.Attempt != 1 {
+	if done.CancelRequested || done.Attempt != 2 {
 		t.Errorf("retried job: %+v", done)
+	}
+}
+
+// The sleep kind's fail_attempts counts attempt numbers, which a retry
+// does not set back: a job that failed its only attempt as asked succeeds
+// on the one its retry adds, and its events, replayed, show each
+// execution's attempt and the max_attempts it had.
+func TestRetriedSleepJobRunsItsNextAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(map[string]execution.Handler{"sleep": kinds.Sleep(kinds.SleepConfig{})})
+	j := f.submit(acmeKey, `{"kind":"sleep","max_attempts":1,"input":{"duration":"10ms","tick":"100ms","fail_attempts":1}}`)
+	if failed := f.awaitState(j.ID, job.StateFailed); failed.Attempt != 1 || failed.MaxAttempts != 1 {
+		t.Fatalf("failed at attempt %d of %d, want 1 of 1", failed.Attempt, failed.MaxAttempts)
+	}
+	if resp := f.post(acmeKey, "/v1/jobs/"+j.ID+"/retry"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry: %s %s", resp.Status, resp.body)
+	}
+	done := f.awaitState(j.ID, job.StateSucceeded)
+	if done.Attempt != 2 || done.MaxAttempts != 2 || done.Execution.Attempt != 2 {
+		t.Fatalf("succeeded at attempt %d of %d (execution %+v), want 2 of 2", done.Attempt, done.MaxAttempts, done.Execution)
+	}
+	var got []string
+	stream := f.openStream(acmeKey, j.ID, "")
+	for e, ok := stream.next(); ok; e, ok = stream.next() {
+		if e.typ == "state" {
+			st := stateOf(t, e)
+			got = append(got, fmt.Sprintf("%s %d/%d", st.State, st.Attempt, st.MaxAttempts))
+		}
+	}
+	want := []string{"queued 0/1", "running 1/1", "failed 1/1", "queued 1/2", "running 2/2", "succeeded 2/2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("state events %q, want %q", got, want)
 	}
 }
 
@@ -305,4 +344,49 @@ func equalStates(a, b []job.State) bool {
 		}
 	}
 	return true
+}
+
+// A retry counts like a submission: a tenant at its cap of jobs not ended
+// cannot retry one more (single or bulk), and a bulk retry moves no more
+// jobs than the room under the cap.
+func TestRetryCountsAgainstTheTenantCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *httpapi.Config) { c.TenantMaxJobs = 2 })
+	cancelled := func() string {
+		t.Helper()
+		j := f.submit(acmeKey, `{"kind": "echo", "queue": "idle"}`)
+		if resp := f.cancel(acmeKey, j.ID); resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("cancel: %s %s", resp.Status, resp.body)
+		}
+		f.awaitState(j.ID, job.StateCancelled)
+		return j.ID
+	}
+	retry := func(id string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/" + id + "/retry", key: acmeKey})
+	}
+	bulk := func() response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/retry", key: acmeKey, body: `{"state": "cancelled"}`})
+	}
+	a, b, c := cancelled(), cancelled(), cancelled()
+	f.submit(acmeKey, `{"kind": "echo", "queue": "idle"}`) // one not ended: room for one more
+
+	if resp := bulk(); resp.StatusCode != http.StatusOK || decode[struct{ Moved int }](t, resp).Moved != 1 {
+		t.Fatalf("bulk retry with room for one: %s %s", resp.Status, resp.body)
+	}
+	// At the cap now: neither kind of retry moves another.
+	for _, id := range []string{a, b, c} {
+		if f.job(id).State == job.StateCancelled {
+			expectProblem(t, retry(id), http.StatusTooManyRequests, "")
+		}
+	}
+	expectProblem(t, bulk(), http.StatusTooManyRequests, "")
+	n := 0
+	for _, id := range []string{a, b, c} {
+		if f.job(id).State == job.StateQueued {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d of the cancelled jobs are queued again, want 1", n)
+	}
 }

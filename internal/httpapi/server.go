@@ -22,10 +22,12 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 // Defaults of Config.
@@ -157,6 +159,7 @@ type server struct {
 	log          *slog.Logger
 	metrics      *instruments
 	rateMetrics  *rateInstruments
+	schedules    *schedule.Store
 }
 
 // New returns the API's handler.
@@ -219,6 +222,9 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
+	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, Usage: s.usage}); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
 	mp := cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -252,6 +258,17 @@ func New(cfg Config) (http.Handler, error) {
 		http.MethodPut:    s.authed(s.putLimit),
 		http.MethodDelete: s.authed(s.deleteLimit),
 	})
+	mux.Handle("/v1/schedules", methods{
+		http.MethodGet:  s.authed(s.listSchedules),
+		http.MethodPost: s.authed(s.createSchedule),
+	})
+	mux.Handle("/v1/schedules/{name}", methods{
+		http.MethodGet:    s.authed(s.getSchedule),
+		http.MethodDelete: s.authed(s.deleteSchedule),
+	})
+	mux.Handle("/v1/schedules/{name}/pause", methods{http.MethodPost: s.authed(s.pauseSchedule(true))})
+	mux.Handle("/v1/schedules/{name}/resume", methods{http.MethodPost: s.authed(s.pauseSchedule(false))})
+	mux.Handle("/v1/schedules/{name}/trigger", methods{http.MethodPost: s.authed(s.triggerSchedule)})
 	mux.Handle("/healthz", methods{http.MethodGet: s.healthz})
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
@@ -304,6 +321,11 @@ type methods map[string]http.HandlerFunc
 
 func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h, ok := m[r.Method]; ok {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// A write is acknowledged only once LEASEHOLD_REDIS_MIN_REPLICAS
+			// replicas have it (replicas.Require; a no-op without it).
+			r = r.WithContext(replicas.Ack(r.Context()))
+		}
 		h(w, r)
 		return
 	}

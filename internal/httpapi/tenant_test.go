@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,4 +178,64 @@ func (f *fixture) list(key string) []string {
 		f.t.Fatalf("list: %s %s", resp.Status, resp.body)
 	}
 	return decode[listBody](f.t, resp).ids()
+}
+
+// A tenant never sees which host runs its jobs: execution.worker is a
+// stable opaque name in every job object it is shown (GET, a listing, a
+// state event, a cancel's answer); the admin sees the worker's own id.
+func TestTenantSeesAnOpaqueWorkerName(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const workerID = "gpu-host-7.internal-4242-beef"
+	f.startWorker(map[string]execution.Handler{
+		"echo": func(context.Context, *execution.Execution) (any, error) { return "ok", nil },
+	}, func(c *execution.Config) { c.ID = workerID })
+	first := f.submit(acmeKey, `{"kind": "echo"}`)
+	second := f.submit(acmeKey, `{"kind": "echo"}`)
+	f.awaitState(first.ID, job.StateSucceeded)
+	f.awaitState(second.ID, job.StateSucceeded)
+
+	if admin := f.job(first.ID); admin.Execution == nil || admin.Execution.Worker != workerID {
+		t.Fatalf("the admin sees execution %+v, want worker %q", admin.Execution, workerID)
+	}
+	opaque := func(what string, j job.Job) string {
+		t.Helper()
+		if j.Execution == nil || j.Execution.Worker == "" {
+			t.Fatalf("%s: no worker name in %+v", what, j.Execution)
+		}
+		if w := j.Execution.Worker; strings.Contains(w, "gpu-host") || strings.Contains(w, "4242") {
+			t.Errorf("%s: the tenant sees the worker %q", what, w)
+		}
+		return j.Execution.Worker
+	}
+	name := opaque("GET", decode[job.Job](t, f.get(acmeKey, "/v1/jobs/"+first.ID)))
+	if n := opaque("GET of another job", decode[job.Job](t, f.get(acmeKey, "/v1/jobs/"+second.ID))); n != name {
+		t.Errorf("one worker has two names: %q and %q", name, n)
+	}
+	for _, j := range decode[listBody](t, f.get(acmeKey, "/v1/jobs")).Jobs {
+		if n := opaque("listing", j); n != name {
+			t.Errorf("listing: %q, want %q", n, name)
+		}
+	}
+	cancelled := f.cancel(acmeKey, first.ID)
+	if n := opaque("cancel of an ended job", decode[job.Job](t, cancelled)); n != name {
+		t.Errorf("cancel: %q, want %q", n, name)
+	}
+	for _, e := range f.openStream(acmeKey, first.ID, "").rest() {
+		if e.typ == "state" {
+			if j := stateOf(t, e); j.Execution != nil {
+				if n := opaque("state event", j); n != name {
+					t.Errorf("state event: %q, want %q", n, name)
+				}
+			}
+		}
+	}
+	for _, e := range f.openStream(adminKey, first.ID, "").rest() {
+		if e.typ != "state" {
+			continue
+		}
+		if j := stateOf(t, e); j.Execution != nil && j.Execution.Worker != workerID {
+			t.Errorf("the admin's state event shows worker %q, want %q", j.Execution.Worker, workerID)
+		}
+	}
 }

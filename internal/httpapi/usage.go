@@ -19,7 +19,8 @@ const usageTimeout = time.Second
 // countSubmitted counts new job j in its tenant's usage, the job id as the
 // event id: a replayed submission creates no job and reaches no count, and
 // a count written twice adds once. A failed count is logged; the job
-// stands and the client gets its 201.
+// stands and the client gets its 201, and the job's claims count it too
+// (execution.Worker), under the same event id.
 func (s *server) countSubmitted(ctx context.Context, j job.Job) {
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer stop()

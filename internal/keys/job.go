@@ -23,6 +23,10 @@ func (s Space) Idempotency(tenant, key string) string { return s.key("idem:"+ten
 // Job is the hash that holds one job's record.
 func (s Space) Job(queue, id string) string { return s.key("q:"+queue, "job:"+id) }
 
+// JobDeleted marks a deleted job for as long as an Idempotency-Key may
+// still stand for it, so a replay does not create it again.
+func (s Space) JobDeleted(queue, id string) string { return s.key("q:"+queue, "deleted:"+id) }
+
 // JobEvents is the capped stream of one job's events.
 func (s Space) JobEvents(queue, id string) string { return s.key("q:"+queue, "events:"+id) }
 

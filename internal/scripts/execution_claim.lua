@@ -3,7 +3,7 @@
 -- lanes at the head of the ready set (fair.lua), lanes taking turns. Every
 -- candidate is checked again here: one another worker took since is skipped.
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] leases   KEYS[4] deadlines
--- KEYS[5] fence   KEYS[6] fair (fair.lua)        KEYS[7] stats (stats.lua, finished.lua)
+-- KEYS[5] fence (fence.lua)   KEYS[6] fair (fair.lua)        KEYS[7] stats (stats.lua, finished.lua)
 -- KEYS[8] retired
 -- KEYS[6 + 3i] job hash, KEYS[7 + 3i] events and KEYS[8 + 3i] lane
 -- (fair.lua) of candidate i (1..n)
@@ -327,7 +327,7 @@ end
 -- and one event), their leases, tokens and lanes in a few commands for the
 -- whole batch. expires is the leases' expiry.
 local function start(takes, lanes, expires, reply)
-  local token = redis.call('INCRBY', fence, #takes) - #takes
+  local token = fence_take(fence, #takes)
   local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
     token = token + 1

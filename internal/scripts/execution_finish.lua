@@ -16,9 +16,11 @@
 --   "1" when a failure may be retried ("0" when it is permanent),
 --   backoff_ms before a retry (for a pushback: the upstream's Retry-After,
 --   0 when it gave none), the traceparent of the execution's span ("" when
---   untraced; kept as exec_trace so the next attempt's span can link to it)
--- Returns, for each execution, its job's new state, or "" when the token is
--- not the job's current one or the job is not running: the caller is not
+--   untraced; kept as exec_trace so the next attempt's span can link to it),
+--   execution id
+-- Returns, for each execution, its job's new state, or "" when the token or
+-- the execution id is not the job's current one or the job is not running
+-- (two executions never both finish, even with equal tokens): the caller is not
 -- the owner, and nothing of that execution changed. A retry of a finish
 -- that was written (its reply lost) returns the job's state again and
 -- changes nothing.
@@ -41,8 +43,8 @@ local at = 3
 for i = 1, n do
   local id, token, attempt, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
-  local trace = ARGV[at + 9]
-  at = at + 9
+  local trace, exec = ARGV[at + 9], ARGV[at + 10]
+  at = at + 10
 
   -- What the owner's check and the cancel a success yields to depend on,
   -- then the shown fields (transition.lua's shown_names) the move neither
@@ -53,9 +55,10 @@ for i = 1, n do
   local f = redis.call('HMGET', job, 'state', 'token', 'exec_state', 'cancel_requested', 'tenant',
     'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at', 'pushbacks')
   local state, cancel_requested = f[1], f[4]
-  if f[2] == token and state ~= 'running' and f[3] == outcome then
+  local owner = f[2] == token and f[7] == exec
+  if owner and state ~= 'running' and f[3] == outcome then
     out[i] = state -- a retry whose first run was written (its reply was lost)
-  elseif f[2] ~= token or state ~= 'running' then
+  elseif not owner or state ~= 'running' then
     out[i] = ''
   else
     released[#released + 1] = id

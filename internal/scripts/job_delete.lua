@@ -2,8 +2,10 @@
 -- entries and its retired entry, all at once (forget, transition.lua). (Its id → queue lookup lives
 -- in another slot: the caller deletes it after this.)
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
--- KEYS[5] all index
+-- KEYS[5] all index   KEYS[6] the job's deletion mark (job_submit.lua)
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
+-- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
+-- still stand for the job
 -- Returns {'missing'} when there is no such job for this caller,
 -- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
 -- has not ended (nothing changed).
@@ -19,4 +21,5 @@ if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state
   return {'live', redis.call('HGETALL', job)}
 end
 forget(retired, {id}, {job, events}, {{tenant_index, all_index}})
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
 return {'deleted'}

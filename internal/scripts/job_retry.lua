@@ -13,10 +13,16 @@
 -- 'missing' when there is no such job for this caller, else the state it
 -- stays in (not ended, or succeeded: nothing moved).
 --
--- A retried job starts afresh: attempt 0 (max_attempts more attempts),
--- no cancel request, no finished_at, its max_wait counting again from now.
--- Its token stays: the next claim issues a higher one from the queue's
--- fence. Its error stays too, as on any job waiting for another attempt.
+-- A retried job keeps its attempt number (the attempts spent), so its next
+-- execution is the attempt after the last one spent: attempt numbers never
+-- go back. It gets its original max_attempts more: max_attempts becomes
+-- attempt + the original. The original is the one before the first retry;
+-- retries keeps, per retry, its state event's id and the max_attempts
+-- before it ("<event id>:<n>,..."), so that a replay shows each event's
+-- max_attempts as it was (job.Job.At). No cancel request, no finished_at,
+-- its max_wait counting again from now. Its token stays: the next claim
+-- issues a higher one from the queue's fence. Its error stays too, as on
+-- any job waiting for another attempt.
 local ready, fair, stats, retired, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
 
@@ -27,16 +33,25 @@ local out = {}
 for i = 1, #ARGV - 3 do
   local id = ARGV[3 + i]
   local key = KEYS[3 + 3 * i]
-  local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms')
+  local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
+    'max_attempts', 'retries')
   local state = f[1]
   local outcome
   if not state or (tenant ~= '' and f[2] ~= tenant) then
     -- Another tenant's job is as absent as one that never existed.
     outcome = 'missing'
   elseif state == 'failed' or state == 'cancelled' or state == 'expired' then
-    local fields = {'attempt', '0', 'cancel_requested', '0'}
-    move(tx, {key = key, events = KEYS[4 + 3 * i], id = id, tenant = f[2], state = state}, 'queued', fields, '0',
+    local retries = f[8] or ''
+    local original = retries:match('^[^:]*:(%d+)') or f[7]
+    local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
+    local events = KEYS[4 + 3 * i]
+    move(tx, {key = key, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[6],
       with(shown_of(key), fields))
+    local event = redis.call('XREVRANGE', events, '+', '-', 'COUNT', 1)[1][1]
+    if retries ~= '' then
+      retries = retries .. ','
+    end
+    redis.call('HSET', key, 'retries', retries .. event .. ':' .. f[7])
     fair_push(fair, ready, KEYS[5 + 3 * i], f[3], id, f[4])
     if tonumber(f[5]) > 0 then
       redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)

@@ -2,6 +2,7 @@
 -- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] fair (fair.lua)   KEYS[6] stats (stats.lua)   KEYS[7] events   KEYS[8] tenant index
 -- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
+-- KEYS[11] the job's deletion mark (job_delete.lua)
 -- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
 -- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
 -- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
@@ -12,12 +13,14 @@
 -- ARGV[16] nonce of this call (the same when the client resends it)
 -- ARGV[17] how many of the tenant's jobs not ended this queue may hold
 -- before this one ("" = no cap)
--- ARGV[18] the tokens the job is estimated to spend of its keys' tpm
+-- ARGV[18] the name of the schedule that fires it ("" = none)
+-- ARGV[19] the tokens the job is estimated to spend of its keys' tpm
 -- budgets ("" = none)
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
 -- had created it: its nonce is the job's), {0, HGETALL} when it existed,
 -- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
--- ended (nothing written).
+-- ended (nothing written), {-2, 0} when the job was deleted (nothing
+-- written: a replay does not bring it back).
 local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
@@ -31,6 +34,9 @@ if redis.call('EXISTS', job) == 1 then
     created = 1
   end
   return {created, redis.call('HGETALL', job)}
+end
+if redis.call('EXISTS', KEYS[11]) == 1 then
+  return {-2, 0}
 end
 
 if ARGV[17] ~= '' then
@@ -56,7 +62,7 @@ move(tx, {key = job, events = events, id = id, tenant = ARGV[2], state = ''}, 'q
   'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
   'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
   'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16], 'cost', ARGV[18]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
+  'nonce', ARGV[16], 'schedule', ARGV[18], 'cost', ARGV[19]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)

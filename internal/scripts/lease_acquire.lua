@@ -2,7 +2,7 @@
 -- room: the one acquire of every path (lease.Acquire, Semaphore.Do, and a
 -- worker's claim, which asks for a batch of jobs at once).
 -- KEYS[1] lease set (member: holder, score: expiry in ms on the Redis clock)
--- KEYS[2] fencing-token counter of the lease key
+-- KEYS[2] fencing-token counter of the lease key (fence.lua)
 -- KEYS[3] the Wait line's ticket expiries   KEYS[4] whose turn it is
 -- KEYS[5] mark: this side waits
 -- KEYS[6] window, KEYS[7] spent, KEYS[8] throttle, KEYS[9] adapt: the key's
@@ -135,11 +135,16 @@ if #add > 0 then
   redis.call('ZADD', leases, unpack(add))
   -- The set outlives its longest lease, then vanishes: it expires at the
   -- latest lease's own expiry, on the same clock. PEXPIRETIME is -1 with
-  -- no expiry yet. The counter never expires, so tokens never go back.
+  -- no expiry yet.
   if redis.call('PEXPIRETIME', leases) < tonumber(expires) then
     redis.call('PEXPIREAT', leases, expires)
   end
-  local token = redis.call('INCRBY', fence, #add / 2) - #add / 2
+  local token = fence_take(fence, #add / 2)
+  -- The counter may go once unused: a second after its last token, the
+  -- clock's floor (fence_take) is above every token it issued, unless it
+  -- issued more than a million in that second. So no key a tenant's jobs
+  -- name outlives its use (a tenant may name any key under its own prefix).
+  redis.call('PEXPIRE', fence, ttl + 1000)
   for i = 4, #out do
     if out[i] then
       token = token + 1

@@ -2,7 +2,7 @@
 -- KEYS[2] ticket expiries (member: ticket, score: expiry in ms on the Redis clock)
 -- KEYS[3] arrival sequence counter
 -- KEYS[4] this ticket's state: PENDING, GRANTED, CANCELLED or TIMED_OUT
--- KEYS[5] lease set   KEYS[6] fencing-token counter of the lease key
+-- KEYS[5] lease set   KEYS[6] fencing-token counter of the lease key (fence.lua)
 -- KEYS[7] whose turn it is   KEYS[8] mark: the other side waits
 -- (lease_acquire.lua, which shares both)
 -- ARGV[1] ticket   ARGV[2] ticket_ttl_ms   ARGV[3] join (1: enqueue a new ticket)
@@ -42,7 +42,7 @@ local function grant()
   if redis.call('PEXPIRETIME', leases) < expires then
     redis.call('PEXPIREAT', leases, expires)
   end
-  return redis.call('INCR', fence), expires
+  return fence_take(fence, 1) + 1, expires
 end
 
 local s = redis.call('GET', state)

@@ -11,7 +11,10 @@
 --   state              see may_move                            move
 --   token              the latest execution's fencing token    submit ("0"), claim
 --   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
---                                                              finish (-1 on a hand-off), retry ("0")
+--                                                              finish (-1 on a hand-off)
+--   max_attempts       the attempts it may spend in all        submit, retry (attempt + the original)
+--   retries            "<state event id>:<max_attempts before
+--                      it>" per retry, comma-separated          retry
 --   exec_id            the latest execution's id               claim
 --   exec_state         running | succeeded | failed | timed_out | cancelled
 --                      | handed_off | pushback | lost          claim, finish, reap
@@ -29,7 +32,7 @@
 --   pushbacks          pushbacks in a row (absent: none)       finish
 --   cost               the tokens it is estimated to spend
 --                      of its keys' tpm budgets (absent: none) submit only
---   id, queue, tenant, kind, input, priority, max_attempts, concurrency_keys (the
+--   id, queue, tenant, kind, input, priority, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
 --   created_at, nonce                                          submit only: they never change
 --

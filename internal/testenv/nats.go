@@ -57,6 +57,14 @@ func (n *NATSServer) Conn(t testing.TB) *nats.Conn {
 	return nc
 }
 
+// Interest reports whether some client subscribed to subject on the running
+// server, so a test knows messages published from now on reach it.
+func (n *NATSServer) Interest(subject string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv != nil && n.srv.GlobalAccount().SubscriptionInterest(subject)
+}
+
 // Stop shuts the server down: clients see an outage.
 func (n *NATSServer) Stop(t testing.TB) {
 	t.Helper()

@@ -1,7 +1,10 @@
 package testenv
 
 import (
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,3 +75,17 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 }
 
 func freePort() (int, error) { return redisproc.FreePort() }
+
+// StartReplica starts a redis-server of the test's own that replicates
+// primary, and waits until it is in sync.
+func StartReplica(t testing.TB, primary *RedisServer) *RedisServer {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(primary.Addr())
+	r := StartRedis(t, "--replicaof", host, port)
+	c := r.Client(t)
+	Eventually(t, 30*time.Second, func() bool {
+		info, err := c.Info(t.Context(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "replica %s never synced with %s", r.Addr(), primary.Addr())
+	return r
+}

@@ -322,6 +322,62 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// A downstream that deduplicates on (job id, Leasehold-Attempt) sees a
+// retried job's calls as new ones: the attempt numbers go on from the last
+// one spent, never back.
+func TestRetriedJobsAttemptsGoOn(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var attempts []string
+	f := newFixture(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get(remote.HeaderAttempt))
+		n := len(attempts)
+		mu.Unlock()
+		if n <= 2 {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"ok":true}`)
+	})
+	f.startWorker(t, execution.Config{}, remote.Config{})
+	j := f.submit(t, job.Submission{MaxAttempts: 2})
+	if failed := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed); failed.State != job.StateFailed || failed.Attempt != 2 {
+		t.Fatalf("state %s at attempt %d, want failed at 2", failed.State, failed.Attempt)
+	}
+	retried, err := f.store.Retry(t.Context(), "acme", j.ID, false)
+	if err != nil || retried.Attempt != 2 || retried.MaxAttempts != 4 {
+		t.Fatalf("retry: attempt %d of %d, %v; want 2 of 4", retried.Attempt, retried.MaxAttempts, err)
+	}
+	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateSucceeded || done.Attempt != 3 || done.Execution.Attempt != 3 {
+		t.Fatalf("state %s at attempt %d (execution %+v), want succeeded at 3", done.State, done.Attempt, done.Execution)
+	}
+	mu.Lock()
+	if !slices.Equal(attempts, []string{"1", "2", "3"}) {
+		t.Errorf("%s of the calls: %q, want 1, 2, 3", remote.HeaderAttempt, attempts)
+	}
+	mu.Unlock()
+	events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []int
+	for _, e := range events {
+		var d struct {
+			State   job.State
+			Attempt int
+		}
+		if e.Type == "state" && json.Unmarshal(e.Data, &d) == nil && d.State == job.StateRunning {
+			runs = append(runs, d.Attempt)
+		}
+	}
+	if !slices.Equal(runs, []int{1, 2, 3}) {
+		t.Errorf("the executions' attempts %v, want 1, 2, 3", runs)
+	}
+}
+
 // A 429 is pushback: with max_attempts 1 the job still succeeds, on
 // attempt 1, and the second call waits for the Retry-After.
 func TestA429IsPushbackThatSpendsNoAttempt(t *testing.T) {

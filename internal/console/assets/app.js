@@ -1,4 +1,4 @@
-// The console's router: #/overview, #/jobs, #/jobs/<id>, #/usage, #/admin
+// The console's router: #/overview, #/jobs, #/jobs/<id>, #/schedules, #/usage, #/admin
 // and #/login. Each view draws itself into <main> and returns a function
 // that stops what it started (timers, streams) when the operator leaves.
 import { call, query, session, ApiError } from './api.js';
@@ -7,6 +7,7 @@ import * as overview from './overview.js';
 import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as usage from './usage.js';
+import * as schedules from './schedules.js';
 import * as admin from './admin.js';
 
 const main = document.getElementById('main');
@@ -20,6 +21,8 @@ function route() {
   switch (parts[0]) {
     case 'jobs':
       return parts[1] ? [job.render, decodeURIComponent(parts[1])] : [jobs.render, params];
+    case 'schedules':
+      return [schedules.render, params];
     case 'usage':
       return [usage.render, params];
     case 'admin':

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+const schedulesUsage = "usage: leasehold schedules ls | create NAME CRON KIND | get NAME | rm NAME | pause NAME | resume NAME | trigger NAME"
+
+// leasehold schedules ls|create|get|rm|pause|resume|trigger
+func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("%s", schedulesUsage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "ls":
+		c := newCommand("schedules ls", stdout, stderr)
+		if _, err := c.parse(args, 0, ""); err != nil {
+			return err
+		}
+		var list struct {
+			Schedules []schedule.Schedule `json:"schedules"`
+		}
+		if err := c.get(ctx, http.MethodGet, "/v1/schedules", nil, &list); err != nil || c.json() {
+			return err
+		}
+		return printSchedules(stdout, list.Schedules)
+	case "create":
+		return createSchedule(ctx, args, stdout, stderr)
+	case "rm":
+		return deleteCommand(ctx, "schedules rm", "/v1/schedules/", "deleted", args, stdout, stderr)
+	case "get", "pause", "resume":
+		c := newCommand("schedules "+sub, stdout, stderr)
+		pos, err := c.parse(args, 1, "NAME")
+		if err != nil {
+			return err
+		}
+		method, path := http.MethodPost, "/v1/schedules/"+escape(pos[0])
+		if sub == "get" {
+			method = http.MethodGet
+		} else {
+			path += "/" + sub
+		}
+		var s schedule.Schedule
+		if err := c.get(ctx, method, path, nil, &s); err != nil || c.json() {
+			return err
+		}
+		return printSchedules(stdout, []schedule.Schedule{s})
+	case "trigger":
+		c := newCommand("schedules trigger", stdout, stderr)
+		pos, err := c.parse(args, 1, "NAME")
+		if err != nil {
+			return err
+		}
+		var j job.Job
+		if err := c.get(ctx, http.MethodPost, "/v1/schedules/"+escape(pos[0])+"/trigger", nil, &j); err != nil || c.json() {
+			return err
+		}
+		return printJob(stdout, j)
+	}
+	return usagef("%s", schedulesUsage)
+}
+
+// leasehold schedules create NAME CRON KIND [--timezone] [--overlap] [--queue] [--input...]
+func createSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("schedules create", stdout, stderr)
+	tz := c.fs.String("timezone", "", "IANA time zone the cron fields are read in (default UTC)")
+	overlap := c.fs.String("overlap", "", "allow (default) or skip: no fire while the last job has not ended")
+	queue := c.fs.String("queue", "", "the job's queue (default: the API's default)")
+	input := c.fs.String("input", "", "the job's input, JSON (default {})")
+	inputFile := c.fs.String("input-file", "", "read the input from this file; - reads it from stdin")
+	pos, err := c.parse(args, 3, "NAME CRON KIND   (CRON quoted: '0 3 * * *', @hourly, '@every 30s')")
+	if err != nil {
+		return err
+	}
+	sub := map[string]any{"kind": pos[2]}
+	raw, err := readInput(*input, *inputFile)
+	if err != nil {
+		return err
+	}
+	if raw != nil {
+		sub["input"] = raw
+	}
+	if *queue != "" {
+		sub["queue"] = *queue
+	}
+	body := map[string]any{"name": pos[0], "cron": pos[1], "job": sub}
+	if *tz != "" {
+		body["timezone"] = *tz
+	}
+	if *overlap != "" {
+		body["overlap"] = *overlap
+	}
+	var s schedule.Schedule
+	if err := c.get(ctx, http.MethodPost, "/v1/schedules", body, &s); err != nil || c.json() {
+		return err
+	}
+	return printSchedules(stdout, []schedule.Schedule{s})
+}
+
+func printSchedules(w io.Writer, list []schedule.Schedule) error {
+	t := table(w)
+	fmt.Fprintln(t, "NAME\tCRON\tTIMEZONE\tOVERLAP\tPAUSED\tNEXT\tLAST\tLAST_JOB\tKIND")
+	for _, s := range list {
+		last := "-"
+		if s.LastJobID != nil {
+			last = *s.LastJobID
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%t\t%s\t%s\t%s\t%s\n", s.Name, s.Cron, s.Timezone, s.Overlap, s.Paused,
+			when(s.NextRunAt), when(s.LastRunAt), last, s.Job.Kind)
+	}
+	return t.Flush()
+}

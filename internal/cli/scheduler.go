@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/ratelimit/usage"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// Scheduler returns the run.Group actor that fires due schedules
+// (schedule.Scheduler) until the group stops. Every API and worker
+// process runs one: there is no leader, and any of them may die.
+// Fired jobs count in the tenants' usage, as submissions do.
+func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger) (func() error, func(error), error) {
+	counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, NATS: nc, Usage: counters})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := schedule.NewScheduler(store, schedule.SchedulerConfig{Limits: limits, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	return func() error { return s.Run(ctx) }, func(error) { stop() }, nil
+}

@@ -1,0 +1,173 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/schedule"
+)
+
+// scheduleBody is the body of POST /v1/schedules, its job still raw: it is
+// decoded as a POST /v1/jobs body is, so the same fields are refused.
+type scheduleBody struct {
+	Name     string           `json:"name"`
+	Cron     string           `json:"cron"`
+	Timezone string           `json:"timezone"`
+	Job      json.RawMessage  `json:"job"`
+	Overlap  schedule.Overlap `json:"overlap"`
+}
+
+// POST /v1/schedules
+func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	body, err := readJSONBody(w, r, s.maxBody)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var b scheduleBody
+	if _, err = decodeInto(body, &b); err == nil {
+		err = s.decodeScheduledJob(b.Job)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sub, _, _ := decodeSubmission(b.Job)
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	sch, created, err := s.schedules.Create(ctx, c.tenant, schedule.Spec{
+		Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Job: sub, Overlap: b.Overlap,
+	})
+	switch {
+	case errors.Is(err, schedule.ErrExists):
+		writeProblem(w, http.StatusConflict, "a schedule of this name exists with another body; delete it first, or choose another name",
+			job.FieldError{Field: "name", Message: "is taken"})
+	case err != nil:
+		s.fail(w, r, err)
+	case !created:
+		writeJSON(w, http.StatusOK, sch) // the same body again
+	default:
+		w.Header().Set("Location", "/v1/schedules/"+sch.Name)
+		writeJSON(w, http.StatusCreated, sch)
+	}
+}
+
+// decodeScheduledJob checks a schedule's job as POST /v1/jobs checks a
+// submission, naming each field at fault as job.<field>.
+func (s *server) decodeScheduledJob(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return fieldError("job", "is required: the submission each fire creates")
+	}
+	sub, given, err := decodeSubmission(raw)
+	if err == nil {
+		err = sub.ValidateGiven(given)
+	}
+	if err == nil {
+		err = s.checkQueue(sub)
+	}
+	if err == nil {
+		err = s.checkInput(sub)
+	}
+	var bad *badRequest
+	var invalid *job.ValidationError
+	switch {
+	case errors.As(err, &bad):
+		for i := range bad.fields {
+			bad.fields[i].Field = "job." + bad.fields[i].Field
+		}
+		if len(bad.fields) == 0 {
+			return fieldError("job", bad.detail)
+		}
+	case errors.As(err, &invalid):
+		for i := range invalid.Errors {
+			invalid.Errors[i].Field = "job." + invalid.Errors[i].Field
+		}
+	}
+	return err
+}
+
+// GET /v1/schedules
+func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, c caller) {
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	list, err := s.schedules.List(ctx, c.tenant)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]schedule.Schedule{"schedules": list})
+}
+
+// GET /v1/schedules/{name}
+func (s *server) getSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	sch, err := s.schedules.Get(ctx, c.tenant, r.PathValue("name"))
+	if err != nil {
+		s.failSchedule(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sch)
+}
+
+// DELETE /v1/schedules/{name}
+func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	if err := s.schedules.Delete(ctx, c.tenant, r.PathValue("name")); err != nil {
+		s.failSchedule(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// POST /v1/schedules/{name}/pause and .../resume
+func (s *server) pauseSchedule(pause bool) func(http.ResponseWriter, *http.Request, caller) {
+	return func(w http.ResponseWriter, r *http.Request, c caller) {
+		ctx, stop := s.redisContext(r.Context(), 0)
+		defer stop()
+		set := s.schedules.Resume
+		if pause {
+			set = s.schedules.Pause
+		}
+		sch, err := set(ctx, c.tenant, r.PathValue("name"))
+		if err != nil {
+			s.failSchedule(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, sch)
+	}
+}
+
+// POST /v1/schedules/{name}/trigger: one fire now, which counts against
+// the tenant's rate and cap like a submission.
+func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	name := r.PathValue("name")
+	if _, err := s.schedules.Get(ctx, c.tenant, name); err != nil {
+		s.failSchedule(w, r, err)
+		return
+	}
+	if err := s.limit(ctx, w, c.tenant, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	j, err := s.schedules.Trigger(ctx, c.tenant, name, job.Cap{Max: s.tenantCap, Queues: s.queues})
+	if err != nil {
+		s.failSchedule(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/jobs/"+j.ID)
+	writeJSON(w, http.StatusCreated, j)
+}
+
+func (s *server) failSchedule(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, schedule.ErrNotFound) {
+		writeProblem(w, http.StatusNotFound, "no such schedule")
+		return
+	}
+	s.fail(w, r, err)
+}

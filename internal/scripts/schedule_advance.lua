@@ -1,0 +1,27 @@
+-- Moves a schedule past the due time it was fired for: the second step of a
+-- fire, after its job was created (or the fire skipped). A compare-and-set:
+-- only the first of several schedulers that fired the same due time moves
+-- it (int: transition.lua).
+-- KEYS[1] the schedule's record   KEYS[2] due index
+-- ARGV[1] due member   ARGV[2] generation the fire read
+-- ARGV[3] the due time fired (ms)   ARGV[4] the next due time (ms)
+-- ARGV[5] index score: when a scheduler should look again (ms; ARGV[4]
+-- unless the fire is deferred, ARGV[3] == ARGV[4] then)
+-- ARGV[6] the fired job's id ("" = no job: skipped or deferred)   ARGV[7] its queue
+-- Returns 1 when it moved the schedule, 0 when the record is gone, was
+-- re-created, is paused or is already past ARGV[3] (only the last job is
+-- recorded then, if it is newer).
+local rec, due = KEYS[1], KEYS[2]
+if redis.call('HGET', rec, 'gen') ~= ARGV[2] then
+  return 0
+end
+local s = redis.call('HMGET', rec, 'next', 'paused', 'last_run')
+if ARGV[6] ~= '' and (s[3] == '' or tonumber(s[3]) < tonumber(ARGV[3])) then
+  redis.call('HSET', rec, 'last_run', ARGV[3], 'last_job', ARGV[6], 'last_queue', ARGV[7])
+end
+if s[1] ~= ARGV[3] or s[2] == '1' then
+  return 0
+end
+redis.call('HSET', rec, 'next', ARGV[4])
+redis.call('ZADD', due, ARGV[5], ARGV[1])
+return 1

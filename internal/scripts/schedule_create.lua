@@ -1,0 +1,19 @@
+-- Creates a schedule, unless one of its name exists (redis_now, int: transition.lua).
+-- KEYS[1] the schedule's record   KEYS[2] due index   KEYS[3] the tenant's names
+-- ARGV[1] due member "<tenant>/<name>"   ARGV[2] name   ARGV[3] spec (canonical JSON)
+-- ARGV[4] generation (a fresh id; also this call's nonce)   ARGV[5] next_run_at (ms)
+-- Returns {1, HGETALL} when created (also to a resent call that had created
+-- it: the generation is its own), {0, HGETALL} when the name was taken.
+local rec, due, names = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', rec) == 1 then
+  local created = 0
+  if redis.call('HGET', rec, 'gen') == ARGV[4] then
+    created = 1
+  end
+  return {created, redis.call('HGETALL', rec)}
+end
+redis.call('HSET', rec, 'name', ARGV[2], 'spec', ARGV[3], 'gen', ARGV[4], 'paused', '0',
+  'next', ARGV[5], 'last_run', '', 'last_job', '', 'last_queue', '', 'created', int(redis_now()))
+redis.call('ZADD', due, ARGV[5], ARGV[1])
+redis.call('ZADD', names, 0, ARGV[2])
+return {1, redis.call('HGETALL', rec)}

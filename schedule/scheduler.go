@@ -1,0 +1,150 @@
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Defaults of SchedulerConfig.
+const (
+	DefaultInterval    = 200 * time.Millisecond
+	DefaultBatch       = 256
+	DefaultHold        = 500 * time.Millisecond
+	DefaultConcurrency = 16
+)
+
+// SchedulerConfig configures a Scheduler. Zero values mean the defaults.
+type SchedulerConfig struct {
+	// Interval is how often the due index is read, with ±25% jitter so
+	// that a fleet's schedulers spread out; default DefaultInterval
+	// (200ms). A fire is late by at most about Interval·1.25 while any
+	// scheduler runs.
+	Interval time.Duration
+	// Batch is the most schedules one read takes; default DefaultBatch
+	// (256). A full batch is followed by the next read at once.
+	Batch int
+	// Hold is how long a taken schedule is left to this scheduler before
+	// another may take it (and fire the same due time, which the
+	// idempotency key makes one job); default DefaultHold (500ms). It
+	// bounds how late a fire is when its scheduler dies holding it.
+	Hold time.Duration
+	// Concurrency is how many fires run at once; default
+	// DefaultConcurrency (16).
+	Concurrency int
+	// Limits are the tenants' submission rate and cap that fires count
+	// against; default none.
+	Limits Limits
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Scheduler fires the schedules that come due, on any number of
+// processes at once: there is no leader. Each read of the due index takes
+// the due schedules for a moment (Hold), so the schedulers of a fleet
+// rarely fire the same one; when they do, or when one dies mid-fire,
+// Store.Fire still makes one job per due time.
+type Scheduler struct {
+	store    *Store
+	interval time.Duration
+	batch    int
+	hold     time.Duration
+	conc     int
+	limits   Limits
+	log      *slog.Logger
+	fired    func(Result) // test signal: every fire's result; nil outside tests
+}
+
+// NewScheduler returns a Scheduler firing store's schedules.
+func NewScheduler(store *Store, cfg SchedulerConfig) (*Scheduler, error) {
+	if store == nil {
+		return nil, errors.New("schedule: nil store")
+	}
+	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Hold < 0 || cfg.Concurrency < 0 {
+		return nil, errors.New("schedule: negative Interval, Batch, Hold or Concurrency")
+	}
+	return &Scheduler{
+		store:    store,
+		interval: cmp.Or(cfg.Interval, DefaultInterval),
+		batch:    cmp.Or(cfg.Batch, DefaultBatch),
+		hold:     cmp.Or(cfg.Hold, DefaultHold),
+		conc:     cmp.Or(cfg.Concurrency, DefaultConcurrency),
+		limits:   cfg.Limits,
+		log:      cmp.Or(cfg.Logger, slog.Default()),
+	}, nil
+}
+
+// Run fires due schedules until ctx is done, then returns nil. A Redis
+// error is logged and the next read tries again.
+func (s *Scheduler) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := s.runOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "schedules: read of the due index failed", "err", err)
+		}
+		wait := time.Duration(0)
+		if n < s.batch {
+			// ±25% jitter.
+			wait = s.interval*3/4 + rand.N(s.interval/2+1)
+		}
+		t.Reset(wait)
+	}
+}
+
+// runOnce takes the schedules due now and fires each, Concurrency at a
+// time, and returns how many it took. A fire that fails is logged; its
+// hold runs out and a later read takes it again.
+func (s *Scheduler) runOnce(ctx context.Context) (int, error) {
+	now, due, err := s.store.take(ctx, s.batch, s.hold)
+	if err != nil {
+		return 0, err
+	}
+	// Schedulers that took overlapping batches (after a hold ran out)
+	// start at different ends.
+	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
+	work := make(chan taken)
+	var wg sync.WaitGroup
+	for range min(s.conc, len(due)) {
+		wg.Go(func() {
+			for t := range work {
+				s.fire(ctx, t, now)
+			}
+		})
+	}
+	for _, t := range due {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	return len(due), nil
+}
+
+func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {
+	r, err := s.store.Fire(ctx, t.tenant, t.name, now, s.limits)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "schedules: fire failed; it is tried again", "tenant", t.tenant, "schedule", t.name, "err", err)
+		}
+		return
+	}
+	switch r.Outcome {
+	case Skipped:
+		s.log.InfoContext(ctx, "schedules: due time skipped, the last job has not ended", "tenant", t.tenant, "schedule", t.name, "due", r.Due)
+	case Deferred:
+		s.log.InfoContext(ctx, "schedules: fire deferred, the tenant is over its rate or cap", "tenant", t.tenant, "schedule", t.name, "due", r.Due, "retry_after", r.RetryAfter)
+	}
+	if s.fired != nil {
+		s.fired(r)
+	}
+}
