@@ -3,6 +3,7 @@ package execution_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,4 +113,81 @@ func budgetAndLimit(t *testing.T, rdb redis.UniversalClient) {
 		t.Fatalf("over the limit or budget %v; %d succeeded, %d queued, peak %d: want %d, %d, %d",
 			over, done, queued, peak, fits, len(ids)-fits, limit)
 	}
+}
+
+// TestNoKeyATenantNamesOutlivesItsUse: a tenant floods the engine with 10 000
+// keys of its own (tenant:acme:...: a tenant may name any of them), 16 a
+// job, half of them under a wildcard budget. Once the jobs have run and
+// their leases' TTL has passed, no key built from them is left but the
+// budgets' own, each expiring: a rolling minute's window a minute after its
+// last entry, an adaptive key's learned limit within the hour.
+func TestNoKeyATenantNamesOutlivesItsUse(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	// A wildcard budget gives every key of the flood a window, a spent
+	// hash and an adaptive state too.
+	if err := f.store.SetKeyLimit(t.Context(), "flood:*", job.KeyLimit{Budget: lease.Budget{RPM: 1000, TPM: 1_000_000, Adaptive: true}}); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t, execution.Config{Concurrency: 32, LeaseTTL: time.Second}, map[string]execution.Handler{"echo": echo})
+	const jobs, perJob = 625, 16
+	var ids []string
+	for i := range jobs {
+		var ks []string
+		for k := range perJob {
+			if k%2 == 0 {
+				ks = append(ks, fmt.Sprintf("tenant:acme:r%d-%d", i, k))
+			} else {
+				ks = append(ks, fmt.Sprintf("flood:r%d-%d", i, k))
+			}
+		}
+		ids = append(ids, f.submit(t, job.Submission{Kind: "echo", ConcurrencyKeys: ks[:perJob-1], Cost: &job.Cost{Tokens: 10}}).ID)
+	}
+	for _, id := range ids {
+		f.waitState(t, id, 60*time.Second, job.StateSucceeded)
+	}
+	// Each key that may stay, and the longest it may live.
+	stays := map[string]time.Duration{":window": time.Minute + time.Second, ":spent": time.Minute + time.Second, ":adapt": time.Hour}
+	left := func() []string {
+		var out []string
+		for _, pattern := range []string{"*{lease:tenant:acme:r*", "*{lease:flood:r*", "*lane:*tenant:acme:r*"} {
+			keys, err := scanAll(f.rdb, f.prefix+pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				most, ok := stays[k[strings.LastIndexByte(k, ':'):]]
+				if ttl := f.rdb.PTTL(t.Context(), k).Val(); !ok || ttl <= 0 || ttl > most {
+					out = append(out, fmt.Sprintf("%s (ttl %v)", k, ttl))
+				}
+			}
+		}
+		return out
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(left()) == 0 }, "keys left behind: %s", lazy(func() string {
+		l := left()
+		return fmt.Sprintf("%d, such as %v", len(l), l[:min(len(l), 5)])
+	}))
+}
+
+// scanAll returns every key matching pattern, on every master of a Cluster.
+func scanAll(rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			out = append(out, iter.Val())
+		}
+		return iter.Err()
+	}
+	ctx := context.Background()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		return out, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+	}
+	return out, scan(ctx, rdb.(*redis.Client))
 }
