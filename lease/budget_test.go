@@ -172,12 +172,22 @@ func TestAdaptiveLimitGrowsBackNeverAboveTheLimit(t *testing.T) {
 		b := lease.Budget{Adaptive: true}
 		const limit = 6
 		last := 0.0
-		for i := range 40 {
-			h := fmt.Sprint("h", i)
-			if got := ask(t, c, "model:g", limit, b, 0, h); len(got) != 1 {
-				t.Fatalf("holder %d refused with nothing in flight", i)
+		for round := range 40 {
+			// Fill the limit in force (one more holder is refused: the limit
+			// is in use), then every holder succeeds.
+			var holders []string
+			for i := range limit + 1 {
+				holders = append(holders, fmt.Sprint("r", round, "-", i))
 			}
-			settle(t, c, "model:g", limit, b, lease.Settlement{Holder: h, Outcome: lease.OutcomeOK, Tokens: -1})
+			got := ask(t, c, "model:g", limit, b, 0, holders...)
+			if len(got) == 0 || len(got) > limit {
+				t.Fatalf("round %d: %d granted, want 1 to %d", round, len(got), limit)
+			}
+			var ss []lease.Settlement
+			for _, h := range got {
+				ss = append(ss, lease.Settlement{Holder: h, Outcome: lease.OutcomeOK, Tokens: -1})
+			}
+			settle(t, c, "model:g", limit, b, ss...)
 			st := budgetState(t, c, rdb, "model:g")
 			if st.Effective < last || st.Effective > limit {
 				t.Fatalf("effective %v after %v: want it growing, at most %d", st.Effective, last, limit)
@@ -185,7 +195,7 @@ func TestAdaptiveLimitGrowsBackNeverAboveTheLimit(t *testing.T) {
 			last = st.Effective
 		}
 		if last != limit {
-			t.Fatalf("effective %v after 40 successes, want the limit %d", last, limit)
+			t.Fatalf("effective %v after 40 rounds of successes, want the limit %d", last, limit)
 		}
 	})
 }
