@@ -576,7 +576,7 @@ func TestConsole(t *testing.T) {
 			until(row+` !== undefined`),
 			textHas(`section[aria-labelledby=keys-title] thead`, "Requests / rpm"),
 		)
-		cells := get(tb, chromedp.Evaluate[[]string](`Array.from(` + row + `.cells).map((c) => c.textContent)`))
+		cells := get(tb, chromedp.Evaluate[[]string](`Array.from(`+row+`.cells).map((c) => c.textContent)`))
 		want := map[int]string{3: "1 of 20", 5: "2 / 3000", 6: "620 / 400000", 8: "1 429s"}
 		for i, w := range want {
 			if len(cells) != 9 || !strings.Contains(cells[i], w) {
