@@ -445,3 +445,34 @@ func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
 	}
 	return out
 }
+
+// LimitMinute is one minute of an adaptive key's history.
+type LimitMinute struct {
+	At             time.Time // the minute's start, UTC
+	EffectiveLimit int64     // at the minute's last settlement
+	Pushbacks      int64     // the upstream's refusals for capacity (429s) settled in it
+}
+
+// MarshalJSON writes the API's minute object.
+func (m LimitMinute) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		At             stamp `json:"at"`
+		EffectiveLimit int64 `json:"effective_limit"`
+		Pushbacks      int64 `json:"pushbacks"`
+	}{stamp(m.At), m.EffectiveLimit, m.Pushbacks})
+}
+
+// LimitHistory returns the minutes of the last hour in which key adapted
+// (its settlements), oldest first: none for a key that does not adapt, or a
+// wildcard, whose keys adapt each on its own.
+func (s *Store) LimitHistory(ctx context.Context, key string) ([]LimitMinute, error) {
+	minutes, err := s.leases.History(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	out := make([]LimitMinute, len(minutes))
+	for i, m := range minutes {
+		out[i] = LimitMinute{At: m.At, EffectiveLimit: m.Effective, Pushbacks: m.Pushbacks}
+	}
+	return out, nil
+}

@@ -168,7 +168,7 @@ func settleArgs(limit int, b Budget, ss []Settlement) []any {
 
 func (c *Client) settleKeys(key string) []string {
 	return []string{c.keys.LeaseSet(key), c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
-		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key), c.keys.LeaseWaiting(key)}
+		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key), c.keys.LeaseWaiting(key), c.keys.LeaseHistory(key)}
 }
 
 // BudgetState is what a budgeted key's rolling minute holds now.
@@ -215,6 +215,47 @@ func (r BudgetReading) State() (BudgetState, error) {
 	}
 	if until > 0 {
 		out.ThrottledUntil = time.UnixMilli(until)
+	}
+	return out, nil
+}
+
+// HistoryMinutes is how far back History reaches: the last hour.
+const HistoryMinutes = 60
+
+// Minute is one minute of an adaptive key's history.
+type Minute struct {
+	At        time.Time // the minute's start, UTC
+	Effective int64     // the effective limit at the minute's last settlement
+	Pushbacks int64     // the pushbacks settled in the minute
+}
+
+// History returns the minutes of the last hour (Redis clock) in which an
+// adaptive key was settled, oldest first: the ring lease_settle.lua keeps.
+// A key that never adapted, or not for an hour, has none.
+func (c *Client) History(ctx context.Context, key string) ([]Minute, error) {
+	var now *redis.TimeCmd
+	var ring *redis.MapStringStringCmd
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		ring = p.HGetAll(ctx, c.keys.LeaseHistory(key))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("lease: history of %q: %w", key, err)
+	}
+	h := ring.Val()
+	last := now.Val().Unix() / 60
+	var out []Minute
+	for m := last - HistoryMinutes + 1; m <= last; m++ {
+		slot := "m" + strconv.FormatInt(m%60, 10)
+		if h[slot] != strconv.FormatInt(m, 10) {
+			continue // not settled in m: the slot is empty or holds an older minute
+		}
+		eff, err1 := strconv.ParseInt(h[slot+":eff"], 10, 64)
+		push, err2 := strconv.ParseInt(h[slot+":push"], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("lease: history of %q: minute %d holds %q, %q", key, m, h[slot+":eff"], h[slot+":push"])
+		}
+		out = append(out, Minute{At: time.Unix(m*60, 0).UTC(), Effective: eff, Pushbacks: push})
 	}
 	return out, nil
 }

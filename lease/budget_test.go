@@ -258,3 +258,66 @@ func TestBudgetsAreNeverExceededUnderConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// TestAdaptiveKeyKeepsAnHourOfMinutes: the settlements of an adaptive key
+// leave, per minute, its effective limit and its pushbacks, oldest first;
+// a slot over an hour old is skipped, the ring expires when unused, and a
+// key that does not adapt keeps none.
+func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		b := lease.Budget{Adaptive: true}
+		if got := ask(t, c, "model:h", 20, b, 0, "a", "b"); len(got) != 2 {
+			t.Fatalf("granted %v, want 2 (the slow start of limit 20)", got)
+		}
+		// Minutes settled 5, 60 and 70 minutes ago: the one of an hour ago
+		// holds the current minute's slot, which its first settlement
+		// starts afresh.
+		now, err := rdb.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := now.Unix() / 60
+		h := ks.LeaseHistory("model:h")
+		for _, back := range []int64{5, 60, 70} {
+			slot := fmt.Sprint("m", (m-back)%60)
+			if err := rdb.HSet(t.Context(), h, slot, m-back, slot+":eff", back, slot+":push", back/5).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		settle(t, c, "model:h", 20, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1})
+		settle(t, c, "model:h", 20, b, lease.Settlement{Holder: "b", Outcome: lease.OutcomeOK, Tokens: -1})
+
+		got, err := c.History(t.Context(), "model:h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The two settlements may fall either side of a minute's turn.
+		if len(got) < 2 || len(got) > 3 || !got[0].At.Equal(time.Unix((m-5)*60, 0)) || got[0].Effective != 5 || got[0].Pushbacks != 1 {
+			t.Fatalf("history %+v: want the minute 5 ago (effective 5, 1 pushback) first, then this minute's", got)
+		}
+		var pushbacks int64
+		for i, mn := range got[1:] {
+			if !mn.At.After(got[i].At) {
+				t.Fatalf("history %+v: not oldest first", got)
+			}
+			pushbacks += mn.Pushbacks
+		}
+		if last := got[len(got)-1]; last.Effective != 1 || pushbacks != 1 {
+			t.Fatalf("history %+v: want 1 pushback settled now and effective 1 after it", got)
+		}
+		if ttl := rdb.PTTL(t.Context(), h).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+			t.Fatalf("history expires in %v, want an hour", ttl)
+		}
+
+		plain := lease.Budget{RPM: 10}
+		ask(t, c, "model:plain", 5, plain, 0, "x")
+		settle(t, c, "model:plain", 5, plain, lease.Settlement{Holder: "x", Outcome: lease.OutcomePushback, Tokens: -1})
+		if n := rdb.Exists(t.Context(), ks.LeaseHistory("model:plain")).Val(); n != 0 {
+			t.Fatal("a key that does not adapt keeps a history")
+		}
+		if got, err := c.History(t.Context(), "model:plain"); err != nil || len(got) != 0 {
+			t.Fatalf("history of a key that does not adapt: %+v, %v; want none", got, err)
+		}
+	})
+}

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """A Leasehold remote handler in Python, standard library only.
 
-Run:   python3 handler.py --port 8000
-Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/ worker
+Run:   python3 handler.py --port 8000 [--upstream http://127.0.0.1:8090]
+Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/,demo.chat=http://127.0.0.1:8000/chat worker
 
 Input: {"steps": 20, "delay": 0.1}. Each step streams a progress event and
 an output line, then writes the step to a store that checks the fencing
 token, the way a database row with a token column would. The result is
 {"steps": n}. When the worker closes the request (cancel, lost lease,
 timeout, shutdown) the handler stops at once, with no further side effect.
+
+POST /chat (demo.chat) calls an OpenAI-style upstream (--upstream) with
+the input {"model", "messages", "max_tokens"}. When the upstream refuses
+for capacity (429) it passes the 429 on with its Retry-After: pushback, so
+the job waits without spending an attempt and an adaptive key is cut.
+Otherwise it streams the answer, reports the tokens spent with a usage
+line, and ends with {"text": answer}.
 """
 import argparse
 import json
@@ -16,6 +23,8 @@ import select
 import socket
 import sys
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -37,6 +46,7 @@ class FencedStore:
 
 
 STORE = FencedStore()
+UPSTREAM = "http://127.0.0.1:8090"
 
 
 def say(*words):
@@ -64,10 +74,53 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(json.dumps(obj).encode() + b"\n")
         self.wfile.flush()
 
+    def reply(self, status, text, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(text.encode())
+
+    def chat(self, job_id, body):
+        try:
+            spec = json.loads(body or b"{}")
+            call = {"model": spec.get("model", "fake"), "messages": list(spec["messages"]),
+                    "max_tokens": int(spec.get("max_tokens", 50))}
+        except (ValueError, TypeError, AttributeError, KeyError):
+            return self.reply(400, 'input: want {"model", "messages": [...], "max_tokens": int}')
+        req = urllib.request.Request(UPSTREAM + "/v1/chat/completions", data=json.dumps(call).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                answer = json.load(resp)
+        except urllib.error.HTTPError as e:
+            if e.code == 429:
+                # Pushback: pass the upstream's refusal and its Retry-After on.
+                say("pushback", job_id, e.headers.get("Retry-After", "-"))
+                retry = e.headers.get("Retry-After")
+                return self.reply(429, "upstream: 429", [("Retry-After", retry)] if retry else [])
+            return self.reply(502, "upstream: %d" % e.code)  # 5xx: the attempt is retried
+        except (OSError, ValueError) as e:
+            return self.reply(502, "upstream: %s" % e)
+        text = answer["choices"][0]["message"]["content"]
+        tokens = answer.get("usage", {}).get("total_tokens")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        self.line({"event": "output", "data": {"text": text}})
+        if tokens is not None:
+            # The tokens spent replace the job's estimate in the key's tpm budget.
+            self.line({"usage": {"tokens": tokens}})
+        self.line({"result": {"text": text}})
+        say("answered", job_id, tokens)
+
     def do_POST(self):
         job_id = self.headers["Leasehold-Job-Id"]
         token = int(self.headers["Fencing-Token"])
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/chat":
+            return self.chat(job_id, body)
         try:
             spec = json.loads(body or b"{}")
             steps, delay = int(spec.get("steps", 20)), float(spec.get("delay", 0.1))
@@ -101,9 +154,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    global UPSTREAM
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--upstream", default=UPSTREAM, help="the OpenAI-style API demo.chat calls")
     args = p.parse_args()
+    UPSTREAM = args.upstream.rstrip("/")
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     say("listening", srv.server_address[1])

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
@@ -28,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/lease"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
@@ -46,9 +48,11 @@ const (
 // with a worker serving the built-in kinds, llm.chat against the fake
 // upstream.
 type stack struct {
-	t   *testing.T
-	url string
-	api *httptest.Server
+	t      *testing.T
+	url    string
+	api    *httptest.Server
+	rdb    redis.UniversalClient
+	prefix string
 }
 
 func newStack(t *testing.T) *stack {
@@ -101,7 +105,7 @@ func newStack(t *testing.T) *stack {
 			t.Errorf("worker: %v", err)
 		}
 	})
-	return &stack{t: t, url: ts.URL, api: ts}
+	return &stack{t: t, url: ts.URL, api: ts, rdb: rdb, prefix: prefix}
 }
 
 // call sends a request to the API as key's tenant and decodes its JSON
@@ -584,6 +588,60 @@ func TestConsole(t *testing.T) {
 			textHas("#admin-status", "removed"),
 			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
 		)
+	})
+
+	t.Run("an adaptive key shows its budgets and its hour", func(t *testing.T) {
+		s.call(http.MethodPut, "/v1/limits/model:budget", adminKey, `{"limit": 20, "rpm": 3000, "tpm": 400000, "adaptive": true}`, http.StatusOK, nil)
+		// Two executions settled as a worker would: one refused (a 429
+		// with Retry-After), one served.
+		leases, err := lease.New(s.rdb, lease.Config{Prefix: s.prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := lease.Budget{RPM: 3000, TPM: 400000, Adaptive: true}
+		if _, err := leases.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: "model:budget", Limit: 20, Holders: []string{"a", "b"}, Tokens: []int64{500, 500}, Budget: b}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leases.Settle(t.Context(), "model:budget", 20, b, []lease.Settlement{
+			{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1, Estimate: 500, RetryAfter: time.Minute},
+			{Holder: "b", Outcome: lease.OutcomeOK, Tokens: 120, Estimate: 500},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tb := tab.in(t)
+		row := `Array.from(document.querySelectorAll('section[aria-labelledby=keys-title] tbody tr')).find((r) => r.cells[0].textContent === 'model:budget')`
+		tb.run(
+			show("#/overview"),
+			until(row+` !== undefined`),
+			textHas(`section[aria-labelledby=keys-title] thead`, "Requests / rpm"),
+		)
+		cells := get(tb, chromedp.Evaluate[[]string](`Array.from(`+row+`.cells).map((c) => c.textContent)`))
+		want := map[int]string{3: "1 of 20", 5: "2 / 3000", 6: "620 / 400000", 8: "1 429s"}
+		for i, w := range want {
+			if len(cells) != 9 || !strings.Contains(cells[i], w) {
+				t.Fatalf("model:budget's row %q: want %q in column %d", cells, w, i)
+			}
+		}
+		if !strings.HasPrefix(cells[7], time.Now().UTC().Format("2006-01-02")) {
+			t.Errorf("throttled until %q, want a time", cells[7])
+		}
+		label := get(tb, chromedp.Evaluate[string](row+`.cells[8].querySelector('svg.chart').getAttribute('aria-label')`))
+		if label != "model:budget, last hour: effective limit 1 to 1, 1 last, 1 429s" {
+			t.Errorf("the chart reads %q", label)
+		}
+		if n := get(tb, chromedp.Evaluate[int](row+`.cells[8].querySelectorAll('polyline.effective, rect.series-pushbacks').length`)); n != 2 {
+			t.Errorf("the chart draws %d of the effective limit's line and the 429s' bar, want both", n)
+		}
+		if os.Getenv("LEASEHOLD_SCREENSHOTS") == "1" {
+			for _, w := range []int64{1280, 390} {
+				tb.run(chromedp.EmulateViewport(w, 900), show("#/overview"), until(row+` !== undefined`))
+				png := get(tb, chromedp.FullScreenshot(100))
+				if err := os.WriteFile(filepath.Join(os.TempDir(), fmt.Sprintf("overview-%d.png", w)), png, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tb.run(chromedp.EmulateViewport(1280, 900))
+		}
 	})
 
 	t.Run("every view fits 390 px", func(t *testing.T) {

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/redisproc"
 )
 
@@ -142,4 +145,62 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestPythonHandlerPushback runs the Python example's demo.chat against an
+// upstream that answers one call at a time and refuses more with 429 and
+// Retry-After: the handler passes each 429 on as pushback, so every job
+// succeeds on its first attempt, with its usage reported, and the adaptive
+// key's history counts the 429s.
+func TestPythonHandlerPushback(t *testing.T) {
+	t.Parallel()
+	llm := fakellm.New(fakellm.Config{Delay: 50 * time.Millisecond, Limits: fakellm.Limits{Concurrency: 1, RetryAfter: time.Second}})
+	upstream := httptest.NewServer(llm)
+	t.Cleanup(upstream.Close)
+	t.Cleanup(llm.Close)
+	h := startHandler(t, "python3", "python-handler/handler.py", "--port", "{port}", "--upstream", upstream.URL)
+	// An adaptive key starts at an eighth of its limit: 2 at once, one
+	// more than the upstream takes.
+	s := newSystem(t, "LEASEHOLD_HANDLERS=demo.chat="+h.url+"chat", "LEASEHOLD_LIMITS=model:fake=16;adaptive")
+	s.start("worker")
+	var ids []string
+	for range 4 {
+		code, j := s.do(http.MethodPost, "/v1/jobs", `{"kind":"demo.chat","concurrency_keys":["model:fake"],"max_attempts":1,
+			"input":{"messages":[{"role":"user","content":"hi"}],"max_tokens":20}}`)
+		if code != http.StatusCreated {
+			t.Fatalf("submit: %d", code)
+		}
+		ids = append(ids, j.ID)
+	}
+	for _, id := range ids {
+		if j := s.waitState(id, 90*time.Second, "succeeded", "failed", "cancelled"); j.State != "succeeded" || j.Attempt != 1 {
+			t.Fatalf("job %s ended %s on attempt %d, want succeeded on its only attempt (error %+v)", id, j.State, j.Attempt, j.Error)
+		}
+	}
+	if words := h.line(t, "pushback"); words[2] != "1" {
+		t.Errorf("handler passed on %v, want the upstream's Retry-After 1", words)
+	}
+	if st := llm.Stats(); st.Refused == 0 || st.PeakServing > 1 {
+		t.Errorf("upstream %+v: want refusals, never two served at once", st)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.base+"/v1/limits/model:fake/history", nil)
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var hist struct {
+		Minutes []struct{ Pushbacks int } `json:"minutes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&hist); err != nil {
+		t.Fatal(err)
+	}
+	pushbacks := 0
+	for _, m := range hist.Minutes {
+		pushbacks += m.Pushbacks
+	}
+	if pushbacks == 0 {
+		t.Errorf("model:fake's history %+v counts no 429", hist)
+	}
 }

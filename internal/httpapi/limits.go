@@ -37,15 +37,49 @@ func (s *server) listLimits(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	if !c.admin {
-		own := "tenant:" + c.tenant
-		limits = slices.DeleteFunc(limits, func(l job.Limit) bool {
-			return strings.HasPrefix(l.Key, "tenant:") && l.Key != own && l.Key != "tenant:*"
-		})
+		limits = slices.DeleteFunc(limits, func(l job.Limit) bool { return !c.mayRead(l.Key) })
 	}
 	if limits == nil {
 		limits = []job.Limit{}
 	}
 	writeJSON(w, http.StatusOK, limitList{Limits: limits})
+}
+
+// mayRead reports whether c may see key's limit: any key but another
+// tenant's own.
+func (c caller) mayRead(key string) bool {
+	return c.admin || !strings.HasPrefix(key, "tenant:") || key == "tenant:"+c.tenant || key == "tenant:*"
+}
+
+// limitHistory is the body of GET /v1/limits/{key}/history.
+type limitHistory struct {
+	Key     string            `json:"key"`
+	Minutes []job.LimitMinute `json:"minutes"`
+}
+
+// GET /v1/limits/{key}/history: an adaptive key's last hour, per minute
+// (its effective limit and pushbacks), oldest first, minutes without a
+// settlement left out. The catch-all route holds keys with '/', so the
+// suffix is cut here; any other GET under /v1/limits/ is unknown. Read as
+// GET /v1/limits is: another tenant's key is a 404.
+func (s *server) limitHistory(w http.ResponseWriter, r *http.Request, c caller) {
+	key, ok := strings.CutSuffix(r.PathValue("key"), "/history")
+	if !ok || !c.mayRead(key) {
+		notFound(w, r)
+		return
+	}
+	if err := job.ValidateLimitKey(key); err != nil {
+		s.fail(w, r, fieldError("key", err.Error()))
+		return
+	}
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	minutes, err := s.store.LimitHistory(ctx, key)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, limitHistory{Key: key, Minutes: minutes})
 }
 
 // PUT /v1/limits/{key...}: set a limit, admin only; anyone else gets the

@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 type limitList struct {
@@ -185,9 +187,74 @@ func TestLimitsMethods(t *testing.T) {
 	if got := resp.Header.Get("Allow"); got != "GET" {
 		t.Errorf("Allow %q", got)
 	}
-	resp = f.get(adminKey, "/v1/limits/model:a")
+	resp = f.do(request{method: http.MethodPost, path: "/v1/limits/model:a", key: adminKey, body: `{}`})
 	expectProblem(t, resp, http.StatusMethodNotAllowed, "")
-	if got := resp.Header.Get("Allow"); got != "DELETE, PUT" {
+	if got := resp.Header.Get("Allow"); got != "DELETE, GET, PUT" {
 		t.Errorf("Allow %q", got)
 	}
+	// A GET under /v1/limits/ is a key's history or nothing.
+	expectProblem(t, f.get(adminKey, "/v1/limits/model:a"), http.StatusNotFound, "")
+}
+
+type limitHistory struct {
+	Key     string `json:"key"`
+	Minutes []struct {
+		At             string `json:"at"`
+		EffectiveLimit int64  `json:"effective_limit"`
+		Pushbacks      int64  `json:"pushbacks"`
+	} `json:"minutes"`
+}
+
+// TestLimitHistory: the settlements of an adaptive key (a pushback, then a
+// success) show in its history as the minute's effective limit and 429s;
+// a key that never adapted has none; another tenant's own key is not
+// there, as in GET /v1/limits.
+func TestLimitHistory(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if resp := f.putLimit(adminKey, "model:h", `{"limit": 20, "adaptive": true}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := lease.Budget{Adaptive: true}
+	for _, key := range []string{"model:h", "tenant:globex"} {
+		g, err := leases.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: key, Limit: 20, Holders: []string{"a", "b"}, Tokens: []int64{0, 0}, Budget: b}})
+		if err != nil || g[0].Tokens[1] == 0 {
+			t.Fatalf("acquire %s: %+v %v", key, g, err)
+		}
+		if _, err := leases.Settle(t.Context(), key, 20, b, []lease.Settlement{
+			{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1},
+			{Holder: "b", Outcome: lease.OutcomeOK, Tokens: -1},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	resp := f.get(acmeKey, "/v1/limits/model:h/history")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s", resp.Status, resp.body)
+	}
+	h := decode[limitHistory](t, resp)
+	if h.Key != "model:h" || len(h.Minutes) != 1 || h.Minutes[0].EffectiveLimit != 1 || h.Minutes[0].Pushbacks != 1 {
+		t.Fatalf("history %s: want one minute, effective 1 after 1 pushback", resp.body)
+	}
+	at, err := time.Parse(time.RFC3339, h.Minutes[0].At)
+	if err != nil || at.Second() != 0 || time.Since(at) > 2*time.Minute || !strings.HasSuffix(h.Minutes[0].At, ".000Z") {
+		t.Errorf("minute at %q: want this minute's start, RFC 3339 with ms", h.Minutes[0].At)
+	}
+
+	resp = f.get(acmeKey, "/v1/limits/model:never/history")
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"key":"model:never","minutes":[]}` {
+		t.Errorf("history of a key that never adapted: %s %s", resp.Status, resp.body)
+	}
+	expectProblem(t, f.get(acmeKey, "/v1/limits/tenant:globex/history"), http.StatusNotFound, "")
+	for _, k := range []string{globexKey, adminKey} {
+		if resp := f.get(k, "/v1/limits/tenant:globex/history"); resp.StatusCode != http.StatusOK || !strings.Contains(string(resp.body), `"pushbacks":1`) {
+			t.Errorf("tenant:globex's history as %s: %s %s", k, resp.Status, resp.body)
+		}
+	}
+	expectProblem(t, f.get(acmeKey, "/v1/limits/bad%20key/history"), http.StatusBadRequest, "key")
 }

@@ -255,6 +255,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
+		http.MethodGet:    s.authed(s.limitHistory),
 		http.MethodPut:    s.authed(s.putLimit),
 		http.MethodDelete: s.authed(s.deleteLimit),
 	})

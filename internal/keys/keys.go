@@ -62,6 +62,10 @@ func (s Space) LeaseThrottle(key string) string { return s.key("lease:"+key, "th
 // LeaseAdapt is an adaptive lease key's effective limit and its state.
 func (s Space) LeaseAdapt(key string) string { return s.key("lease:"+key, "adapt") }
 
+// LeaseHistory is an adaptive lease key's last hour, per minute: its
+// effective limit and pushbacks (internal/scripts/lease_settle.lua).
+func (s Space) LeaseHistory(key string) string { return s.key("lease:"+key, "history") }
+
 // Fenced is the hash of a fenced resource: the highest token seen and the
 // value written with it.
 func (s Space) Fenced(resource string) string { return s.key("fenced:"+resource, "fenced") }

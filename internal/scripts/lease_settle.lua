@@ -3,7 +3,7 @@
 -- without one is released with a plain ZREM.
 -- KEYS[1] lease set   KEYS[2] window   KEYS[3] spent   KEYS[4] throttle
 -- KEYS[5] adapt   KEYS[6] the mark that claims were refused a slot lately
--- (lease_acquire.lua)
+-- (lease_acquire.lua)   KEYS[7] history (an adaptive key's last hour)
 -- ARGV[1] limit (-1: none)   ARGV[2] tpm (-1: none)   ARGV[3] "1" when adaptive
 -- ARGV[4..] for each holder five values: holder; how it ended: "ok" (the
 --   upstream served it), "pushback" (the upstream refused it for
@@ -108,5 +108,25 @@ for i = 4, #ARGV, 5 do
   end
 end
 if changed then adapt_write(adapt, a) end
-if a then return math.floor(a.eff) end
-return 0
+if not a then return 0 end
+
+-- An adaptive key's last hour, per minute, for GET /v1/limits/{key}/history:
+-- a ring of 60 one-minute slots as finished.lua keeps. Field 'm<i>' is the
+-- minute m (unix minutes, m % 60 == i), 'm<i>:eff' the effective limit at
+-- its last settlement, 'm<i>:push' its pushbacks. Readers skip slots older
+-- than the hour (lease.Client.History); the hash dies an hour after its
+-- last write.
+local history = KEYS[7]
+local pushbacks = 0
+for i = 5, #ARGV, 5 do
+  if ARGV[i] == 'pushback' then pushbacks = pushbacks + 1 end
+end
+local m = string.format('%.0f', math.floor(now / minute))
+local slot = 'm' .. (tonumber(m) % 60)
+if redis.call('HGET', history, slot) ~= m then
+  redis.call('HSET', history, slot, m, slot .. ':push', 0)
+end
+redis.call('HSET', history, slot .. ':eff', math.floor(a.eff))
+redis.call('HINCRBY', history, slot .. ':push', pushbacks)
+redis.call('PEXPIRE', history, adapt_life)
+return math.floor(a.eff)

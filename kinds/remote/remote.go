@@ -13,13 +13,17 @@
 //   - 200 application/json: the body is the result.
 //   - 200 application/x-ndjson: one JSON object a line. {"event": "progress"
 //     | "output" | "log", "data": ...} becomes a job event as it arrives;
-//     {"result": ...} succeeds; {"error": {"message": "...", "retryable":
-//     false}} fails the attempt, and the job too unless retryable (default
-//     true). A stream that ends without either fails the attempt.
+//     {"usage": {"tokens": N}} reports the tokens spent (as does a JSON
+//     result's usage.total_tokens); {"result": ...} succeeds; {"error":
+//     {"message": "...", "retryable": false}} fails the attempt, and the
+//     job too unless retryable (default true). A stream that ends without
+//     a result or an error fails the attempt.
+//   - 429 is pushback (execution.Pushback): the job goes back to its queue
+//     without spending an attempt, no sooner than the Retry-After.
 //   - Another 4xx than 408 and 429, a redirect, or a reply that breaks the
-//     protocol (another content type, a line that is not one of the three,
-//     a line over Config.MaxLine) fails the job without a retry: calling
-//     again would not fix it. 5xx, 408, 429 and connection errors fail the
+//     protocol (another content type, a line that is not one of those, a
+//     line over Config.MaxLine) fails the job without a retry: calling
+//     again would not fix it. 5xx, 408 and connection errors fail the
 //     attempt, and the retry waits at least as long as a Retry-After says.
 //   - The request is bound to the execution's context: cancel, a lost
 //     lease, the timeout and a graceful hand-off close it, and the handler
@@ -286,7 +290,7 @@ type line struct {
 	Usage *struct {
 		Tokens *int64 `json:"tokens"`
 	} `json:"usage"`
-	Error  *struct {
+	Error *struct {
 		Message   string `json:"message"`
 		Retryable *bool  `json:"retryable"`
 	} `json:"error"`

@@ -136,6 +136,25 @@ export async function finishes(queue) {
   }));
 }
 
+// limitHistory returns an adaptive key's last hour as 60 chart columns,
+// oldest first, the current minute last: {label: "HH:MM", values:
+// {pushbacks: n}, effective: n (carried over minutes without a settlement;
+// null before the first)}.
+export async function limitHistory(key) {
+  const body = await call('GET', `/v1/limits/${encodeURIComponent(key)}/history`);
+  const byMinute = new Map(body.minutes.map((m) => [Date.parse(m.at), m]));
+  const now = Math.floor(Date.now() / 60000) * 60000;
+  const columns = [];
+  let effective = null;
+  for (let i = 59; i >= 0; i--) {
+    const at = now - i * 60000;
+    const m = byMinute.get(at);
+    if (m) effective = m.effective_limit;
+    columns.push({ label: new Date(at).toISOString().slice(11, 16), values: { pushbacks: m ? m.pushbacks : 0 }, effective });
+  }
+  return columns;
+}
+
 // retryMatching runs the bulk retry and returns how many jobs it moved.
 export async function retryMatching(filter) {
   const body = await call('POST', '/v1/jobs/retry', filter);

@@ -42,6 +42,19 @@ export function bars(columns, series, { width, height, summary, labels = 0, clas
   return svg;
 }
 
+// trend draws an adaptive key's hour: its 429s per minute as bars (on
+// their own scale) and its effective limit as a line over them, columns
+// as limitHistory gives them.
+export function trend(columns, { width, height, summary }) {
+  const svg = bars(columns, [{ key: 'pushbacks', name: '429s' }], { width, height, summary, className: 'trend' });
+  const max = Math.max(1, ...columns.map((c) => c.effective || 0));
+  const step = width / Math.max(columns.length, 1);
+  const points = columns.flatMap((c, i) => (c.effective === null ? []
+    : [`${(i * step).toFixed(1)},${(height - 1 - (c.effective / max) * (height - 3)).toFixed(1)}`, `${((i + 1) * step).toFixed(1)},${(height - 1 - (c.effective / max) * (height - 3)).toFixed(1)}`]));
+  if (points.length) svg.append(s('polyline', { points: points.join(' '), class: 'effective' }));
+  return svg;
+}
+
 // meter draws a concurrency key: in use against its limit, and the jobs
 // waiting for it after them, on one scale, with a mark at the limit.
 export function meter({ inUse, limit, waiting }, summary) {

@@ -1,9 +1,11 @@
 // Overview: each queue's counts and the last hour's finishes per minute,
-// and each concurrency key's leases in use against its limit. It
-// refreshes every 5 s while it is shown.
-import { call, finishes, session } from './api.js';
-import { h, replace, table, message } from './dom.js';
-import { bars, meter } from './chart.js';
+// and each concurrency key's leases in use against its (effective) limit,
+// its budgets' last minute, its throttle, and for an adaptive key its
+// effective limit and 429s over the last hour. It refreshes every 5 s
+// while it is shown.
+import { call, finishes, limitHistory, session } from './api.js';
+import { h, replace, table, message, time } from './dom.js';
+import { bars, meter, trend } from './chart.js';
 
 const every = 5000;
 
@@ -35,14 +37,18 @@ export function render(root) {
             x.paused ? h('span', { class: 'badge paused' }, 'paused') : 'no',
             admin ? charts[i] : null,
           ].filter((c) => c !== null))));
+      const trends = await Promise.all(l.limits.map((k) => (k.adaptive ? trendChart(k.key) : null)));
       replace(keys, h('h2', { id: 'keys-title' }, 'Concurrency keys'),
         l.limits.length === 0 ? h('p', {}, 'No limit is set.') : table(null,
-          ['Key', 'In use / limit, then waiting', 'In use', 'Limit', 'Waiting'],
-          l.limits.map((k) => [
+          ['Key', 'In use / limit, then waiting', 'In use', 'Limit', 'Waiting', 'Requests / rpm', 'Tokens / tpm', 'Throttled until', 'Last hour'],
+          l.limits.map((k, i) => [
             k.key,
-            meter({ inUse: k.in_use, limit: k.limit, waiting: k.waiting || 0 },
-              `${k.key}: ${k.in_use} of ${k.limit} in use, ${k.waiting || 0} waiting`),
-            String(k.in_use), String(k.limit), String(k.waiting || 0),
+            keyMeter(k),
+            String(k.in_use), limitText(k), String(k.waiting || 0),
+            budgetText(k.requests_last_minute, k.rpm),
+            budgetText(k.tokens_last_minute, k.tpm),
+            k.throttled_until ? h('span', { class: 'badge paused' }, time(k.throttled_until)) : '—',
+            trends[i] || '—',
           ])));
       message(status, '');
     } catch (err) {
@@ -53,6 +59,46 @@ export function render(root) {
   refresh();
   const timer = setInterval(refresh, every);
   return () => clearInterval(timer);
+}
+
+// limitText is a key's limit, and an adaptive key's effective limit
+// before it: "3 of 20" (effective 3 of the limit 20).
+function limitText(k) {
+  const limit = k.limit === null ? 'none' : String(k.limit);
+  return k.effective_limit === null ? limit : `${k.effective_limit} of ${limit}`;
+}
+
+// budgetText is a budget's last minute against it, or — for none.
+function budgetText(used, budget) {
+  return budget === null ? '—' : `${used ?? 0} / ${budget}`;
+}
+
+// keyMeter draws a key's leases in use against the limit its claims use
+// now (the effective limit of an adaptive key); a key with no concurrency
+// limit has none.
+function keyMeter(k) {
+  const limit = k.effective_limit ?? k.limit;
+  if (limit === null) return h('span', { class: 'muted' }, 'no concurrency limit');
+  const of = k.effective_limit === null ? `${limit}` : `${limit} (effective)`;
+  return meter({ inUse: k.in_use, limit, waiting: k.waiting || 0 },
+    `${k.key}: ${k.in_use} of ${of} in use, ${k.waiting || 0} waiting`);
+}
+
+// trendChart draws an adaptive key's effective limit and 429s per minute
+// over the last hour.
+async function trendChart(key) {
+  let columns;
+  try {
+    columns = await limitHistory(key);
+  } catch (err) {
+    return h('span', { class: 'muted' }, `unavailable (${err.message})`);
+  }
+  const pushbacks = columns.reduce((n, c) => n + c.values.pushbacks, 0);
+  const known = columns.filter((c) => c.effective !== null).map((c) => c.effective);
+  const range = known.length ? `effective limit ${Math.min(...known)} to ${Math.max(...known)}, ${known[known.length - 1]} last` : 'no settlement';
+  const summary = `${key}, last hour: ${range}, ${pushbacks} 429s`;
+  return h('span', { class: 'finishes' }, trend(columns, { width: 180, height: 32, summary }),
+    h('span', { class: 'small' }, `${pushbacks} 429s`));
 }
 
 // finishChart draws one queue's finishes per minute over the last hour.
