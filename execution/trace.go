@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/otel/attribute"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,13 @@ const (
 	EventLeaseLost      = "lease lost"
 	EventHandedOff      = "handed off"
 	EventFinished       = "finished" // leasehold.outcome, leasehold.job.state
+	// The budgets of the execution's keys (see docs/architecture.md,
+	// "Upstream budgets and adaptive limits"): what its claim reserved of
+	// their tpm, the upstream's refusal for capacity, and the tokens it
+	// reported, which replace the estimate.
+	EventBudgetReserved = "budget reserved" // leasehold.tokens, at the claim
+	EventPushback       = "pushback"        // leasehold.retry_after_ms
+	EventBudgetSettled  = "budget settled"  // leasehold.tokens
 )
 
 // The heartbeat reads the job's cancel state in Redis, which is the flag
@@ -141,8 +149,18 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 		if !span.IsRecording() {
 			return // the events and status would be dropped
 		}
-		if o.state == StateHandedOff {
+		if e.cost > 0 {
+			span.AddEvent(EventBudgetReserved, trace.WithTimestamp(e.granted),
+				trace.WithAttributes(attribute.Int64("leasehold.tokens", e.cost)))
+		}
+		switch o.state {
+		case StateHandedOff:
 			span.AddEvent(EventHandedOff)
+		case StatePushback:
+			span.AddEvent(EventPushback, trace.WithAttributes(attribute.Int64("leasehold.retry_after_ms", o.minBackoff.Milliseconds())))
+		}
+		if n := e.tokens(); n >= 0 {
+			span.AddEvent(EventBudgetSettled, trace.WithAttributes(attribute.Int64("leasehold.tokens", n)))
 		}
 		span.AddEvent(EventFinished, trace.WithAttributes(telemetry.Outcome.String(string(o.state)), telemetry.State.String(string(state))))
 		if o.err != nil && o.state != StateHandedOff {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,6 +185,45 @@ func TestTraceOfHandedOffExecution(t *testing.T) {
 		"lease acquired",
 		"handed off",
 		"finished leasehold.outcome=handed_off leasehold.job.state=queued",
+	})
+}
+
+// TestTraceOfPushback: a job's story with a budget reads in its trace: the
+// claim's reservation of the job's cost, the upstream's pushback, and the
+// tokens the execution reported.
+func TestTraceOfPushback(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.store.SetKeyLimit(t.Context(), "model:traced", job.KeyLimit{Budget: lease.Budget{TPM: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	var calls atomic.Int32
+	f.startWorker(t, execution.Config{TracerProvider: tp}, map[string]execution.Handler{
+		"llm": func(ctx context.Context, e *execution.Execution) (any, error) {
+			if calls.Add(1) == 1 {
+				e.ReportTokens(0)
+				return nil, execution.Pushback(errors.New("429 Too Many Requests"), 10*time.Millisecond)
+			}
+			e.ReportTokens(42)
+			return "ok", nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "llm", ConcurrencyKeys: []string{"model:traced"}, Cost: &job.Cost{Tokens: 300}, MaxAttempts: 1})
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	var spans []tracetest.SpanStub
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		spans = named(exp.GetSpans(), "process default")
+		return len(spans) == 2
+	}, "want two process spans")
+	wantEvents(t, "pushed back", spans[0], []string{
+		"lease acquired", "budget reserved leasehold.tokens=300", "pushback leasehold.retry_after_ms=10",
+		"budget settled leasehold.tokens=0", "finished leasehold.outcome=pushback leasehold.job.state=retrying",
+	})
+	wantEvents(t, "served", spans[1], []string{
+		"lease acquired", "budget reserved leasehold.tokens=300", "budget settled leasehold.tokens=42",
+		"finished leasehold.outcome=succeeded leasehold.job.state=succeeded",
 	})
 }
 
