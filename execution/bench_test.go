@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // tripCounter counts the round trips a client makes: one per command sent
@@ -112,6 +113,27 @@ func BenchmarkClaimKeys(b *testing.B) {
 	})
 }
 
+// BenchmarkClaimBudget runs 10k no-op jobs of a cost of 10 tokens that all
+// name one key limited to 200, with no budget (limit), or with an rpm and a
+// tpm too large to wait for (budget): what checking and reserving a budget,
+// and settling it at the finish, cost.
+func BenchmarkClaimBudget(b *testing.B) {
+	for _, name := range []string{"limit", "budget"} {
+		b.Run(name, func(b *testing.B) {
+			run := benchRun{jobs: 10_000, concurrency: 50, limits: map[string]int{"model:b": 200},
+				submission: func(int) job.Submission {
+					return job.Submission{Kind: "noop", ConcurrencyKeys: []string{"model:b"}, Cost: &job.Cost{Tokens: 10}}
+				}}
+			if name == "budget" {
+				run.budgets = map[string]lease.Budget{"model:b": {RPM: 1_000_000_000, TPM: 1_000_000_000_000}}
+			}
+			for range b.N {
+				benchThroughput(b, run)
+			}
+		})
+	}
+}
+
 // BenchmarkClaimBehindFullKey runs 10k no-op jobs queued behind a backlog
 // of 100k jobs whose key has a limit of 0 (none of them can run), against
 // the same jobs with no backlog: a claim's cost must not grow with a
@@ -177,6 +199,7 @@ type benchRun struct {
 	minReplicas int
 	submission  func(i int) job.Submission
 	limits      map[string]int
+	budgets     map[string]lease.Budget // beside the limit of the same key
 }
 
 // submitAll submits n jobs, sub(i) for i in [0, n), 32 at a time.
@@ -343,7 +366,8 @@ func benchThroughput(b *testing.B, run benchRun) {
 	queues := queueNames(b, run, rdb, prefix, r.addrs)
 	masters := r.masters(b)
 	for k, n := range run.limits {
-		if err := store.SetLimit(b.Context(), k, int64(n)); err != nil {
+		n := int64(n)
+		if err := store.SetKeyLimit(b.Context(), k, job.KeyLimit{Limit: &n, Budget: run.budgets[k]}); err != nil {
 			b.Fatal(err)
 		}
 	}
