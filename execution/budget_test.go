@@ -120,7 +120,7 @@ func budgetAndLimit(t *testing.T, rdb redis.UniversalClient) {
 // job, half of them under a wildcard budget. Once the jobs have run and
 // their leases' TTL has passed, no key built from them is left but the
 // budgets' own, each expiring: a rolling minute's window a minute after its
-// last entry, an adaptive key's learned limit within the hour.
+// last entry, an adaptive key's learned limit and its history within the hour.
 func TestNoKeyATenantNamesOutlivesItsUse(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -147,7 +147,8 @@ func TestNoKeyATenantNamesOutlivesItsUse(t *testing.T) {
 		f.waitState(t, id, 60*time.Second, job.StateSucceeded)
 	}
 	// Each key that may stay, and the longest it may live.
-	stays := map[string]time.Duration{":window": time.Minute + time.Second, ":spent": time.Minute + time.Second, ":adapt": time.Hour}
+	stays := map[string]time.Duration{":window": time.Minute + time.Second, ":spent": time.Minute + time.Second,
+		":adapt": time.Hour, ":history": time.Hour}
 	left := func() []string {
 		var out []string
 		for _, pattern := range []string{"*{lease:tenant:acme:r*", "*{lease:flood:r*", "*lane:*tenant:acme:r*"} {
