@@ -15,7 +15,8 @@
 // # Where tokens come from
 //
 // The lease package issues tokens, not this one: its acquire script
-// advances a counter kept per lease key (it never expires) in the same
+// advances a counter kept per lease key (it expires a second after its last
+// token: the clock's floor below keeps tokens growing) in the same
 // atomic step that grants the lease. Tokens therefore grow strictly with each
 // acquisition. The counter is floored by the Redis clock in µs, so tokens are
 // large (about 1.8e15, below 2^53) and still grow after a Redis restart or

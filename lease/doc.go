@@ -25,7 +25,9 @@
 //
 // Every acquisition gets a fencing token from a per-key counter, issued in
 // the same script, so tokens strictly increase in the order Redis granted
-// the leases. The counter never expires.
+// the leases. The counter is floored by the Redis clock in µs, so it may
+// expire a second after its last token (no key a tenant's jobs name
+// outlives its use) and the next token is still larger.
 //
 // # The trust window
 //
