@@ -241,6 +241,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
 	}
 	args = append(append(args, len(retired)), retired...)
+	keys = append(keys, q.keys.QueueWebhooks(q.name))
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	raw, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
@@ -888,6 +889,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		id := f.e.JobID
 		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
 	}
+	b.keys = append(b.keys, q.keys.QueueWebhooks(q.name))
 	for _, f := range fs {
 		var errJSON []byte
 		if f.o.err != nil {

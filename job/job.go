@@ -119,6 +119,9 @@ type Job struct {
 	// (tpm): the submission's cost, or for llm.chat the estimate of its
 	// prompt and max_tokens; nil for none.
 	Cost *Cost `json:"cost"`
+	// Webhook is where the job's ends are POSTed and how the delivery of
+	// the last one stands; nil for none.
+	Webhook *Webhook `json:"webhook"`
 
 	// Input is the job's input. Store.Get and Store.List leave it empty:
 	// a read should not carry up to 1 MiB per job that it does not show.
@@ -134,6 +137,49 @@ type Job struct {
 	// id and the max_attempts before it (internal/scripts/job_retry.lua).
 	// At reads it, so an event before a retry shows the max_attempts of then.
 	retries string
+}
+
+// WebhookState is how the delivery of a job's end to its webhook stands.
+type WebhookState string
+
+// The states of a delivery. A job not ended yet shows WebhookPending with
+// no attempts.
+const (
+	WebhookPending   WebhookState = "pending"
+	WebhookDelivered WebhookState = "delivered" // a try got a 2xx answer
+	WebhookFailed    WebhookState = "failed"    // no try did, for 24 h
+)
+
+// Webhook is a job's webhook and the delivery of its last end (package
+// webhook delivers it).
+type Webhook struct {
+	URL      string       `json:"url"`
+	State    WebhookState `json:"state"`
+	Attempts int          `json:"attempts"`
+	// Tries are the delivery's last tries, oldest first.
+	Tries []WebhookTry `json:"tries"`
+	// ID is the delivery's webhook-id, the same on each of its tries; ""
+	// before the job's first end.
+	ID string `json:"-"`
+	// FirstTry is when the delivery was first tried; nil before it.
+	FirstTry *time.Time `json:"-"`
+}
+
+// WebhookTry is one try of a delivery: the receiver's HTTP status, or
+// why there was none.
+type WebhookTry struct {
+	At     time.Time `json:"at"`
+	Status int       `json:"status,omitempty"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the try's time as the API writes times.
+func (t WebhookTry) MarshalJSON() ([]byte, error) {
+	type plain WebhookTry
+	return json.Marshal(struct {
+		plain
+		At stamp `json:"at"`
+	}{plain(t), stamp(t.At)})
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
@@ -204,11 +250,27 @@ func ParseRecord(h map[string]string) (Job, error) {
 	if h["cost"] != "" {
 		j.Cost = &Cost{Tokens: r.int("cost")}
 	}
+	if h["webhook"] != "" {
+		j.Webhook = r.webhook()
+	}
 	r.moved(&j)
 	if r.err != nil {
 		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)
 	}
 	return j, nil
+}
+
+// webhook decodes the webhook fields (internal/scripts/transition.lua).
+func (r *record) webhook() *Webhook {
+	w := &Webhook{URL: r.h["webhook"], State: WebhookState(r.h["webhook_state"]), ID: r.h["webhook_id"],
+		FirstTry: r.optTime("webhook_first_at"), Tries: []WebhookTry{}}
+	if w.State == "" { // the job has not ended yet
+		w.State = WebhookPending
+		return w
+	}
+	w.Attempts = int(r.int("webhook_attempts"))
+	r.json("webhook_tries", &w.Tries)
+	return w
 }
 
 // moved decodes into j the fields that moves change and that a state event

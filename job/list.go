@@ -37,6 +37,7 @@ var shownFields = []string{
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
 	"exec_finished_at", "exec_state", "trace", "retries", "schedule", "cost",
+	"webhook", "webhook_id", "webhook_state", "webhook_attempts", "webhook_first_at", "webhook_tries",
 }
 
 // ListQuery selects a page of jobs.

@@ -269,7 +269,7 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 		// the script tell that resend (created) from a replay (existed).
 		uuid.NewString(),
 		room, n.Schedule,
-		cost(n.tokens()),
+		cost(n.tokens()), n.Webhook.url(),
 	}
 	// A replay returns the job its first request created, room or not.
 	if n.OnBusy == OnBusyReject && id == fresh {
@@ -557,6 +557,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
 		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
+		s.keys.QueueWebhooks(queue),
 	}, owner, s.retention.Milliseconds(), scripts.EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)

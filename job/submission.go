@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -100,6 +101,43 @@ type Submission struct {
 	Schedule string `json:"-"`
 	// Cost is what the job expects to spend of its keys' token budgets.
 	Cost *Cost `json:"cost,omitempty"`
+	// Webhook is where the job's end is POSTed (package webhook); nil for
+	// none. Validate checks it is an http(s) URL; which URLs may be
+	// called is the caller's allow-list (LEASEHOLD_WEBHOOK_ALLOW).
+	Webhook *WebhookTarget `json:"webhook,omitempty"`
+}
+
+// WebhookTarget is a submission's webhook.
+type WebhookTarget struct {
+	URL string `json:"url"`
+}
+
+// maxWebhookURL bounds a webhook's URL, which every try sends.
+const maxWebhookURL = 2048
+
+// UnmarshalJSON reads exactly {"url": "..."}.
+func (w *WebhookTarget) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p struct {
+		URL *string `json:"url"`
+	}
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf(`webhook must be {"url": "https://..."}: %w`, err)
+	}
+	if p.URL == nil {
+		return fmt.Errorf(`webhook must be {"url": "https://..."}: url is missing`)
+	}
+	w.URL = *p.URL
+	return nil
+}
+
+// url is the URL as the job hash keeps it: "" for none.
+func (w *WebhookTarget) url() string {
+	if w == nil {
+		return ""
+	}
+	return w.URL
 }
 
 // Cost is what a job expects to spend of its keys' budgets.
@@ -238,6 +276,13 @@ func (s Submission) validate(given map[string]bool) error {
 	}
 	if s.Cost != nil && (s.Cost.Tokens < 1 || s.Cost.Tokens > MaxCostTokens) {
 		v.add("cost.tokens", "must be from 1 to %d", MaxCostTokens)
+	}
+	if s.Webhook != nil {
+		if u, err := url.Parse(s.Webhook.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add("webhook.url", "must be an absolute http:// or https:// URL")
+		} else if len(s.Webhook.URL) > maxWebhookURL {
+			v.add("webhook.url", "longer than %d bytes", maxWebhookURL)
+		}
 	}
 	if len(s.ConcurrencyKeys) > maxConcurrencyKeys {
 		v.add("concurrency_keys", "at most %d keys", maxConcurrencyKeys)

@@ -65,3 +65,10 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 
 // QueueAllJobs indexes every job in a queue by creation time.
 func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }
+
+// QueueWebhooks is a queue's webhook outbox: the sorted set of the
+// deliveries of its jobs' ends still to be tried (member
+// "<tenant>/<job id>", score when the next try is due, in Redis-clock
+// milliseconds). It shares the queue's slot, so the move that ends a job
+// adds its delivery in the same script (internal/scripts/transition.lua).
+func (s Space) QueueWebhooks(queue string) string { return s.key("q:"+queue, "webhooks") }

@@ -9,6 +9,7 @@
 -- (fair.lua) of candidate i (1..n)
 -- KEYS[5 + 3n + 4j] job hash, KEYS[6 + 3n + 4j] events, KEYS[7 + 3n + 4j]
 -- tenant index and KEYS[8 + 3n + 4j] all index of retired job j
+-- KEYS[#KEYS], the last, the webhook outbox (transition.lua)
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
@@ -60,7 +61,7 @@ local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = redis_now()
 -- Each number turned into a string costs a sprintf: the hot path formats
 -- now once (tx.now_s), and each job's attempt and token once.
-local tx = transitions(stats, retired, now, retention, maxlen)
+local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
 
 -- read reads candidate i (its id, job hash, events and lane) in one
 -- HMGET: what a claim decides on and hands out, and error, the one shown

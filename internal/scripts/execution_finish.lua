@@ -6,6 +6,7 @@
 -- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] retired
 -- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
 -- (fair.lua) of execution i (1..n)
+-- KEYS[#KEYS], the last, the webhook outbox (transition.lua)
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
 -- ARGV[3] n, the executions
 -- then for each execution: job id, token, attempt (the job's, set by the
@@ -34,7 +35,7 @@ local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local max_pushbacks = 50
 
-local tx = transitions(stats, retired, redis_now(), retention, maxlen)
+local tx = transitions(stats, retired, redis_now(), retention, maxlen, KEYS[#KEYS])
 
 -- released holds the ids whose leases end: removed once per batch.
 local out, released = {}, {}

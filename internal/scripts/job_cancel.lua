@@ -3,6 +3,7 @@
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
+-- KEYS[10] the webhook outbox (transition.lua)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
@@ -24,7 +25,7 @@ if state == 'queued' or state == 'retrying' then
   fair_remove(fair, ready, KEYS[8], f[5], id)
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
-  local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen)
+  local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen, KEYS[10])
   local fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'})}
   move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'cancelled', fields, f[6],
     with(shown_of(job), fields))

@@ -16,6 +16,7 @@
 -- ARGV[18] the name of the schedule that fires it ("" = none)
 -- ARGV[19] the tokens the job is estimated to spend of its keys' tpm
 -- budgets ("" = none)
+-- ARGV[20] the URL its ends are POSTed to ("" = none)
 -- Returns {1, HGETALL of the job} when created (also to a resent call that
 -- had created it: its nonce is the job's), {0, HGETALL} when it existed,
 -- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
@@ -62,7 +63,7 @@ move(tx, {key = job, events = events, id = id, tenant = ARGV[2], state = ''}, 'q
   'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
   'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
   'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16], 'schedule', ARGV[18], 'cost', ARGV[19]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
+  'nonce', ARGV[16], 'schedule', ARGV[18], 'cost', ARGV[19], 'webhook', ARGV[20]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
 
 if delay > 0 then
   redis.call('ZADD', scheduled, now + delay, id)

@@ -32,6 +32,15 @@
 --   pushbacks          pushbacks in a row (absent: none)       finish
 --   cost               the tokens it is estimated to spend
 --                      of its keys' tpm budgets (absent: none) submit only
+--   webhook            the URL its ends are POSTed to ("" or
+--                      absent: none)                           submit only
+--   webhook_id         the delivery of its last end: its
+--                      webhook-id, "msg_<id>_<n>" for its nth  move (reaching a terminal state)
+--   webhook_state      pending | delivered | failed            move (pending), webhook_record
+--   webhook_attempts   tries of that delivery                  move ("0"), webhook_record
+--   webhook_first_at   its first try ("" before it)            move (""), webhook_record
+--   webhook_tries      its last tries, a JSON array of
+--                      {at, status, error}                     move ("[]"), webhook_record
 --   id, queue, tenant, kind, input, priority, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
 --   created_at, nonce                                          submit only: they never change
@@ -49,7 +58,9 @@
 -- per-minute ring), a state
 -- event on the job's stream, and the retired index: a terminal job joins
 -- {q:Q}:retired scored by the end of its retention, and leaves it when it
--- is retried; forget takes a terminal job out of everything.
+-- is retried; forget takes a terminal job out of everything. A job with a
+-- webhook that reaches a terminal state gets a new delivery in the
+-- queue's webhook outbox (deliver), in the same step.
 
 -- may_move says whether a job may move from state from to state to: the
 -- state diagram. '' is a job not yet created. (Functions, not tables: a
@@ -131,9 +142,10 @@ end
 -- transitions starts the moves of one script: what they change in the
 -- queue's stats and retired index is written once, by settle.
 -- retention_ms is how long a job that turns terminal is kept (nil when
--- none can); maxlen caps event streams.
-local function transitions(stats, retired, now, retention_ms, maxlen)
-  return {stats = stats, retired = retired, now = now, now_s = int(now),
+-- none can); maxlen caps event streams; outbox is the queue's webhook
+-- outbox (nil in a script that ends no job).
+local function transitions(stats, retired, now, retention_ms, maxlen, outbox)
+  return {stats = stats, retired = retired, now = now, now_s = int(now), outbox = outbox,
     retire_at = retention_ms and int(now + tonumber(retention_ms)),
     maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
 end
@@ -158,6 +170,29 @@ local function state_event(tx, j, state, attempt, finished_at, s)
     '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]}')
 end
 
+-- deliver adds, when job j has a webhook, the delivery of the end it is
+-- reaching to the queue's webhook outbox, due now, with its fields
+-- (added to fields, for the move's one HSET): in the step that ends the
+-- job, so no crash between the end and the outbox loses the delivery.
+-- Each end is a delivery of its own, with a new id (the webhook-id that
+-- every try of it carries); a delivery still pending when the job ends
+-- again is replaced by the new one.
+local function deliver(tx, j, fields)
+  local w = redis.call('HMGET', j.key, 'webhook', 'webhook_id')
+  if not w[1] or w[1] == '' then
+    return
+  end
+  if not tx.outbox then
+    error('transition: job ' .. j.id .. ' has a webhook and its script gave no outbox')
+  end
+  local n = tonumber(string.match(w[2] or '', '_(%d+)$') or '0') + 1
+  for _, v in ipairs({'webhook_id', 'msg_' .. j.id .. '_' .. n, 'webhook_state', 'pending',
+    'webhook_attempts', '0', 'webhook_first_at', '', 'webhook_tries', '[]'}) do
+    fields[#fields + 1] = v
+  end
+  redis.call('ZADD', tx.outbox, tx.now_s, j.tenant .. '/' .. j.id)
+end
+
 -- move moves job j ({key, events, id, tenant, state}: state is '' for a
 -- job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
@@ -172,6 +207,7 @@ local function move(tx, j, to, fields, attempt, shown)
   local finished_at = ''
   if terminal(to) then
     finished_at = tx.now_s
+    deliver(tx, j, fields)
   end
   if terminal(to) or terminal(from) then
     fields[#fields + 1], fields[#fields + 2] = 'finished_at', finished_at

@@ -1,0 +1,313 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/internal/testsignal"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/webhook"
+)
+
+// The test vector of the Standard Webhooks specification.
+func TestSignMatchesTheSpecsTestVector(t *testing.T) {
+	t.Parallel()
+	got := webhook.Sign([][]byte{key(t)}, "msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), []byte(`{"test": 2432232314}`))
+	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
+		t.Fatalf("signature %q, want %q", got, want)
+	}
+}
+
+func TestParseSecrets(t *testing.T) {
+	t.Parallel()
+	s, err := webhook.ParseSecrets(" acme:" + secret + ", beta:whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 24)) + ",acme:" + secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s["acme"]) != 2 || len(s["beta"]) != 1 || !bytes.Equal(s["acme"][0], key(t)) {
+		t.Fatalf("secrets %v", s)
+	}
+	for _, bad := range []string{"acme", "acme:" + secret[len("whsec_"):], "acme:whsec_!!", "acme:whsec_c2hvcnQ=", "a{b}:" + secret} {
+		if _, err := webhook.ParseSecrets(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		} else if strings.Contains(err.Error(), secret[10:]) {
+			t.Errorf("%q: the error shows the secret: %v", bad, err)
+		}
+	}
+}
+
+// verify checks sig, a webhook-signature header, with openssl, an
+// implementation of HMAC-SHA256 independent of Go's: it returns how many
+// of its signatures are keyk's.
+func verify(t *testing.T, keyk []byte, id, ts string, body []byte, sig string) int {
+	t.Helper()
+	cmd := exec.Command("openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", "hexkey:"+hex.EncodeToString(keyk), "-binary")
+	cmd.Stdin = bytes.NewReader(append([]byte(id+"."+ts+"."), body...))
+	mac, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("openssl (apt-get install -y openssl): %v", err)
+	}
+	n := 0
+	for s := range strings.FieldsSeq(sig) {
+		if s == "v1,"+base64.StdEncoding.EncodeToString(mac) {
+			n++
+		}
+	}
+	return n
+}
+
+// A delivery carries the job object, as the API shows it, and the
+// Standard Webhooks headers; with two secrets (a rotation) each signs it,
+// as openssl confirms.
+func TestDeliveryIsSignedAsAnIndependentVerifierChecks(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	second := bytes.Repeat([]byte{9}, 32)
+	fx.cfg.Policy.Secrets["acme"] = [][]byte{key(t), second}
+	fx.worker(t, execution.Config{})
+	fx.drain(t, fx.cfg)
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL+"/hook"))
+	j = fx.waitWebhook(t, j.ID, job.WebhookDelivered)
+
+	got := rc.requests()
+	if len(got) != 1 {
+		t.Fatalf("%d requests, want 1", len(got))
+	}
+	h, body := got[0].header, got[0].body
+	id, ts, sig := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
+	if id != j.Webhook.ID || id == "" {
+		t.Errorf("webhook-id %q, the job's delivery is %q", id, j.Webhook.ID)
+	}
+	if sec, err := strconv.ParseInt(ts, 10, 64); err != nil || time.Since(time.Unix(sec, 0)).Abs() > time.Minute {
+		t.Errorf("webhook-timestamp %q", ts)
+	}
+	if len(strings.Fields(sig)) != 2 || verify(t, key(t), id, ts, body, sig) != 1 || verify(t, second, id, ts, body, sig) != 1 {
+		t.Errorf("webhook-signature %q is not one signature by each key", sig)
+	}
+	if verify(t, key(t), id, ts, append(body, ' '), sig) != 0 {
+		t.Error("the signature verifies a body it did not sign")
+	}
+	if ct := h.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("content type %q", ct)
+	}
+	m := decodeJob(t, body)
+	if m["id"] != j.ID || m["state"] != "succeeded" || m["tenant"] != "acme" || m["result"] == nil {
+		t.Errorf("body %s is not the ended job", body)
+	}
+	if _, ok := m["input"]; ok {
+		t.Errorf("body %s shows the input, which the job object does not", body)
+	}
+	if j.Webhook.Attempts != 1 || len(j.Webhook.Tries) != 1 || j.Webhook.Tries[0].Status != http.StatusNoContent {
+		t.Errorf("webhook %+v, want one try answered 204", j.Webhook)
+	}
+}
+
+// A receiver failing twice and then answering 2xx gets exactly three
+// tries of one delivery, all with one webhook-id; the job shows them, and
+// its event stream still ends at its terminal state.
+func TestFailingTwiceThenOKIsThreeTriesOfOneDelivery(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusServiceUnavailable, false: http.StatusOK}[n < 2])
+	})
+	fx.worker(t, execution.Config{})
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
+	events := fx.rdb.XLen(context.Background(), fx.keys.JobEvents(j.Queue, j.ID)).Val()
+
+	fx.drain(t, fx.cfg)
+	j = fx.waitWebhook(t, j.ID, job.WebhookDelivered)
+	got := rc.requests()
+	if len(got) != 3 {
+		t.Fatalf("%d tries, want 3", len(got))
+	}
+	for i, r := range got {
+		if id := r.header.Get("webhook-id"); id != j.Webhook.ID {
+			t.Errorf("try %d: webhook-id %q, want %q", i, id, j.Webhook.ID)
+		}
+	}
+	w := j.Webhook
+	if w.Attempts != 3 || len(w.Tries) != 3 || w.Tries[0].Status != 503 || w.Tries[1].Status != 503 || w.Tries[2].Status != 200 {
+		t.Errorf("webhook %+v, want attempts 3 with tries 503, 503, 200", w)
+	}
+	if w.Tries[0].Error == "" || w.Tries[2].Error != "" || w.FirstTry == nil {
+		t.Errorf("tries %+v", w.Tries)
+	}
+	if n := fx.rdb.XLen(context.Background(), fx.keys.JobEvents(j.Queue, j.ID)).Val(); n != events {
+		t.Errorf("the job's events went from %d to %d with its webhook's tries", events, n)
+	}
+	if n := fx.rdb.ZCard(context.Background(), fx.keys.QueueWebhooks(j.Queue)).Val(); n != 0 {
+		t.Errorf("%d deliveries left in the outbox", n)
+	}
+}
+
+// A receiver that never answers holds a try for its timeout, no longer:
+// with room for one try at a time, another tenant's delivery still goes
+// out, and the silent receiver's request is abandoned at the timeout.
+func TestSilentReceiverHoldsNoSlotPastItsTimeout(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	abandoned := make(chan struct{}, 10)
+	silent := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // the drainer hung up
+		abandoned <- struct{}{}
+	})
+	ok := newReceiver(t, status(http.StatusOK))
+	fx.worker(t, execution.Config{})
+	a := fx.submit(t, "acme", withWebhook("ok", silent.URL))
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, a.ID).State.Terminal() }, "job never ended")
+
+	cfg := fx.cfg
+	cfg.Concurrency, cfg.Timeout = 1, 300*time.Millisecond
+	fx.drain(t, cfg)
+	<-silent.seen // the one slot is the silent receiver's
+	b := fx.submit(t, "beta", withWebhook("ok", ok.URL))
+	fx.waitWebhook(t, b.ID, job.WebhookDelivered)
+	select {
+	case <-abandoned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the silent receiver's request was never abandoned")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		w := fx.get(t, a.ID).Webhook
+		return w.Attempts >= 1 && strings.Contains(w.Tries[0].Error, "no answer within 300ms")
+	}, "the silent receiver's try was not recorded as a timeout")
+}
+
+// A redirect is an answer, a failed try: the drainer does not follow it.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	target := newReceiver(t, status(http.StatusOK))
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL, http.StatusTemporaryRedirect)
+	})
+	fx.worker(t, execution.Config{})
+	tried := testsignal.New()
+	d := fx.drain(t, fx.cfg)
+	d.OnTry(tried)
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	tried.Wait(t, 10*time.Second)
+	tried.Wait(t, 10*time.Second)
+	if n := len(target.requests()); n != 0 {
+		t.Fatalf("the redirect's target got %d requests", n)
+	}
+	w := fx.get(t, j.ID).Webhook
+	if w.State != job.WebhookPending || w.Attempts < 2 || w.Tries[0].Status != http.StatusTemporaryRedirect {
+		t.Fatalf("webhook %+v, want pending after tries answered 307", w)
+	}
+}
+
+// A delivery whose URL the drainer's allow-list refuses, or whose tenant
+// has no secret, is not called; one that no try delivers for its window
+// is failed.
+func TestRefusedURLIsNeverCalledAndTheWindowEndsInFailed(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	fx.worker(t, execution.Config{})
+	cfg := fx.cfg
+	cfg.Window = 200 * time.Millisecond
+	cfg.Policy.Allow.Loopback = false // the URL was allowed at submit, not any more
+	fx.drain(t, cfg)
+	a := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	b := fx.submit(t, "nosecret", withWebhook("ok", rc.URL))
+	for _, id := range []string{a.ID, b.ID} {
+		w := fx.waitWebhook(t, id, job.WebhookFailed).Webhook
+		if w.Attempts < 2 || !strings.Contains(w.Tries[0].Error, "LEASEHOLD_WEBHOOK_ALLOW") {
+			t.Errorf("job %s: webhook %+v", id, w)
+		}
+	}
+	if n := len(rc.requests()); n != 0 {
+		t.Fatalf("the receiver got %d requests", n)
+	}
+}
+
+// Every way a job ends adds exactly one delivery to the outbox, in the
+// step that ends it: succeeded, failed, cancelled while queued, expired at
+// max_wait, failed with its lease lost. A job without a webhook adds none;
+// a retried job that ends again has a new delivery, with a new id.
+func TestEveryTerminalPathAddsOneDelivery(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	ctx := context.Background()
+	url := "http://127.0.0.1:1/hook"
+	outbox := fx.keys.QueueWebhooks(job.DefaultQueue)
+	ended := func(j job.Job, state job.State) job.Job {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, func() bool { return fx.get(t, j.ID).State == state }, "job %s never %s", j.ID, state)
+		j = fx.get(t, j.ID)
+		if _, err := fx.rdb.ZScore(ctx, outbox, j.Tenant+"/"+j.ID).Result(); err != nil {
+			t.Errorf("job %s (%s): not in the outbox: %v", j.ID, state, err)
+		}
+		if w := j.Webhook; w == nil || w.State != job.WebhookPending || w.Attempts != 0 || !strings.HasSuffix(w.ID, "_1") {
+			t.Errorf("job %s (%s): webhook %+v, want its first delivery pending", j.ID, state, w)
+		}
+		return j
+	}
+
+	// Cancelled while queued and expired, before any worker runs.
+	cancelled := fx.submit(t, "acme", withWebhook("ok", url))
+	if _, err := fx.jobs.Cancel(ctx, "acme", cancelled.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	ended(cancelled, job.StateCancelled)
+	sub := withWebhook("ok", url)
+	sub.MaxWait = job.Duration(time.Millisecond)
+	expired := fx.submit(t, "acme", sub)
+
+	// Lease lost: a worker runs it, its lease is made to expire at once,
+	// and a second worker's claim reaps it (its last attempt: failed).
+	lost := fx.submit(t, "acme", withWebhook("block", url))
+	first := fx.worker(t, execution.Config{Heartbeat: time.Hour, LeaseTTL: 3 * time.Hour, ShutdownGrace: time.Millisecond})
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, lost.ID).State == job.StateRunning }, "never ran")
+	_ = first
+	if err := fx.rdb.ZAdd(ctx, fx.keys.QueueLeases(job.DefaultQueue), redis.Z{Score: 1, Member: lost.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fx.worker(t, execution.Config{})
+	ended(expired, job.StateExpired)
+	if j := ended(lost, job.StateFailed); j.Error == nil || j.Error.Code != job.CodeLeaseLost {
+		t.Errorf("lost: error %+v", j.Error)
+	}
+
+	succeeded := ended(fx.submit(t, "acme", withWebhook("ok", url)), job.StateSucceeded)
+	ended(fx.submit(t, "acme", withWebhook("fail", url)), job.StateFailed)
+	plain := fx.submit(t, "acme", job.Submission{Kind: "ok"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, plain.ID).State.Terminal() }, "never ended")
+	if j := fx.get(t, plain.ID); j.Webhook != nil {
+		t.Errorf("a job without a webhook shows %+v", j.Webhook)
+	}
+	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 5 {
+		t.Errorf("%d deliveries in the outbox, want 5", n)
+	}
+
+	if _, err := fx.jobs.Retry(ctx, "acme", succeeded.ID, false); err == nil {
+		t.Fatal("a succeeded job was retried")
+	}
+	again, err := fx.jobs.Retry(ctx, "acme", cancelled.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, again.ID).State == job.StateSucceeded }, "retried job never ended")
+	if w := fx.get(t, again.ID).Webhook; !strings.HasSuffix(w.ID, "_2") || w.State != job.WebhookPending {
+		t.Errorf("retried job: webhook %+v, want its second delivery", w)
+	}
+	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 5 {
+		t.Errorf("%d deliveries in the outbox after the retry, want 5 (one per job)", n)
+	}
+}
