@@ -101,8 +101,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", field, h[field], v)
 			}
 		}
-		if len(h) != 33 {
-			t.Errorf("record has %d fields, want 33: %v", len(h), h)
+		if len(h) != 34 {
+			t.Errorf("record has %d fields, want 34: %v", len(h), h)
 		}
 		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
 			t.Errorf("lookup = %q", q)

@@ -52,6 +52,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended (queued, running, retrying) over the accepted queues; over it a submission gets 429 (default 0: no cap)")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	retention := fs.Retention()
+	webhookFlags := fs.Webhooks()
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value); written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -63,6 +64,10 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	webhooks, err := webhookFlags.Policy(false)
+	if err != nil {
+		return err
 	}
 	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
 	if err != nil {
@@ -136,6 +141,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxBody:       int64(*maxBody),
 		BodyTimeout:   *bodyTimeout,
 		NotifyAllow:   notifyAllow,
+		Webhooks:      webhooks,
 		Queues:        cli.List(*queues),
 		RedisTimeout:  *redisTimeout,
 		Logger:        log,
@@ -167,10 +173,16 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
+	deliver, stopDelivering, err := webhookFlags.Drainer(ctx, rdb, *prefix, cli.List(*queues), webhooks, meters, log)
+	if err != nil {
+		return err
+	}
+
 	var g run.Group
 	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
 	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	g.Add(fire, stopFiring)
+	g.Add(deliver, stopDelivering) // and delivers webhooks: no process is needed for it
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
@@ -126,6 +128,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with, besides loopback, which the dev mode allows")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the API's port")
 	handlers := fs.Handlers()
+	webhookFlags := fs.Webhooks()
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,6 +142,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	notifyAllow.Loopback = true
+	webhooks, err := webhookFlags.Policy(true)
+	if err != nil {
+		return err
+	}
 	log := cli.Logger(stderr)
 	stopTracing, err := telemetry.Setup(ctx, "leasehold-dev", log)
 	if err != nil {
@@ -172,6 +179,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Two keys: the tenant "dev" for jobs, and "admin" for what only the
 	// admin may do (pause queues, set limits, act on every tenant's jobs).
 	key, adminKey := rand.Text(), rand.Text()
+	if len(webhooks.Secrets["dev"]) == 0 {
+		// The tenant dev's webhooks are signed with a secret of its own,
+		// logged so a receiver can verify them.
+		secret := make([]byte, 24)
+		_, _ = rand.Read(secret)
+		webhooks.Secrets["dev"] = [][]byte{secret}
+		log.Info("webhook secret of the tenant dev", "secret", "whsec_"+base64.StdEncoding.EncodeToString(secret))
+	}
 	keys, err := httpapi.ParseKeys("dev:" + key + ",admin:" + adminKey)
 	if err != nil {
 		return err
@@ -187,7 +202,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	apiCfg := httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
-		Usage: counters, NotifyAllow: notifyAllow,
+		Usage: counters, NotifyAllow: notifyAllow, Webhooks: webhooks,
 	}
 	api, err := httpapi.New(apiCfg)
 	if err != nil {
@@ -237,6 +252,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	g.Add(fire, stopFiring)
+	deliver, stopDelivering, err := webhookFlags.Drainer(ctx, rdb, "", []string{job.DefaultQueue}, webhooks, meters, log)
+	if err != nil {
+		return err
+	}
+	g.Add(deliver, stopDelivering)
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

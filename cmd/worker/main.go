@@ -43,6 +43,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the llm.chat upstream")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; a job naming another fails (default none)")
 	handlers := fs.Handlers()
+	webhookFlags := fs.Webhooks()
 	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate that schedule fires spend, as the API's --rate (default unlimited)")
@@ -53,6 +54,10 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
+	}
+	webhooks, err := webhookFlags.Policy(false)
+	if err != nil {
+		return err
 	}
 	remotes, err := remote.ParseHandlers(*handlers)
 	if err != nil {
@@ -114,6 +119,10 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	deliver, stopDelivering, err := webhookFlags.Drainer(ctx, rdb, *prefix, cli.List(*queues), webhooks, meters, log)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		return err
@@ -135,7 +144,8 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	serve, shutdown := cli.Serve(ctx, ln, h.handler(metrics), log)
 	// /metrics and /readyz stay up while the worker drains; they go when it is done.
 	g.Add(serve, func(err error) { go func() { <-worked; shutdown(err) }() })
-	g.Add(fire, stopFiring) // every worker fires due schedules: no leader
+	g.Add(fire, stopFiring)        // every worker fires due schedules: no leader
+	g.Add(deliver, stopDelivering) // and delivers its queues' webhooks
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

@@ -61,6 +61,7 @@ type system struct {
 	base   string
 	key    string
 	prefix string
+	api    *exec.Cmd // the API process newSystem started
 }
 
 func newSystem(t *testing.T, env ...string) *system {
@@ -82,7 +83,7 @@ func newSystem(t *testing.T, env ...string) *system {
 		"LEASEHOLD_METRICS_ADDR=127.0.0.1:0", // several workers: a free port each
 	)
 	s.env = append(s.env, env...)
-	s.start("api")
+	s.api = s.start("api")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		resp, err := http.Get(s.base + "/readyz")
 		if err == nil {
@@ -133,6 +134,10 @@ type jobView struct {
 	Error *struct {
 		Code string `json:"code"`
 	} `json:"error"`
+	Webhook *struct {
+		State    string `json:"state"`
+		Attempts int    `json:"attempts"`
+	} `json:"webhook"`
 }
 
 func (s *system) do(method, path, body string) (int, jobView) {

@@ -24,9 +24,15 @@ func (s *server) checkQueue(sub job.Submission) error {
 
 // checkInput refuses (400) the input of a built-in kind that its handler
 // would refuse: a sleep tick under kinds.MinTick, a notify_url outside
-// LEASEHOLD_NOTIFY_ALLOW. The worker checks again, with its own settings,
-// before it runs the job.
-func (s *server) checkInput(sub job.Submission) error {
+// LEASEHOLD_NOTIFY_ALLOW; and a webhook that the webhook policy refuses
+// for tenant. The worker checks again, with its own settings, before it
+// runs the job or calls the webhook.
+func (s *server) checkInput(tenant string, sub job.Submission) error {
+	if sub.Webhook != nil {
+		if err := s.webhooks.Check(tenant, sub.Webhook.URL); err != nil {
+			return fieldError("webhook.url", err.Error())
+		}
+	}
 	var bad *kinds.InputError
 	if err := kinds.ValidateInput(sub.Kind, sub.Input, s.notifyAllow); errors.As(err, &bad) {
 		return fieldError(bad.Field, bad.Message)

@@ -38,7 +38,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		err = s.checkQueue(sub)
 	}
 	if err == nil {
-		err = s.checkInput(sub)
+		err = s.checkInput(c.tenant, sub)
 	}
 	if err != nil {
 		s.fail(w, r, err)

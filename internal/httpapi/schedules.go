@@ -28,7 +28,7 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	}
 	var b scheduleBody
 	if _, err = decodeInto(body, &b); err == nil {
-		err = s.decodeScheduledJob(b.Job)
+		err = s.decodeScheduledJob(c.tenant, b.Job)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -56,7 +56,7 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 
 // decodeScheduledJob checks a schedule's job as POST /v1/jobs checks a
 // submission, naming each field at fault as job.<field>.
-func (s *server) decodeScheduledJob(raw json.RawMessage) error {
+func (s *server) decodeScheduledJob(tenant string, raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return fieldError("job", "is required: the submission each fire creates")
 	}
@@ -68,7 +68,7 @@ func (s *server) decodeScheduledJob(raw json.RawMessage) error {
 		err = s.checkQueue(sub)
 	}
 	if err == nil {
-		err = s.checkInput(sub)
+		err = s.checkInput(tenant, sub)
 	}
 	var bad *badRequest
 	var invalid *job.ValidationError

@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 	"github.com/leasehold/leasehold/schedule"
+	"github.com/leasehold/leasehold/webhook"
 )
 
 // Defaults of Config.
@@ -102,6 +103,10 @@ type Config struct {
 	// NotifyAllow says where a sleep job's notify_url may point; a job
 	// whose notify_url it does not allow is refused (400). Default nowhere.
 	NotifyAllow kinds.NotifyAllow
+	// Webhooks says which webhooks a job (or a schedule's job) may have:
+	// a URL its Allow allows, of a tenant with a secret; any other is
+	// refused (400). Default none: every webhook is refused.
+	Webhooks webhook.Policy
 	// RedisTimeout bounds the Redis work of one request, default
 	// DefaultRedisTimeout (2s); a blocking read gets its wait on top. Past
 	// it the request is answered 503.
@@ -151,6 +156,7 @@ type server struct {
 	usage        *usage.Counters
 	maxBody      int64
 	notifyAllow  kinds.NotifyAllow
+	webhooks     webhook.Policy
 	queues       []string
 	tenantCap    int64
 	bodyTimeout  time.Duration
@@ -184,6 +190,7 @@ func New(cfg Config) (http.Handler, error) {
 		usage:        cfg.Usage,
 		maxBody:      cmp.Or(cfg.MaxBody, DefaultMaxBody),
 		notifyAllow:  cfg.NotifyAllow,
+		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
 		tenantCap:    cfg.TenantMaxJobs,
 		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
