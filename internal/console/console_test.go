@@ -30,6 +30,7 @@ import (
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/webhook"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
@@ -75,7 +76,9 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := httpapi.New(httpapi.Config{Redis: rdb, Store: store, Flags: flags, NATS: nc, Prefix: prefix, Keys: keys, Logger: log})
+	// Webhooks to loopback receivers, delivered by a drainer of the stack.
+	hooks := webhook.Policy{Allow: kinds.NotifyAllow{Loopback: true}, Secrets: webhook.Secrets{"acme": {[]byte("0123456789abcdef")}}}
+	api, err := httpapi.New(httpapi.Config{Redis: rdb, Store: store, Flags: flags, NATS: nc, Prefix: prefix, Keys: keys, Logger: log, Webhooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,13 +99,21 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	kinds.Register(w, kinds.SleepConfig{}, kinds.LLMConfig{BaseURL: upstream.URL})
+	drainer, err := webhook.New(rdb, webhook.Config{Prefix: prefix, Queues: []string{job.DefaultQueue}, Policy: hooks,
+		Backoff: 200 * time.Millisecond, Poll: 50 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- w.Run(ctx) }()
+	go func() { done <- drainer.Run(ctx) }()
 	t.Cleanup(func() {
 		stop()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("worker: %v", err)
+			}
 		}
 	})
 	return &stack{t: t, url: ts.URL, api: ts, rdb: rdb, prefix: prefix}
@@ -383,6 +394,26 @@ func TestConsole(t *testing.T) {
 		if got := s.await(j.ID); got.State != job.StateCancelled {
 			t.Fatalf("job ended %s", got.State)
 		}
+	})
+
+	t.Run("a webhook's tries are listed", func(t *testing.T) {
+		var tries atomic.Int32
+		rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if tries.Add(1) == 1 {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}))
+		defer rc.Close()
+		j := s.submit(`{"kind": "echo", "webhook": {"url": "` + rc.URL + `/hook"}}`)
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textHas("#webhook", "delivered"),
+			until(`document.querySelectorAll('#webhook tbody tr').length === 2`),
+			textHas("#webhook tbody tr:first-child", "503"),
+			textHas("#webhook tbody tr:last-child", "200"),
+			textHas("#webhook", "2 tries"),
+		)
 	})
 
 	t.Run("hostile content is text", func(t *testing.T) {

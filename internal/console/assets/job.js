@@ -1,7 +1,7 @@
 // A job's page: its fields, its attempts, its events as they happen
 // (state changes, progress, output text) and the buttons to cancel, retry
-// and delete it. Everything the job carries came from a tenant and is
-// shown as text.
+// and delete it, and the tries of its webhook. Everything the job carries
+// came from a tenant and is shown as text.
 import { call, follow, isTerminal, ApiError } from './api.js';
 import { h, badge, json, message, replace, table, time } from './dom.js';
 
@@ -28,6 +28,8 @@ export function render(root, id) {
   const error = h('pre', { id: 'error', tabindex: 0, 'aria-label': 'Error' });
   const attemptList = h('div', { id: 'attempts' });
   const events = h('ol', { id: 'events', class: 'events' });
+  const hook = h('div', { id: 'webhook' });
+  let polling = null; // the timer of the next read of a pending webhook
 
   root.append(title,
     h('p', { class: 'row' }, state, live),
@@ -41,6 +43,7 @@ export function render(root, id) {
         h('h2', {}, 'Result'), result,
         h('h2', {}, 'Error'), error)),
     h('section', { 'aria-labelledby': 'attempts-title' }, h('h2', { id: 'attempts-title' }, 'Attempts'), attemptList),
+    h('section', { 'aria-labelledby': 'webhook-title' }, h('h2', { id: 'webhook-title' }, 'Webhook'), hook),
     h('section', { 'aria-labelledby': 'events-title' }, h('h2', { id: 'events-title' }, 'Events'), events));
 
   function show(j) {
@@ -62,6 +65,29 @@ export function render(root, id) {
     result.textContent = json(j.result);
     error.textContent = j.error ? `${j.error.code}: ${j.error.message}` : '—';
     showAttempts();
+    showWebhook(j);
+  }
+
+  // The webhook's tries come after the job's last event (they add none to
+  // its stream): while its delivery is pending after the end, the page
+  // reads the job again every few seconds.
+  function showWebhook(j) {
+    const w = j.webhook;
+    if (!w) {
+      replace(hook, h('p', {}, 'None.'));
+      return;
+    }
+    const rows = (w.tries || []).map((t) => [time(t.at), t.status ? String(t.status) : '—',
+      t.error ? h('span', { class: 'wrap' }, t.error) : '—']);
+    replace(hook,
+      h('p', {}, h('span', { class: 'mono wrap' }, w.url), ' ', badge(w.state), ` ${w.attempts} ${w.attempts === 1 ? 'try' : 'tries'}`),
+      rows.length ? table(null, ['Tried (UTC)', 'Status', 'Error'], rows) : h('p', {}, isTerminal(j.state) ? 'Not tried yet.' : 'Sent when the job ends.'));
+    clearTimeout(polling);
+    if (isTerminal(j.state) && w.state === 'pending' && !stop.signal.aborted) {
+      polling = setTimeout(() => call('GET', base).then((fresh) => {
+        if (isTerminal(fresh.state)) show(fresh);
+      }).catch(() => {}), 3000);
+    }
   }
 
   // Attempts come from the state events: each "running" starts one, the
@@ -183,6 +209,7 @@ export function render(root, id) {
   return () => {
     stop.abort();
     clearTimeout(armed);
+    clearTimeout(polling);
   };
 }
 
