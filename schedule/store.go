@@ -11,10 +11,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -42,6 +46,9 @@ type Config struct {
 	// Usage counts each fired job in its tenant's jobs_submitted, as the
 	// API counts a submission; nil: not counted.
 	Usage *usage.Counters
+	// TracerProvider makes the span of each fire, which starts the fired
+	// job's trace; default the global one.
+	TracerProvider trace.TracerProvider
 }
 
 // Store keeps schedules in Redis and fires them.
@@ -52,6 +59,7 @@ type Store struct {
 	jobs    *job.Store
 	nc      *nats.Conn
 	usage   *usage.Counters
+	tracer  trace.Tracer
 	create  *redis.Script
 	due     *redis.Script
 	advance *redis.Script
@@ -79,6 +87,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		jobs:    jobs,
 		nc:      cfg.NATS,
 		usage:   cfg.Usage,
+		tracer:  telemetry.Tracer(cfg.TracerProvider),
 		create:  scripts.Load("schedule_create.lua", lib...),
 		due:     scripts.Load("schedule_due.lua", lib...),
 		advance: scripts.Load("schedule_advance.lua", lib...),
@@ -86,6 +95,12 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		delete:  scripts.Load("schedule_delete.lua"),
 	}, nil
 }
+
+// Attribute keys of a fire's span.
+const (
+	ScheduleName = attribute.Key("leasehold.schedule.name")
+	ScheduleDue  = attribute.Key("leasehold.schedule.due")
+)
 
 // member names one schedule in the due index.
 func member(tenant, name string) string { return tenant + "/" + name }
@@ -403,12 +418,23 @@ func (s *Store) spend(ctx context.Context, tenant, key string, rate ratelimit.Li
 
 // submit creates the job of sch's fire for due time due through the one
 // submission path (job.Store.SubmitWithin) with idempotency key key.
-func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key string, limit job.Cap) (job.Job, bool, error) {
+func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key string, limit job.Cap) (j job.Job, created bool, err error) {
+	// The fire's span is the root of the fired job's trace (a trigger's,
+	// the child of its request's): the job's submit span is its child.
+	ctx, span := s.tracer.Start(ctx, "fire "+sch.Name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		telemetry.Tenant.String(sch.Tenant), ScheduleName.String(sch.Name), ScheduleDue.String(format(due))))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	sub, err := fireSubmission(sch.Job, sch.Name, due)
 	if err != nil {
 		return job.Job{}, false, err
 	}
-	j, created, err := s.jobs.SubmitWithin(ctx, sch.Tenant, sub, key, limit)
+	j, created, err = s.jobs.SubmitWithin(ctx, sch.Tenant, sub, key, limit)
 	if err != nil {
 		return j, false, fmt.Errorf("schedule: fire %s: %w", sch.Name, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -309,5 +311,42 @@ func TestEveryTerminalPathAddsOneDelivery(t *testing.T) {
 	}
 	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 5 {
 		t.Errorf("%d deliveries in the outbox after the retry, want 5 (one per job)", n)
+	}
+}
+
+// Each try is a span in the job's trace, a child of its submit span.
+func TestEachTryIsASpanOfTheJobsTrace(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	jobs, err := job.NewStore(fx.rdb, job.Config{Prefix: fx.prefix, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.jobs = jobs
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusBadGateway, false: http.StatusOK}[n == 0])
+	})
+	fx.worker(t, execution.Config{})
+	cfg := fx.cfg
+	cfg.TracerProvider = tp
+	fx.drain(t, cfg)
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	j = fx.waitWebhook(t, j.ID, job.WebhookDelivered)
+	var tries []tracetest.SpanStub
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		tries = tries[:0]
+		for _, s := range exp.GetSpans() {
+			if s.Name == "webhook default" {
+				tries = append(tries, s)
+			}
+		}
+		return len(tries) == 2
+	}, "spans of the tries: %d, want 2", len(tries))
+	for _, s := range tries {
+		if s.SpanContext.TraceID() != j.Trace.TraceID() || s.Parent.SpanID() != j.Trace.SpanID() {
+			t.Errorf("try span %v (parent %v) is not a child of the job's submit span %v", s.SpanContext, s.Parent, j.Trace)
+		}
 	}
 }
