@@ -48,6 +48,7 @@ type Execution struct {
 	trace   execTrace
 	emitted atomic.Int64 // events emitted so far, against Config.MaxEvents
 	cost    int64        // the tokens it reserved of its keys' tpm budgets
+	waited  budgetWait   // its job's wait for a key's budget before this claim, if this worker saw one
 	spent   atomic.Int64 // the tokens it reported (ReportTokens), plus 1; 0: none reported
 }
 

@@ -63,6 +63,9 @@ type queue struct {
 	// to the end, how many of them it did not take: the next claim asks
 	// early for no more slots for it than that (askEarly).
 	left atomic.Pointer[map[string]int]
+	// waits holds when this worker's claims first saw each job refused by
+	// a key's budget, for the trace of its execution (budgetWaits).
+	waits budgetWaits
 }
 
 func (q *queue) fixedKeys() []string {
@@ -144,7 +147,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		return nil
 	})
-	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}}
+	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}, byBudget: map[string]string{}}
 	// Slots taken for executions that are not among those claimed (no
 	// candidate used them, another key refused its candidate, the claim
 	// script did not take it) are given back. A release that fails leaves
@@ -223,6 +226,11 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err != nil {
 		return nil, false, err
 	}
+	for i, id := range ids {
+		if key, ok := r.byBudget[execIDs[i]]; ok && r.held[i] == "0" {
+			q.waits.start(id, key, asked)
+		}
+	}
 	keys := fixed
 	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
 		q.backoff(1).Milliseconds(), due, len(ids)}
@@ -294,6 +302,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			lane:    lanes[c],
 			granted: asked,
 			cost:    r.cost[j.execID],
+			waited:  q.waits.end(j.id),
 			q:       q,
 			trace:   claimedTrace(j.trace, j.prevTrace),
 		})
@@ -436,15 +445,21 @@ type reservation struct {
 	// cost holds, for each execution id asked for with a tpm key, the
 	// tokens it reserved.
 	cost map[string]int64
+	// byBudget holds, for each execution id refused by a key whose budget
+	// refused a holder of the claim (lease.Grant.ByBudget), that key.
+	byBudget map[string]string
 }
 
 // add records what asks got.
 func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 	for j, ask := range asks {
 		for h, tok := range grants[j].Tokens {
-			if tok != 0 {
+			switch {
+			case tok != 0:
 				r.granted[ask.Holders[h]]++
 				r.got[ask.Key] = append(r.got[ask.Key], ask.Holders[h])
+			case grants[j].ByBudget:
+				r.byBudget[ask.Holders[h]] = ask.Key
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"go.opentelemetry.io/otel/attribute"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +26,12 @@ const (
 	EventHandedOff      = "handed off"
 	EventFinished       = "finished" // leasehold.outcome, leasehold.job.state
 	// The budgets of the execution's keys (see docs/architecture.md,
-	// "Upstream budgets and adaptive limits"): what its claim reserved of
-	// their tpm, the upstream's refusal for capacity, and the tokens it
-	// reported, which replace the estimate.
+	// "Upstream budgets and adaptive limits"): how long its job waited in
+	// its lane for a key's budget (throttled, rpm or tpm full, or the
+	// effective limit reached), what its claim reserved of their tpm, the
+	// upstream's refusal for capacity, and the tokens it reported, which
+	// replace the estimate.
+	EventBudgetWait     = "budget wait"     // leasehold.key, leasehold.waited_ms, at the claim
 	EventBudgetReserved = "budget reserved" // leasehold.tokens, at the claim
 	EventPushback       = "pushback"        // leasehold.retry_after_ms
 	EventBudgetSettled  = "budget settled"  // leasehold.tokens
@@ -84,6 +88,10 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 		// Events would be dropped: save each execution the work of making
 		// them, and the watch for a lost lease.
 		return ctx
+	}
+	if w := e.waited; w.key != "" {
+		span.AddEvent(EventBudgetWait, trace.WithTimestamp(e.granted), trace.WithAttributes(
+			attribute.String("leasehold.key", w.key), attribute.Int64("leasehold.waited_ms", e.granted.Sub(w.since).Milliseconds())))
 	}
 	span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
 	done := make(chan struct{})
@@ -176,6 +184,58 @@ func (e *Execution) traceparent() string {
 		return "" // what Encode makes of it, without its allocations
 	}
 	return telemetry.Encode(e.trace.span.SpanContext())
+}
+
+// budgetWait is a job's wait in its lane for a key's budget: since when
+// this worker's claims saw it refused, and by which key.
+type budgetWait struct {
+	since time.Time
+	key   string
+}
+
+// budgetWaits holds the budget waits a queue's claims saw, by job id,
+// until the job is claimed. A job another worker claims leaves its entry
+// here: at maxBudgetWaits entries those older than an hour are dropped,
+// and new waits are not recorded while it stays full. A wait seen only by
+// other workers than the one that claims the job is not in its trace.
+type budgetWaits struct {
+	mu sync.Mutex
+	m  map[string]budgetWait
+}
+
+const maxBudgetWaits = 10_000
+
+// start records that job waits for key's budget since at, unless it
+// already waited.
+func (b *budgetWaits) start(job, key string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.m[job]; ok {
+		return
+	}
+	if b.m == nil {
+		b.m = map[string]budgetWait{}
+	}
+	if len(b.m) >= maxBudgetWaits {
+		for id, w := range b.m {
+			if at.Sub(w.since) > time.Hour {
+				delete(b.m, id)
+			}
+		}
+		if len(b.m) >= maxBudgetWaits {
+			return
+		}
+	}
+	b.m[job] = budgetWait{since: at, key: key}
+}
+
+// end returns job's wait, if any, and forgets it: the job was claimed.
+func (b *budgetWaits) end(job string) budgetWait {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.m[job]
+	delete(b.m, job)
+	return w
 }
 
 // claimedTrace is the trace of a claimed job, from the claim script's

@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -225,6 +228,91 @@ func TestTraceOfPushback(t *testing.T) {
 		"lease acquired", "budget reserved leasehold.tokens=300", "budget settled leasehold.tokens=42",
 		"finished leasehold.outcome=succeeded leasehold.job.state=succeeded",
 	})
+}
+
+// TestTraceOfBudgetWait: a job that waited in its lane for its key's
+// budget (its rpm full) shows the wait in its execution's span, with the
+// key and how long; one that waited for a full slot of a key with no
+// budget, and one that never waited, do not.
+func TestTraceOfBudgetWait(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.store.SetKeyLimit(t.Context(), "model:rpm", job.KeyLimit{Budget: lease.Budget{RPM: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SetLimit(t.Context(), "model:one", 1); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	release := make(chan struct{})
+	f.startWorker(t, execution.Config{TracerProvider: tp}, map[string]execution.Handler{
+		"quick": func(context.Context, *execution.Execution) (any, error) { return "ok", nil },
+		"hold": func(ctx context.Context, _ *execution.Execution) (any, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "ok", nil
+		},
+	})
+	first := f.submit(t, job.Submission{Kind: "quick", ConcurrencyKeys: []string{"model:rpm"}})
+	second := f.submit(t, job.Submission{Kind: "quick", ConcurrencyKeys: []string{"model:rpm"}})
+	holding := f.submit(t, job.Submission{Kind: "hold", ConcurrencyKeys: []string{"model:one"}})
+	behind := f.submit(t, job.Submission{Kind: "hold", ConcurrencyKeys: []string{"model:one"}})
+	f.waitState(t, first.ID, 10*time.Second, job.StateSucceeded)
+	f.waitState(t, holding.ID, 10*time.Second, job.StateRunning)
+	// Many claims pass while the two wait.
+	waitedFrom := time.Now()
+	testenv.Eventually(t, 5*time.Second, func() bool { return time.Since(waitedFrom) > 300*time.Millisecond }, "")
+	if j := f.get(t, second.ID); j.State != job.StateQueued {
+		t.Fatalf("the second job of an rpm of 1 is %s, want queued", j.State)
+	}
+	close(release)
+	// The minute rolls on: the window's starts move a minute back.
+	w := keys.New(f.prefix).LeaseWindow("model:rpm")
+	entries, err := f.rdb.ZRangeWithScores(t.Context(), w, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		f.rdb.ZAdd(t.Context(), w, redis.Z{Score: e.Score - 61_000, Member: e.Member})
+	}
+	for _, j := range []job.Job{second, behind} {
+		f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	}
+	spanOf := func(id string) tracetest.SpanStub {
+		var got tracetest.SpanStub
+		testenv.Eventually(t, 5*time.Second, func() bool {
+			for _, s := range named(exp.GetSpans(), "process default") {
+				if attr(s.Attributes, "messaging.message.id") == id {
+					got = s
+					return true
+				}
+			}
+			return false
+		}, "no span of job %s", id)
+		return got
+	}
+	s := spanOf(second.ID)
+	var waited int64 = -1
+	for _, e := range s.Events {
+		if e.Name == execution.EventBudgetWait {
+			waited, _ = strconv.ParseInt(attr(e.Attributes, "leasehold.waited_ms"), 10, 64)
+		}
+	}
+	if waited < 300 {
+		t.Errorf("the second job waited %d ms for the rpm by its span, want at least 300", waited)
+	}
+	wantEvents(t, "waited for the rpm", s, []string{
+		fmt.Sprintf("budget wait leasehold.key=model:rpm leasehold.waited_ms=%d", waited),
+		"lease acquired", "finished leasehold.outcome=succeeded leasehold.job.state=succeeded",
+	})
+	for what, id := range map[string]string{"never waited": first.ID, "waited for a slot": behind.ID} {
+		wantEvents(t, what, spanOf(id), []string{
+			"lease acquired", "finished leasehold.outcome=succeeded leasehold.job.state=succeeded",
+		})
+	}
 }
 
 func named(spans tracetest.SpanStubs, name string) []tracetest.SpanStub {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,21 +109,15 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(upstream.Close)
 
-	rdb := testenv.Redis(t).Client(t)
-	prefix := testenv.Prefix(t)
-	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fl := newFleet(t)
+	store := fl.store
 	n := int64(limit)
 	if err := store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}); err != nil {
 		t.Fatal(err)
 	}
 	var workers []*testenv.Process
 	for range 3 {
-		p := testenv.StartHelper(t, "llmworker", envPrefix+"="+prefix, envSubject+"="+subject, envLLMURL+"="+srv.URL+"/v1")
-		p.Line(t, "ready ", 20*time.Second)
+		p, _ := fl.start(t, srv.URL)
 		workers = append(workers, p)
 	}
 
@@ -260,9 +253,7 @@ func TestThrottleHoldsEveryWorker(t *testing.T) {
 	n := int64(10)
 	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4}, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}})
 	// A second worker, in a process of its own.
-	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(f.prefix, ":"), ":", ".")
-	testenv.StartHelper(t, "llmworker", envPrefix+"="+f.prefix, envSubject+"="+subject, envLLMURL+"="+f.srv.URL+"/v1").
-		Line(t, "ready ", 20*time.Second)
+	fleet{prefix: f.prefix, store: f.store}.start(t, f.srv.URL)
 	first, _, err := f.store.Submit(t.Context(), "acme", chatJob(0, 0, 1), "")
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,7 @@ func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMC
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
-	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
+	subject := cancelSubject(prefix)
 	f := &llmFixture{prefix: prefix, srv: httptest.NewServer(upstream)}
 	t.Cleanup(f.srv.Close)
 	var err error

@@ -67,6 +67,36 @@ func llmWorkerProcess() int {
 	return 0
 }
 
+// cancelSubject is the cancel subject of the workers of a test's prefix.
+func cancelSubject(prefix string) string {
+	return "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
+}
+
+// fleet is a job store under a key prefix of its own, which worker
+// processes ("llmworker") share.
+type fleet struct {
+	prefix string
+	store  *job.Store
+}
+
+func newFleet(t testing.TB) fleet {
+	t.Helper()
+	f := fleet{prefix: testenv.Prefix(t)}
+	var err error
+	if f.store, err = job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: f.prefix}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// start starts a worker process of the fleet that calls the upstream at
+// url, and returns it with its worker id once it is ready.
+func (f fleet) start(t testing.TB, url string) (*testenv.Process, string) {
+	t.Helper()
+	p := testenv.StartHelper(t, "llmworker", envPrefix+"="+f.prefix, envSubject+"="+cancelSubject(f.prefix), envLLMURL+"="+url+"/v1")
+	return p, p.Line(t, "ready ", 20*time.Second)
+}
+
 // TestModelLimitHoldsWithManyJobsAndAKilledWorker: many llm.chat jobs on
 // one model whose limit is 3, served by three worker processes, one killed
 // with SIGKILL mid-stream. The upstream never answers more than 3 requests
@@ -80,21 +110,16 @@ func TestModelLimitHoldsWithManyJobsAndAKilledWorker(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(upstream.Close)
 
-	rdb := testenv.Redis(t).Client(t)
-	prefix := testenv.Prefix(t)
-	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fl := newFleet(t)
+	store := fl.store
 	if err := store.SetLimit(t.Context(), "model:fake-1", limit); err != nil {
 		t.Fatal(err)
 	}
 	var workers []*testenv.Process
 	names := map[string]int{} // worker id -> index in workers
 	for i := range 3 {
-		p := testenv.StartHelper(t, "llmworker", envPrefix+"="+prefix, envSubject+"="+subject, envLLMURL+"="+srv.URL+"/v1")
-		names[p.Line(t, "ready ", 20*time.Second)] = i
+		p, id := fl.start(t, srv.URL)
+		names[id] = i
 		workers = append(workers, p)
 	}
 

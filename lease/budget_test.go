@@ -321,3 +321,38 @@ func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
 		}
 	})
 }
+
+// TestGrantSaysWhenTheBudgetRefused: a grant says its key's budget refused
+// a holder the limit had room for (the effective limit reached, the key
+// throttled, its rpm full), and not when the slots were full.
+func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		byBudget := func(key string, limit int, b lease.Budget, holders ...string) bool {
+			t.Helper()
+			g, err := c.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: key, Limit: limit, Holders: holders, Budget: b}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g[0].ByBudget
+		}
+		if byBudget("model:full", 1, lease.Budget{RPM: 100}, "a", "b") {
+			t.Error("a key whose one slot is taken: refused by its budget, want by its limit")
+		}
+		adaptive := lease.Budget{Adaptive: true}
+		if !byBudget("model:adapt", 20, adaptive, "a", "b", "c") { // the slow start: 2 of 20
+			t.Error("an adaptive key at its effective limit: not refused by its budget")
+		}
+		settle(t, c, "model:adapt", 20, adaptive, lease.Settlement{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1, RetryAfter: time.Minute},
+			lease.Settlement{Holder: "b", Outcome: lease.OutcomeOK, Tokens: -1}) // no holder left: only the throttle refuses
+		if !byBudget("model:adapt", 20, adaptive, "d") {
+			t.Error("a throttled key: not refused by its budget")
+		}
+		if !byBudget("model:rpm", 10, lease.Budget{RPM: 1}, "a", "b") {
+			t.Error("a key whose rpm is spent: not refused by its budget")
+		}
+		if byBudget("model:rpm2", 10, lease.Budget{RPM: 2}, "a", "b") {
+			t.Error("every holder granted, and ByBudget says refused")
+		}
+	})
+}

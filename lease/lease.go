@@ -150,6 +150,10 @@ type Grant struct {
 	// Waiters says tickets wait in the key's line (Semaphore.Wait): a
 	// release should wake them.
 	Waiters bool
+	// ByBudget says the key's budget refused a holder that its limit had
+	// room for: the key was throttled, its rpm or tpm full, or its
+	// effective limit reached.
+	ByBudget bool
 }
 
 // AcquireAll runs every ask in one round trip (a pipeline, split per node
@@ -194,16 +198,16 @@ func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
 			cmd = acquireScript.Run(ctx, a.c.rdb, a.c.acquireKeys(ask.Key), acquireArgs(a.ttl, a.mark, ask)...)
 		}
 		res, err := cmd.Int64Slice()
-		if err == nil && len(res) != 3+len(ask.Holders) {
-			err = fmt.Errorf("%d values in the reply, want %d", len(res), 3+len(ask.Holders))
+		if err == nil && len(res) != 4+len(ask.Holders) {
+			err = fmt.Errorf("%d values in the reply, want %d", len(res), 4+len(ask.Holders))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lease: acquire %q: %w", ask.Key, err)
 		}
-		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1,
+		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1, ByBudget: res[3] == 1,
 			Tokens: make([]fencing.Token, len(ask.Holders))}
 		for j := range ask.Holders {
-			g.Tokens[j] = fencing.Token(res[3+j])
+			g.Tokens[j] = fencing.Token(res[4+j])
 		}
 		grants[i] = g
 	}

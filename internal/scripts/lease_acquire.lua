@@ -11,11 +11,13 @@
 -- ARGV[3] how long (ms) a refusal marks this side as waiting
 -- ARGV[4] rpm (-1: none)   ARGV[5] tpm (-1: none)   ARGV[6] "1" when adaptive
 -- ARGV[7..] holders, each followed by its estimated tokens when tpm >= 0
--- Returns {retry_after_ms, expires_at_ms, waiters, then for each holder its
--- token, or 0 when the set had no room for it}. retry_after_ms is the time
--- until the earliest lease expires (0 when every holder got a slot);
--- waiters is 1 when tickets wait in line for the key (a release should
--- wake them).
+-- Returns {retry_after_ms, expires_at_ms, waiters, by_budget, then for each
+-- holder its token, or 0 when the set had no room for it}. retry_after_ms
+-- is the time until the earliest lease expires (0 when every holder got a
+-- slot); waiters is 1 when tickets wait in line for the key (a release
+-- should wake them); by_budget is 1 when the key's budget refused a holder
+-- its limit had room for (throttled, rpm or tpm full, or the effective
+-- limit reached).
 --
 -- A holder already in the set (a retry after a lost reply) keeps its one
 -- slot and its reservation, its expiry moved, and is issued a new token.
@@ -53,7 +55,7 @@ local lines_turn = line and redis.call('GET', turn) == 'line'
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the holder's trust window (sent + ttl) does.
 local expires = string.format('%.0f', now + 1 + ttl)
-local out = {0, expires, line and 1 or 0}
+local out = {0, expires, line and 1 or 0, 0}
 local add, took, refused = {}, false, false
 -- budget_wait is how long until the budget frees room, when it refused.
 local budget_wait = nil
@@ -70,13 +72,14 @@ if limit < 0 and not budgeted then
 else
   local held = redis.call('ZCARD', leases)
   local requests, tokens, until_ms, reserve = 0, 0, 0, {}
+  local cap = limit -- an adaptive key's limit before its effective limit
   if budgeted then
     budget_reap(window, spent, now, tpm)
     requests = redis.call('ZCARD', window)
     tokens = tonumber(redis.call('HGET', spent, '#')) or 0
     until_ms = tonumber(redis.call('GET', throttle)) or 0
     if adaptive then
-      local cap = cap_of(limit)
+      cap = cap_of(limit)
       limit = math.min(cap, math.floor(adapt_read(adapt, cap).eff))
     end
   end
@@ -90,9 +93,11 @@ else
         ok = not lines_turn
       elseif until_ms > now then
         budget_wait = until_ms - now
+        out[4] = 1
       elseif rpm >= 0 and requests >= rpm or tpm >= 0 and tokens + est > tpm then
         local first = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
         budget_wait = first[2] and math.max(1, tonumber(first[2]) + minute - now) or 1000
+        out[4] = 1
       else
         ok = not lines_turn
         if ok then
@@ -105,6 +110,8 @@ else
         took = true
         lines_turn = line -- one slot for this side, then the line's turn
       end
+    elseif not ok and held < cap then
+      out[4] = 1 -- the effective limit refused it
     end
     if ok then
       add[#add + 1] = expires
@@ -145,7 +152,7 @@ if #add > 0 then
   -- issued more than a million in that second. So no key a tenant's jobs
   -- name outlives its use (a tenant may name any key under its own prefix).
   redis.call('PEXPIRE', fence, ttl + 1000)
-  for i = 4, #out do
+  for i = 5, #out do
     if out[i] then
       token = token + 1
       out[i] = token
@@ -157,7 +164,7 @@ if #add > 0 then
     redis.call('SET', turn, 'line', 'PX', ttl)
   end
 else
-  for i = 4, #out do
+  for i = 5, #out do
     out[i] = 0
   end
 end
