@@ -9,7 +9,11 @@
 //	j, err := c.Submit(ctx, "acme", job.Submission{Kind: "summarize", Input: in})
 //
 // A Client serves the built-in kinds (echo, sleep, llm.chat) and the
-// remote handlers of Config.Handlers beside the ones given to Handle. Any
+// remote handlers of Config.Handlers beside the ones given to Handle. A
+// job submitted with a webhook (job.Submission.Webhook, which Submit does
+// not check against an allow-list: the program is trusted) is delivered by
+// the webhook.Drainer that every worker and API process runs; a program
+// that is the only process of its deployment runs one itself. Any
 // number of processes may run Clients and the worker command on the same
 // Redis: they share queues, concurrency limits and cancels.
 package leasehold

@@ -134,6 +134,26 @@ func BenchmarkClaimBudget(b *testing.B) {
 	}
 }
 
+// BenchmarkWebhookOutbox runs 10k no-op jobs without a webhook (none)
+// and with one (webhook): what the delivery that the move to succeeded
+// adds to the queue's outbox, and its fields on the job, cost a finish.
+// No drainer runs: the deliveries stay in the outbox.
+func BenchmarkWebhookOutbox(b *testing.B) {
+	for _, name := range []string{"none", "webhook"} {
+		b.Run(name, func(b *testing.B) {
+			run := benchRun{jobs: 10_000, concurrency: 50}
+			if name == "webhook" {
+				run.submission = func(int) job.Submission {
+					return job.Submission{Kind: "noop", Webhook: &job.WebhookTarget{URL: "https://hooks.example.com/leasehold/done"}}
+				}
+			}
+			for range b.N {
+				benchThroughput(b, run)
+			}
+		})
+	}
+}
+
 // BenchmarkClaimBehindFullKey runs 10k no-op jobs queued behind a backlog
 // of 100k jobs whose key has a limit of 0 (none of them can run), against
 // the same jobs with no backlog: a claim's cost must not grow with a

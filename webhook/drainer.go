@@ -180,39 +180,55 @@ func (d *Drainer) runOnce(ctx context.Context) (int, error) {
 	return started, errors.Join(errs...)
 }
 
-// drainQueue starts up to free tries of queue q's due deliveries. A
-// delivery whose tenant has PerTenant tries in flight is deferred for a
-// try's timeout, so that it does not keep the head of the outbox from
-// other tenants' deliveries.
+// deferFor is how long a delivery is put back when the due deliveries
+// read at once are all of tenants with PerTenant tries in flight.
+const deferFor = time.Second
+
+// drainQueue starts up to free tries of queue q's due deliveries, from
+// the first due, skipping those whose tenant has PerTenant tries in
+// flight. When every delivery it read is skipped so, it defers them for a
+// while (deferFor), untried, so that one tenant's backlog at the head of
+// the outbox does not keep other tenants' deliveries behind it waiting.
 func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, error) {
 	outbox := d.keys.QueueWebhooks(q)
 	// The take checks due times again on the Redis clock.
+	window := max(4*free, 64)
 	members, err := d.rdb.ZRangeByScore(ctx, outbox, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: int64(max(4*free, 64)),
+		Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: int64(window),
 	}).Result()
 	if err != nil || len(members) == 0 {
 		return 0, err
 	}
 	d.mu.Lock()
 	chosen := map[string]int{}
-	var ks []string
-	args := []any{d.hold().Milliseconds(), d.cfg.Timeout.Milliseconds(), 0}
+	var tried, skipped []string
 	for _, m := range members {
-		tenant, _, _ := strings.Cut(m, "/")
-		try := d.busy[tenant]+chosen[tenant] < d.cfg.PerTenant
-		if try && free == 0 {
+		if free == 0 {
 			break
 		}
-		if try {
-			chosen[tenant]++
-			free--
+		tenant, _, _ := strings.Cut(m, "/")
+		if d.busy[tenant]+chosen[tenant] >= d.cfg.PerTenant {
+			skipped = append(skipped, m)
+			continue
 		}
-		_, id, _ := strings.Cut(m, "/")
-		ks = append(ks, d.keys.Job(q, id))
-		args = append(args, m, map[bool]string{true: "1", false: "0"}[try])
+		chosen[tenant]++
+		free--
+		tried = append(tried, m)
 	}
 	d.mu.Unlock()
-	args[2] = len(ks)
+	if len(tried) > 0 || len(members) < window {
+		skipped = nil // the head moves on by itself
+	}
+	var ks []string
+	args := []any{d.hold().Milliseconds(), deferFor.Milliseconds(), len(tried) + len(skipped)}
+	for k, m := range append(tried, skipped...) {
+		_, id, _ := strings.Cut(m, "/")
+		ks = append(ks, d.keys.Job(q, id))
+		args = append(args, m, map[bool]string{true: "1", false: "0"}[k < len(tried)])
+	}
+	if len(ks) == 0 {
+		return 0, nil
+	}
 	res, err := takeScript.Run(ctx, d.rdb, append([]string{outbox}, ks...), args...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("webhook: take from %s: %w", q, err)

@@ -46,7 +46,7 @@ type fixture struct {
 	cfg    webhook.Config
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	rdb := testenv.Redis(t).Client(t)
 	prefix := testenv.Prefix(t)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -348,5 +349,45 @@ func TestEachTryIsASpanOfTheJobsTrace(t *testing.T) {
 		if s.SpanContext.TraceID() != j.Trace.TraceID() || s.Parent.SpanID() != j.Trace.SpanID() {
 			t.Errorf("try span %v (parent %v) is not a child of the job's submit span %v", s.SpanContext, s.Parent, j.Trace)
 		}
+	}
+}
+
+// One tenant's slow receiver holds at most PerTenant of the drainer's
+// tries: another tenant's delivery, due after a backlog of the slow one's,
+// goes out while they hang.
+func TestSlowTenantHoldsOnlyItsShare(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	slow := newReceiver(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-r.Context().Done()
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	})
+	ok := newReceiver(t, status(http.StatusOK))
+	fx.worker(t, execution.Config{})
+	var backlog []job.Job
+	for range 80 { // more than one read of the outbox
+		backlog = append(backlog, fx.submit(t, "acme", withWebhook("ok", slow.URL)))
+	}
+	for _, j := range backlog {
+		testenv.Eventually(t, 20*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
+	}
+	b := fx.submit(t, "beta", withWebhook("ok", ok.URL))
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, b.ID).State.Terminal() }, "job never ended")
+	cfg := fx.cfg
+	cfg.Concurrency, cfg.PerTenant, cfg.Timeout = 4, 2, 5*time.Second
+	fx.drain(t, cfg)
+	fx.waitWebhook(t, b.ID, job.WebhookDelivered)
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Fatalf("%d of the slow tenant's tries in flight at once, want at most 2", most)
 	}
 }

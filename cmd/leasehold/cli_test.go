@@ -184,6 +184,11 @@ func TestCLI(t *testing.T) {
 		if r := s.cli("", "submit", "echo", "--input", "{not json"); r.code != 2 {
 			t.Errorf("bad input: exit %d, want 2", r.code)
 		}
+		// The API of these tests has no LEASEHOLD_WEBHOOK_ALLOW: the
+		// webhook reaches it, and it refuses it by name.
+		if r := s.cli("", "submit", "echo", "--webhook", "https://hooks.example.com/x"); r.code != 1 || !strings.Contains(r.stderr, "webhook.url") {
+			t.Errorf("a webhook the API refuses: exit %d %s", r.code, r.stderr)
+		}
 		if r := s.cli("", "get"); r.code != 2 {
 			t.Errorf("get without an id: exit %d, want 2", r.code)
 		}

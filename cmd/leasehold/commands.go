@@ -91,6 +91,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	onBusy := c.fs.String("on-busy", "", "queue or reject, when a concurrency key is full")
 	metadata := c.fs.String("metadata", "", "metadata, a JSON object")
 	idem := c.fs.String("idempotency-key", "", "Idempotency-Key: the same key and body return the first job")
+	hook := c.fs.String("webhook", "", "a URL to POST the job to when it ends (must start with a prefix of the API's LEASEHOLD_WEBHOOK_ALLOW)")
 	var ckeys keyList
 	c.fs.Var(&ckeys, "ckey", "a concurrency key (repeat for several)")
 	follow := c.fs.Bool("watch", false, "follow the job until it ends, as leasehold watch does")
@@ -119,6 +120,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *priority != 0 {
 		body["priority"] = *priority
+	}
+	if *hook != "" {
+		body["webhook"] = map[string]string{"url": *hook}
 	}
 	if *attempts != 0 {
 		body["max_attempts"] = *attempts

@@ -178,7 +178,10 @@ end
 -- every try of it carries); a delivery still pending when the job ends
 -- again is replaced by the new one.
 local function deliver(tx, j, fields)
-  local w = redis.call('HMGET', j.key, 'webhook', 'webhook_id')
+  local w = j.webhook -- {webhook, webhook_id} when the caller read them
+  if not w then
+    w = redis.call('HMGET', j.key, 'webhook', 'webhook_id')
+  end
   if not w[1] or w[1] == '' then
     return
   end
@@ -193,8 +196,9 @@ local function deliver(tx, j, fields)
   redis.call('ZADD', tx.outbox, tx.now_s, j.tenant .. '/' .. j.id)
 end
 
--- move moves job j ({key, events, id, tenant, state}: state is '' for a
--- job not yet created) to state to, writing fields (a flat list: name,
+-- move moves job j ({key, events, id, tenant, state, and optionally
+-- webhook: its fields webhook and webhook_id, read with the caller's
+-- own, which spares deliver a read}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
 -- the move, and shown its shown fields (see above). A move may_move refuses
 -- is a bug in the caller, which decided on it: it raises, before
