@@ -37,6 +37,7 @@ var shownFields = []string{
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
 	"exec_finished_at", "exec_state", "trace", "retries", "schedule", "cost",
+	"checkpoint", "wait_for", "wait_until",
 }
 
 // ListQuery selects a page of jobs.
