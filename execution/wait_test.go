@@ -299,3 +299,60 @@ func TestSignalsKeptAndBounded(t *testing.T) {
 		t.Fatalf("another tenant's signal: %v, want ErrNotFound", err)
 	}
 }
+
+// A worker process paused with SIGSTOP past its lease TTL while its
+// handler saves checkpoints: another worker takes the job over and saves
+// its own; when the paused one resumes, its next checkpoint is refused,
+// and the job keeps the new owner's.
+//
+// Fails when the checkpoint script skips its token and identity check, or
+// its lease check (then the paused worker's checkpoint lands, as it does
+// before the takeover is written).
+func TestPausedWorkerCannotOverwriteTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const ttl = time.Second
+	j := f.submit(t, job.Submission{Kind: faultKind, MaxAttempts: 3})
+	old := f.startHelper(t, "checkpoint", envLeaseTTL+"="+ttl.String())
+	waitStarted(t, old, j.ID)
+	old.Line(t, "checkpoint "+j.ID+" ok 1", 10*time.Second)
+	old.Stop(t)
+	paused := time.Now()
+
+	took := make(chan string, 1)
+	release := make(chan struct{})
+	f.startWorker(t, execution.Config{ShutdownGrace: 100 * time.Millisecond}, map[string]execution.Handler{
+		faultKind: func(ctx context.Context, e *execution.Execution) (any, error) {
+			var before struct{ Attempt int }
+			if err := json.Unmarshal(e.Resume().Checkpoint, &before); err != nil || before.Attempt != 1 {
+				return nil, fmt.Errorf("the takeover started from checkpoint %s, want the first attempt's", e.Resume().Checkpoint)
+			}
+			if err := e.Checkpoint(ctx, progress{Attempt: e.Attempt(), Exec: e.ID}); err != nil {
+				return nil, err
+			}
+			took <- e.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			return "done", nil
+		},
+	})
+	var next string
+	select {
+	case next = <-took:
+	case <-time.After(ttl + 10*time.Second):
+		old.Cont(t)
+		t.Fatal("nobody took over the paused worker's job")
+	}
+	time.Sleep(time.Until(paused.Add(2 * ttl))) // the pause itself: 2×TTL
+	old.Cont(t)
+	old.Line(t, "checkpoint "+j.ID+" refused 1", 10*time.Second)
+	var cp progress
+	if err := json.Unmarshal(f.get(t, j.ID).Checkpoint, &cp); err != nil || cp.Exec != next {
+		t.Fatalf("checkpoint %+v (%v), want the new owner's %s", cp, err, next)
+	}
+	close(release)
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+}
