@@ -18,12 +18,12 @@ type State string
 
 // The states of a job. See the package documentation for the transitions.
 const (
-	StateQueued    State = "queued"
-	StateRunning   State = "running"
-	StateRetrying  State = "retrying"
+	StateQueued   State = "queued"
+	StateRunning  State = "running"
+	StateRetrying State = "retrying"
 	// StateWaiting: its handler ended its execution to wait for a signal
 	// (or its timeout); it holds no worker, lease or slot meanwhile.
-	StateWaiting State = "waiting"
+	StateWaiting   State = "waiting"
 	StateSucceeded State = "succeeded"
 	StateFailed    State = "failed"
 	StateCancelled State = "cancelled"
