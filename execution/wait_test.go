@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/execution"
 	lkeys "github.com/leasehold/leasehold/internal/keys"
@@ -355,4 +357,46 @@ func TestPausedWorkerCannotOverwriteTheCheckpoint(t *testing.T) {
 	}
 	close(release)
 	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+}
+
+// A wait and its signal in the job's trace: the waiting execution's span
+// has the wait and its checkpoint, the signal a span of its own, and the
+// resumed execution's span the resume and a link to the one that waited.
+func TestTraceOfAWaitAndItsSignal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	store, err := job.NewStore(f.rdb, job.Config{Prefix: f.prefix, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t, execution.Config{TracerProvider: tp, Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute},
+		map[string]execution.Handler{waitKind: approve(time.Hour)})
+	j, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: waitKind}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, j.ID, 10*time.Second, job.StateWaiting)
+	if _, _, err := store.Signal(t.Context(), "acme", j.ID, false, "approval", json.RawMessage(`true`)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return len(named(exp.GetSpans(), "process default")) == 2
+	}, "the two execution spans never ended")
+	spans := exp.GetSpans()
+	runs := named(spans, "process default")
+	waited, resumed := runs[0], runs[1]
+	wantEvents(t, "the waiting execution", waited, []string{"lease acquired", "checkpoint leasehold.bytes=48",
+		"wait leasehold.signal=approval leasehold.wait_ms=3600000", "finished leasehold.outcome=waiting leasehold.job.state=waiting"})
+	wantEvents(t, "the resumed execution", resumed, []string{"lease acquired",
+		"resumed leasehold.signal=approval leasehold.timed_out=false", "finished leasehold.outcome=succeeded leasehold.job.state=succeeded"})
+	if len(resumed.Links) != 1 || resumed.Links[0].SpanContext.SpanID() != waited.SpanContext.SpanID() {
+		t.Errorf("the resumed execution's links %+v, want the waiting one's span", resumed.Links)
+	}
+	sig := one(t, spans, "signal default")
+	if sig.Parent.TraceID() != waited.SpanContext.TraceID() || len(sig.Events) != 1 || sig.Events[0].Name != job.EventSignal {
+		t.Errorf("signal span %+v: want one in the job's trace with a signal event", sig)
+	}
 }
