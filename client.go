@@ -20,6 +20,7 @@ package leasehold
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -181,6 +182,20 @@ func (c *Client) Get(ctx context.Context, tenant, id string) (job.Job, error) {
 // ended otherwise than cancelled.
 func (c *Client) Cancel(ctx context.Context, tenant, id string) (job.Job, error) {
 	return execution.CancelJob(ctx, c.store, c.flags, tenant, id, false)
+}
+
+// Signal sends tenant's job id the signal name with data (JSON, at most
+// job.MaxSignalData bytes, nil for null), as POST /v1/jobs/{id}/signal
+// does: a job waiting for that name is queued at once (and an idle worker
+// woken), any other job not ended keeps the signal for its next wait of
+// that name. job.ErrConflict, with the job, when it already ended;
+// job.ErrSignalsFull when it keeps as many signals as it may.
+func (c *Client) Signal(ctx context.Context, tenant, id, name string, data json.RawMessage) (job.Job, error) {
+	j, resumed, err := c.store.Signal(ctx, tenant, id, false, name, data)
+	if err == nil && resumed && c.nc != nil {
+		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
+	}
+	return j, err
 }
 
 // CreateSchedule creates tenant's schedule, as POST /v1/schedules does:

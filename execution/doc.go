@@ -24,6 +24,12 @@
 //     through NATS in milliseconds, or at the next heartbeat, which reads
 //     the job record; a failure or hand-off of a job with a cancel requested
 //     ends it cancelled, never retried.
+//   - A wait holds nothing: a handler that returns Wait ends its execution,
+//     and the finish that records it releases its lease and slots and
+//     moves the job to waiting, spending no attempt. Checkpoint saves a
+//     value only under the execution's token, identity and live lease;
+//     every later execution reads it, and the signal that resumed the
+//     job, with Resume.
 //   - Graceful shutdown hands work back: running executions get a grace
 //     period, then are cancelled with ErrShutdown and returned to the ready
 //     set at once, without spending the attempt.

@@ -50,6 +50,44 @@ type Execution struct {
 	cost    int64        // the tokens it reserved of its keys' tpm budgets
 	waited  budgetWait   // its job's wait for a key's budget before this claim, if this worker saw one
 	spent   atomic.Int64 // the tokens it reported (ReportTokens), plus 1; 0: none reported
+	resume  Resume       // what the claim handed out
+}
+
+// Resume is what an execution starts from: the job's last checkpoint, and
+// the signal that resumed it from its last wait.
+type Resume struct {
+	// Checkpoint is the last checkpoint any execution of the job saved
+	// (Execution.Checkpoint), as of this one's claim; nil for none.
+	Checkpoint json.RawMessage
+	// Signal is what ended the job's last wait: a signal, or its timeout
+	// (Signal.TimedOut); nil when it never waited. It stays the same for
+	// every execution until the job waits again.
+	Signal *job.Signal
+}
+
+// Resume returns what this execution starts from: the checkpoint and the
+// signal as they were when it was claimed.
+func (e *Execution) Resume() Resume { return e.resume }
+
+// ErrCheckpointTooLarge is wrapped by the error of a Checkpoint larger
+// than job.MaxCheckpoint bytes as JSON.
+var ErrCheckpointTooLarge = errors.New("execution: checkpoint too large")
+
+// Checkpoint saves v, marshalled as JSON (at most job.MaxCheckpoint
+// bytes), as the job's checkpoint: every later execution of the job starts
+// from it (Resume), after a wait, a crash, a retry or a hand-off. It is
+// written only while this execution owns the job and its lease lasts:
+// otherwise it returns ErrNotOwner and changes nothing, so a stale worker
+// can never overwrite a newer execution's checkpoint.
+func (e *Execution) Checkpoint(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("execution: checkpoint: %w", err)
+	}
+	if len(b) > job.MaxCheckpoint {
+		return Permanent(fmt.Errorf("%w: %d bytes, at most %d", ErrCheckpointTooLarge, len(b), job.MaxCheckpoint))
+	}
+	return e.q.checkpoint(ctx, e, b)
 }
 
 // ReportTokens reports the tokens this execution actually spent (an LLM
@@ -137,7 +175,46 @@ const (
 	// StatePushback: the upstream refused it for capacity; the job waits
 	// to run again without spending the attempt (PushbackError).
 	StatePushback State = "pushback"
+	// StateWaiting: its handler asked to wait for a signal (Wait); the job
+	// waits, holding nothing, without spending the attempt.
+	StateWaiting State = "waiting"
 )
+
+// DefaultWaitTimeout is the timeout of a Wait that names none.
+const DefaultWaitTimeout = time.Hour
+
+// WaitError is what a handler returns to end its execution and wait for
+// the signal For (see Wait).
+type WaitError struct {
+	For     string
+	Timeout time.Duration
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("execution: wait for signal %q (timeout %v)", e.For, e.Timeout)
+}
+
+// Wait returns the error a handler returns to wait for the signal name:
+//
+//	if e.Resume().Signal == nil {
+//		_ = e.Checkpoint(ctx, state) // what the next execution starts from
+//		return nil, execution.Wait("approval", 24*time.Hour)
+//	}
+//
+// The execution ends, and its job becomes waiting: it holds no worker,
+// lease or concurrency slot, and spends no attempt. A signal of that name
+// (POST /v1/jobs/{id}/signal, Client.Signal) queues it again, at once; one
+// sent before the wait is taken by it. After timeout (≤ 0:
+// DefaultWaitTimeout) it is queued anyway, told that the wait timed out.
+// The next execution reads the signal and the checkpoint with Resume. A
+// name that is not a valid signal name (job.ValidateSignalName) fails the
+// job.
+func Wait(name string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultWaitTimeout
+	}
+	return &WaitError{For: name, Timeout: timeout}
+}
 
 // RetryAfterError marks a handler error, to be retried like any other, whose
 // cause asked for the next attempt to wait at least After: an upstream's
@@ -181,7 +258,7 @@ func RetryAfter(err error, d time.Duration) error { return &RetryAfterError{Err:
 
 // outcome is how an execution ended, as the finish script records it.
 type outcome struct {
-	state     State // succeeded | failed | timed_out | cancelled | handed_off | pushback
+	state     State // succeeded | failed | timed_out | cancelled | handed_off | pushback | waiting
 	result    []byte
 	err       *job.Error
 	retryable bool
@@ -192,4 +269,6 @@ type outcome struct {
 	// unrun: the handler never ran (a claim too slow to trust, a context
 	// ended before the start), so it spent nothing of its keys' budgets.
 	unrun bool
+	// wait is what a waiting execution waits for (StateWaiting only).
+	wait *WaitError
 }

@@ -134,8 +134,9 @@ func decodeEvent(typ string, data []byte) (event, error) {
 var transitions = map[job.State][]job.State{
 	"":                {job.StateQueued},
 	job.StateQueued:   {job.StateRunning, job.StateCancelled, job.StateExpired},
-	job.StateRunning:  {job.StateSucceeded, job.StateFailed, job.StateCancelled, job.StateRetrying, job.StateQueued},
+	job.StateRunning:  {job.StateSucceeded, job.StateFailed, job.StateCancelled, job.StateRetrying, job.StateQueued, job.StateWaiting},
 	job.StateRetrying: {job.StateQueued, job.StateCancelled, job.StateExpired},
+	job.StateWaiting:  {job.StateQueued, job.StateCancelled},
 }
 
 // checkStream checks the invariants of one job's event stream and returns

@@ -213,6 +213,30 @@ func workerHandler(mode string, out *printer) (execution.Handler, error) {
 			stopped(ctx, e)
 			return progress{Attempt: e.Attempt(), Exec: e.ID}, nil
 		}, nil
+	case "checkpoint":
+		// Checkpoints its attempt every 20 ms, whatever its context says, as
+		// a handler stuck in a long step would: the fence must refuse it.
+		return func(ctx context.Context, e *execution.Execution) (any, error) {
+			started(e)
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				err := e.Checkpoint(cctx, progress{Attempt: e.Attempt(), Exec: e.ID})
+				stop()
+				switch {
+				case err == nil:
+					out.printf("checkpoint %s ok %d", e.JobID, e.Attempt())
+				case errors.Is(err, execution.ErrNotOwner):
+					out.printf("checkpoint %s refused %d", e.JobID, e.Attempt())
+					<-ctx.Done()
+					return nil, context.Cause(ctx)
+				default:
+					out.printf("checkpoint %s error %d %v", e.JobID, e.Attempt(), err)
+				}
+				<-tick.C
+			}
+		}, nil
 	case "upstream":
 		return func(ctx context.Context, e *execution.Execution) (any, error) {
 			started(e)

@@ -21,11 +21,12 @@ import (
 )
 
 var (
-	peekScript      = scripts.Load("execution_peek.lua")
-	claimScript     = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua")
-	heartbeatScript = scripts.Load("execution_heartbeat.lua")
-	finishScript    = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua")
-	emitScript      = scripts.Load("execution_emit.lua")
+	peekScript       = scripts.Load("execution_peek.lua")
+	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua")
+	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
+	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua")
+	emitScript       = scripts.Load("execution_emit.lua")
+	checkpointScript = scripts.Load("execution_checkpoint.lua")
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
@@ -305,6 +306,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			waited:  q.waits.end(j.id),
 			q:       q,
 			trace:   claimedTrace(j.trace, j.prevTrace),
+			resume:  j.resume,
 		})
 	}
 	if want > 0 {
@@ -359,6 +361,7 @@ type claimedJob struct {
 	// the traceparents of the job's submit span and of its last finished
 	// execution ("" or nil when there is none)
 	trace, prevTrace any
+	resume           Resume
 }
 
 // decodeClaim reads the claim script's reply, checking every length and
@@ -393,7 +396,7 @@ func decodeClaim(res []any) (claimReply, error) {
 }
 
 // claimedJobFields is how many values the claim script returns per job.
-const claimedJobFields = 10
+const claimedJobFields = 12
 
 func decodeClaimedJob(f []any) (claimedJob, error) {
 	id, ok1 := f[0].(string)
@@ -407,13 +410,28 @@ func decodeClaimedJob(f []any) (claimedJob, error) {
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8) {
 		return claimedJob{}, fmt.Errorf("a value of the wrong type in %v", f)
 	}
+	checkpoint, ok9 := f[10].(string)
+	signal, ok10 := f[11].(string)
+	if !(ok9 && ok10) {
+		return claimedJob{}, fmt.Errorf("a value of the wrong type in %v", f)
+	}
 	ms, err := strconv.ParseInt(timeout, 10, 64)
 	if err != nil || ms < 0 {
 		return claimedJob{}, fmt.Errorf("job %s has a bad timeout %q", id, timeout)
 	}
-	return claimedJob{id: id, execID: execID, token: fencing.Token(token), attempt: int(attempt), kind: kind,
+	j := claimedJob{id: id, execID: execID, token: fencing.Token(token), attempt: int(attempt), kind: kind,
 		tenant: tenant, input: json.RawMessage(input), timeout: time.Duration(ms) * time.Millisecond,
-		trace: f[8], prevTrace: f[9]}, nil
+		trace: f[8], prevTrace: f[9]}
+	if checkpoint != "" {
+		j.resume.Checkpoint = json.RawMessage(checkpoint)
+	}
+	if signal != "" {
+		j.resume.Signal = &job.Signal{}
+		if err := json.Unmarshal([]byte(signal), j.resume.Signal); err != nil {
+			return claimedJob{}, fmt.Errorf("job %s has a bad signal %q: %w", id, signal, err)
+		}
+	}
+	return j, nil
 }
 
 // stringList reads a list of strings from a script reply.
@@ -918,8 +936,13 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		if f.o.state == StatePushback {
 			backoff = f.o.minBackoff // the script backs off when the upstream did not say
 		}
+		var waitFor string
+		var waitMS int64
+		if w := f.o.wait; w != nil {
+			waitFor, waitMS = w.For, w.Timeout.Milliseconds()
+		}
 		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
-			backoff.Milliseconds(), f.e.traceparent(), f.e.ID)
+			backoff.Milliseconds(), f.e.traceparent(), f.e.ID, waitFor, waitMS)
 	}
 	return b
 }
@@ -1008,6 +1031,20 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 			}
 		}
 	}
+}
+
+func (q *queue) checkpoint(ctx context.Context, e *Execution, data []byte) error {
+	ok, err := checkpointScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.QueueLeases(q.name)},
+		e.JobID, e.token.String(), e.ID, data).Int()
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", e.JobID, err)
+	}
+	if ok != 1 {
+		q.metrics.refusedWrite(ctx, q.name, "checkpoint")
+		return ErrNotOwner
+	}
+	e.traceCheckpoint(len(data))
+	return nil
 }
 
 func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {

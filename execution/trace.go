@@ -35,6 +35,13 @@ const (
 	EventBudgetReserved = "budget reserved" // leasehold.tokens, at the claim
 	EventPushback       = "pushback"        // leasehold.retry_after_ms
 	EventBudgetSettled  = "budget settled"  // leasehold.tokens
+	// A wait (leasehold.signal: the name it waits for, leasehold.wait_ms:
+	// its timeout), the signal or timeout that resumed the execution
+	// (leasehold.signal, leasehold.timed_out; its span links to the one
+	// that waited), and each checkpoint saved (leasehold.bytes).
+	EventWait       = "wait"
+	EventResumed    = "resumed"
+	EventCheckpoint = "checkpoint"
 )
 
 // The heartbeat reads the job's cancel state in Redis, which is the flag
@@ -94,6 +101,10 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 			attribute.String("leasehold.key", w.key), attribute.Int64("leasehold.waited_ms", e.granted.Sub(w.since).Milliseconds())))
 	}
 	span.AddEvent(EventLeaseAcquired, trace.WithAttributes(telemetry.FencingToken.Int64(int64(e.token))))
+	if sig := e.resume.Signal; sig != nil {
+		span.AddEvent(EventResumed, trace.WithAttributes(telemetry.Signal.String(sig.Name),
+			attribute.Bool("leasehold.timed_out", sig.TimedOut)))
+	}
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
@@ -116,6 +127,13 @@ func (w *Worker) traceStart(ctx context.Context, e *Execution, sent time.Time) c
 func (e *Execution) traceCancel(path string) {
 	if e.trace.span != nil && e.trace.cancelSeen.CompareAndSwap(false, true) {
 		e.trace.span.AddEvent(EventCancelObserved, trace.WithAttributes(telemetry.CancelPath.String(path)))
+	}
+}
+
+// traceCheckpoint records a checkpoint of n bytes saved.
+func (e *Execution) traceCheckpoint(n int) {
+	if e.trace.span != nil && e.trace.span.IsRecording() {
+		e.trace.span.AddEvent(EventCheckpoint, trace.WithAttributes(attribute.Int("leasehold.bytes", n)))
 	}
 }
 
@@ -166,6 +184,9 @@ func (w *Worker) traceFinish(ctx context.Context, e *Execution, o outcome) func(
 			span.AddEvent(EventHandedOff)
 		case StatePushback:
 			span.AddEvent(EventPushback, trace.WithAttributes(attribute.Int64("leasehold.retry_after_ms", o.minBackoff.Milliseconds())))
+		case StateWaiting:
+			span.AddEvent(EventWait, trace.WithAttributes(telemetry.Signal.String(o.wait.For),
+				attribute.Int64("leasehold.wait_ms", o.wait.Timeout.Milliseconds())))
 		}
 		if n := e.tokens(); n >= 0 {
 			span.AddEvent(EventBudgetSettled, trace.WithAttributes(attribute.Int64("leasehold.tokens", n)))

@@ -596,6 +596,12 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 		return outcome{state: StateFailed, retryable: true, err: jerr}
 	}
 	_, permanent := errors.AsType[*PermanentError](err)
+	if w, ok := errors.AsType[*WaitError](err); ok {
+		if verr := job.ValidateSignalName(w.For); verr != nil {
+			return outcome{state: StateFailed, err: &job.Error{Code: job.CodeHandlerError, Message: "wait: " + verr.Error()}}
+		}
+		return outcome{state: StateWaiting, wait: w}
+	}
 	if pb, ok := errors.AsType[*PushbackError](err); ok {
 		return outcome{state: StatePushback, minBackoff: pb.RetryAfter,
 			err: &job.Error{Code: job.CodeUpstreamLimited, Message: "pushback: " + err.Error()}}

@@ -21,11 +21,16 @@
 // attempts left, which waits out its backoff and is queued again; an
 // execution handed back at a graceful worker shutdown puts its job straight
 // back to queued. A queued or retrying job can be cancelled or can expire
-// (its max_wait passed before it started). succeeded, failed, cancelled and
+// (its max_wait passed before it started). running → waiting is a handler
+// that ended its execution to wait for a signal (execution.Wait): the job
+// holds nothing, and goes back to queued when Signal sends that name (or
+// the wait times out); a waiting job can be cancelled at once. A signal
+// sent before the wait is kept in the job and taken by the wait, in the
+// same step that would start it. succeeded, failed, cancelled and
 // expired are terminal: a job in one changes again only when a client
 // retries it (failed, cancelled or expired → queued) or deletes it.
 //
-// Cancel decides in one script: a queued or retrying job becomes cancelled
+// Cancel decides in one script: a queued, retrying or waiting job becomes cancelled
 // at once (it leaves ready, scheduled and deadlines); a running one only
 // gets cancel_requested, and its owner, or the reaper if the owner is gone,
 // finishes it as cancelled. Cancelling twice changes nothing; cancelling a

@@ -18,9 +18,12 @@ type State string
 
 // The states of a job. See the package documentation for the transitions.
 const (
-	StateQueued    State = "queued"
-	StateRunning   State = "running"
-	StateRetrying  State = "retrying"
+	StateQueued   State = "queued"
+	StateRunning  State = "running"
+	StateRetrying State = "retrying"
+	// StateWaiting: its handler ended its execution to wait for a signal
+	// (or its timeout); it holds no worker, lease or slot meanwhile.
+	StateWaiting   State = "waiting"
 	StateSucceeded State = "succeeded"
 	StateFailed    State = "failed"
 	StateCancelled State = "cancelled"
@@ -39,7 +42,7 @@ func (s State) Terminal() bool {
 
 func (s State) valid() bool {
 	switch s {
-	case StateQueued, StateRunning, StateRetrying:
+	case StateQueued, StateRunning, StateRetrying, StateWaiting:
 		return true
 	}
 	return s.Terminal()
@@ -60,6 +63,9 @@ const (
 	// times in a row (pushback), or, on a job still retrying, the last
 	// pushback's reason.
 	CodeUpstreamLimited Code = "upstream_limited"
+	// CodeWaitTimeout: the job's last wait for a signal timed out, and the
+	// job was resumed without it.
+	CodeWaitTimeout Code = "wait_timeout"
 )
 
 // Error is the error a job ended with, or on a retried job the last
@@ -122,6 +128,13 @@ type Job struct {
 	// Webhook is where the job's ends are POSTed and how the delivery of
 	// the last one stands; nil for none.
 	Webhook *Webhook `json:"webhook"`
+	// Checkpoint is the last checkpoint an execution saved; nil for none.
+	// A state event (At) carries none: it may be 256 KiB, and changes
+	// between moves.
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	// WaitingFor is the signal a waiting job waits for, and until when;
+	// nil in every other state.
+	WaitingFor *WaitingFor `json:"waiting_for"`
 
 	// Input is the job's input. Store.Get and Store.List leave it empty:
 	// a read should not carry up to 1 MiB per job that it does not show.
@@ -182,6 +195,21 @@ func (t WebhookTry) MarshalJSON() ([]byte, error) {
 	}{plain(t), stamp(t.At)})
 }
 
+// WaitingFor is what a waiting job waits for.
+type WaitingFor struct {
+	Name  string    `json:"name"`
+	Until time.Time `json:"until"` // its timeout: the job resumes then without the signal
+}
+
+// MarshalJSON writes the API's waiting_for object.
+func (w WaitingFor) MarshalJSON() ([]byte, error) {
+	type plain WaitingFor
+	return json.Marshal(struct {
+		plain
+		Until stamp `json:"until"`
+	}{plain(w), stamp(w.Until)})
+}
+
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
 type stamp time.Time
 
@@ -234,6 +262,7 @@ func ParseRecord(h map[string]string) (Job, error) {
 		Priority:    int(r.int("priority")),
 		CreatedAt:   r.time("created_at"),
 		Result:      r.raw("result"),
+		Checkpoint:  r.raw("checkpoint"),
 		Metadata:    r.raw("metadata"),
 		Input:       r.raw("input"),
 		Timeout:     time.Duration(r.int("timeout_ms")) * time.Millisecond,
@@ -254,6 +283,9 @@ func ParseRecord(h map[string]string) (Job, error) {
 		j.Webhook = r.webhook()
 	}
 	r.moved(&j)
+	if j.State == StateWaiting {
+		j.WaitingFor = &WaitingFor{Name: h["wait_for"], Until: r.time("wait_until")}
+	}
 	if r.err != nil {
 		return Job{}, fmt.Errorf("job: record %s: %w", j.ID, r.err)
 	}
@@ -307,6 +339,8 @@ type stateData struct {
 	// in eventFields' order ("" for none); nil in events written before
 	// state events carried them.
 	Job []string `json:"job"`
+	// Wait is what a move to waiting waits for: wait_for, wait_until.
+	Wait []string `json:"wait"`
 }
 
 // eventFields name the values of a state event's job array: finished_at,
@@ -332,6 +366,14 @@ func (j Job) At(e Event) (Job, error) {
 		return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, err)
 	}
 	j.State, j.Attempt = d.State, d.Attempt
+	j.Checkpoint, j.WaitingFor = nil, nil
+	if len(d.Wait) == 2 {
+		ms, err := strconv.ParseInt(d.Wait[1], 10, 64)
+		if err != nil {
+			return Job{}, fmt.Errorf("job: state event %s: wait: %w", e.ID, err)
+		}
+		j.WaitingFor = &WaitingFor{Name: d.Wait[0], Until: time.UnixMilli(ms).UTC()}
+	}
 	if j.retries != "" {
 		if j.MaxAttempts, err = maxAttemptsAt(j.MaxAttempts, j.retries, e.ID); err != nil {
 			return Job{}, fmt.Errorf("job: state event %s: %w", e.ID, err)

@@ -11,7 +11,7 @@ import (
 func TestStateTerminal(t *testing.T) {
 	t.Parallel()
 	for s, want := range map[job.State]bool{
-		job.StateQueued: false, job.StateRunning: false, job.StateRetrying: false,
+		job.StateQueued: false, job.StateRunning: false, job.StateRetrying: false, job.StateWaiting: false,
 		job.StateSucceeded: true, job.StateFailed: true, job.StateCancelled: true, job.StateExpired: true,
 	} {
 		if s.Terminal() != want {
@@ -55,6 +55,7 @@ func TestParseRecordAndJSON(t *testing.T) {
 		`"attempt":1,"started_at":"2026-11-29T12:00:00.250Z","heartbeat_at":"2026-11-29T12:00:01.005Z",` +
 		`"finished_at":"2026-11-29T12:00:01.500Z"},"result":null,` +
 		`"error":{"code":"handler_error","message":"upstream said 500"},"metadata":{"conversation":"c-1"},"schedule":null,"cost":null,"webhook":null,` +
+		`"checkpoint":null,"waiting_for":null,` +
 		`"created_at":"2026-11-29T12:00:00.000Z","started_at":"2026-11-29T12:00:00.250Z","finished_at":null}`
 	if string(got) != want {
 		t.Errorf("JSON\n got %s\nwant %s", got, want)

@@ -38,6 +38,7 @@ var shownFields = []string{
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
 	"exec_finished_at", "exec_state", "trace", "retries", "schedule", "cost",
 	"webhook", "webhook_id", "webhook_state", "webhook_attempts", "webhook_first_at", "webhook_tries",
+	"checkpoint", "wait_for", "wait_until",
 }
 
 // ListQuery selects a page of jobs.

@@ -99,6 +99,7 @@ type Store struct {
 	cancel    *redis.Script
 	retry     *redis.Script
 	delete    *redis.Script
+	signal    *redis.Script
 	tracer    trace.Tracer
 }
 
@@ -122,6 +123,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "transition.lua"),
+		signal:    scripts.Load("job_signal.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
@@ -367,9 +369,9 @@ func (s *Store) unended(ctx context.Context, tenant, queue, idemKey string, queu
 			return 0, 0, false, fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
 		}
 		if q == queue {
-			own = n[0] + n[1] + n[2]
+			own = n[0] + n[1] + n[2] + n[3]
 		} else {
-			elsewhere += n[0] + n[1] + n[2]
+			elsewhere += n[0] + n[1] + n[2] + n[3]
 		}
 	}
 	return own, elsewhere, record != nil && record.Val() > 0, nil
@@ -630,6 +632,7 @@ type QueueStats struct {
 	Queued   int64  `json:"queued"`
 	Running  int64  `json:"running"`
 	Retrying int64  `json:"retrying"`
+	Waiting  int64  `json:"waiting"` // for a signal (v1.1)
 	Paused   bool   `json:"paused"`
 }
 
@@ -685,17 +688,18 @@ func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]Qu
 				n[k] = max(n[k], 0)
 			}
 		}
-		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Paused: slices.Contains(paused.Val(), q)}
+		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Waiting: n[3],
+			Paused: slices.Contains(paused.Val(), q)}
 	}
 	return stats, nil
 }
 
 // countedFields names the stats hash fields that count the jobs queued,
-// running and retrying, of tenant ("" = of every tenant), as
+// running, retrying and waiting, of tenant ("" = of every tenant), as
 // internal/scripts/stats.lua writes them: a tenant's are <state>/<tenant>
 // (a tenant name has no '/').
 func countedFields(tenant string) []string {
-	fields := []string{string(StateQueued), string(StateRunning), string(StateRetrying)}
+	fields := []string{string(StateQueued), string(StateRunning), string(StateRetrying), string(StateWaiting)}
 	if tenant != "" {
 		for i := range fields {
 			fields[i] += "/" + tenant
@@ -706,8 +710,8 @@ func countedFields(tenant string) []string {
 
 // parseCounts reads the reply of an HMGET of countedFields; a field never
 // written counts 0.
-func parseCounts(cmd *redis.SliceCmd) ([3]int64, error) {
-	var n [3]int64
+func parseCounts(cmd *redis.SliceCmd) ([4]int64, error) {
+	var n [4]int64
 	vals, err := cmd.Result()
 	if err != nil {
 		return n, err

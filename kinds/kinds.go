@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/job"
 )
 
 // Register adds every built-in kind to w. sleep configures sleep's notify
@@ -43,6 +44,19 @@ type SleepInput struct {
 	Tick         string `json:"tick"`          // how often to emit progress; default 1s, at least MinTick
 	FailAttempts int    `json:"fail_attempts"` // the first N attempts fail after sleeping
 	NotifyURL    string `json:"notify_url"`    // POSTed to every tick, with the fencing token; must be allowed (NotifyAllow)
+	// WaitFor makes the first execution wait for the signal of that name
+	// (execution.Wait) before it sleeps; the result is then the signal's
+	// {"signal": data, "timed_out": bool}.
+	WaitFor     string `json:"wait_for"`
+	WaitTimeout string `json:"wait_timeout"` // the wait's timeout; default 1h
+	// Resume saves the tick count as the checkpoint at every tick, and a
+	// re-run goes on from the tick after it, for the time left.
+	Resume bool `json:"resume"`
+}
+
+// sleepCheckpoint is the checkpoint of a sleep job with resume.
+type sleepCheckpoint struct {
+	Tick int `json:"tick"`
 }
 
 // SleepConfig configures the sleep kind.
@@ -79,7 +93,11 @@ func ValidateInput(kind string, input json.RawMessage, allow NotifyAllow) error 
 // Sleep returns the sleep kind: it sleeps, emits a progress event
 // {"tick", "done", "total"} every tick, POSTs {"job", "execution", "tick"} with a Fencing-Token header to
 // notify_url every tick if set, and fails its first fail_attempts
-// attempts. It stops at once when its context ends.
+// attempts. It stops at once when its context ends. With wait_for its
+// first execution waits for that signal (wait_timeout, default 1h), and
+// the job then sleeps and succeeds with {"signal": data, "timed_out"};
+// with resume each tick saves its count as the checkpoint, and a re-run
+// goes on from the tick after it.
 //
 // notify_url is checked against cfg.Allow before every call, and no
 // redirect is followed: a job's input must not make the worker reach what
@@ -98,17 +116,33 @@ func Sleep(cfg SleepConfig) execution.Handler {
 		}
 		duration, _ := time.ParseDuration(in.Duration)
 		tick, _ := time.ParseDuration(in.Tick)
+		resume := e.Resume()
+		sig := resume.Signal
+		if in.WaitFor != "" && (sig == nil || sig.Name != in.WaitFor) {
+			timeout, _ := time.ParseDuration(in.WaitTimeout)
+			return nil, execution.Wait(in.WaitFor, timeout)
+		}
+		done := 0 // ticks done by the executions before
+		if in.Resume && resume.Checkpoint != nil {
+			var cp sleepCheckpoint
+			if json.Unmarshal(resume.Checkpoint, &cp) == nil {
+				done = max(cp.Tick, 0)
+			}
+		}
 		ticker := time.NewTicker(tick)
 		defer ticker.Stop()
-		deadline := time.NewTimer(duration)
+		deadline := time.NewTimer(max(duration-time.Duration(done)*tick, 0))
 		defer deadline.Stop()
-		for n := 1; ; n++ {
+		for n := done + 1; ; n++ {
 			select {
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			case <-deadline.C:
 				if e.Attempt() <= in.FailAttempts {
 					return nil, fmt.Errorf("sleep: failing attempt %d of the first %d, as asked", e.Attempt(), in.FailAttempts)
+				}
+				if in.WaitFor != "" {
+					return map[string]any{"signal": sig.Data, "timed_out": sig.TimedOut}, nil
 				}
 				return map[string]any{"slept": duration.String(), "ticks": n - 1}, nil
 			case <-ticker.C:
@@ -126,12 +160,17 @@ func Sleep(cfg SleepConfig) execution.Handler {
 					return nil, publicNotifyError(err)
 				}
 			}
+			if in.Resume {
+				if err := e.Checkpoint(ctx, sleepCheckpoint{Tick: n}); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 }
 
 func parseSleep(raw json.RawMessage, allow NotifyAllow) (SleepInput, error) {
-	in := SleepInput{Duration: "5s", Tick: "1s"}
+	in := SleepInput{Duration: "5s", Tick: "1s", WaitTimeout: "1h"}
 	if len(raw) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
@@ -149,6 +188,12 @@ func parseSleep(raw json.RawMessage, allow NotifyAllow) (SleepInput, error) {
 	}
 	if in.FailAttempts < 0 {
 		return in, &InputError{Field: "input.fail_attempts", Message: "must not be negative"}
+	}
+	if in.WaitFor != "" && job.ValidateSignalName(in.WaitFor) != nil {
+		return in, &InputError{Field: "input.wait_for", Message: "must be a signal name, matching ^[a-z0-9][a-z0-9_.:-]{0,63}$"}
+	}
+	if w, err := time.ParseDuration(in.WaitTimeout); err != nil || w <= 0 {
+		return in, &InputError{Field: "input.wait_timeout", Message: fmt.Sprintf("%q: want a positive Go duration", in.WaitTimeout)}
 	}
 	if in.NotifyURL != "" && !allow.Allows(in.NotifyURL) {
 		return in, &InputError{Field: "input.notify_url", Message: "is not among the URL prefixes this service allows (LEASEHOLD_NOTIFY_ALLOW)"}

@@ -58,7 +58,7 @@ func llmWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "llmworker:", err)
 		return 1
 	}
-	Register(w, SleepConfig{}, LLMConfig{BaseURL: url})
+	Register(w, SleepConfig{Allow: NotifyAllow{Loopback: true}}, LLMConfig{BaseURL: url})
 	fmt.Printf("ready %s\n", w.ID())
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "llmworker:", err)

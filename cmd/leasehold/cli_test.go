@@ -269,6 +269,26 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("signal", func(t *testing.T) {
+		id := s.submit("sleep", "--input", `{"duration":"100ms","tick":"100ms","wait_for":"approval"}`)
+		testenv.Eventually(t, 20*time.Second, func() bool { return s.state(id) == "waiting" }, "the job never waited")
+		if r := s.ok("get", id); !strings.Contains(r.stdout, `signal "approval" until`) {
+			t.Errorf("get of a waiting job:\n%s", r.stdout)
+		}
+		if r := s.cli("", "signal", id, "Bad Name"); r.code != 1 || !strings.Contains(r.stderr, "400") {
+			t.Errorf("signal with a bad name: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.ok("signal", id, "approval", "--data", `{"ok":1}`); !strings.Contains(r.stdout, "queued") && !strings.Contains(r.stdout, "running") {
+			t.Errorf("signal:\n%s", r.stdout)
+		}
+		if r := s.cli("", "watch", id); r.code != 0 {
+			t.Errorf("watch of the signalled job: exit %d, want 0\n%s", r.code, r.stderr)
+		}
+		if r := s.ok("get", id); !strings.Contains(r.stdout, `{"signal":{"ok":1},"timed_out":false}`) {
+			t.Errorf("the signalled job's result:\n%s", r.stdout)
+		}
+	})
+
 	t.Run("exit codes, cancel, retry and bulk retry", func(t *testing.T) {
 		failed := s.submit("sleep", "--input", `{"duration":"100ms","tick":"100ms","fail_attempts":1}`, "--max-attempts", "1")
 		if r := s.cli("", "watch", failed); r.code != 3 {

@@ -47,6 +47,9 @@ func printJob(w io.Writer, j job.Job) error {
 	row("created", when(&j.CreatedAt))
 	row("started", when(j.StartedAt))
 	row("finished", when(j.FinishedAt))
+	if w := j.WaitingFor; w != nil {
+		row("waiting for", fmt.Sprintf("signal %q until %s", w.Name, when(&w.Until)))
+	}
 	if e := j.Execution; e != nil {
 		row("execution", fmt.Sprintf("%s on %s, token %d, attempt %d, started %s", e.ID, e.Worker, e.FencingToken, e.Attempt, when(&e.StartedAt)))
 	}
@@ -56,10 +59,37 @@ func printJob(w io.Writer, j job.Job) error {
 	if len(j.Result) > 0 && string(j.Result) != "null" {
 		row("result", string(j.Result))
 	}
+	if len(j.Checkpoint) > 0 && string(j.Checkpoint) != "null" {
+		row("checkpoint", string(j.Checkpoint))
+	}
 	if len(j.Metadata) > 0 && string(j.Metadata) != "null" {
 		row("metadata", string(j.Metadata))
 	}
 	return t.Flush()
+}
+
+// leasehold signal JOB_ID NAME
+func runSignal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("signal", stdout, stderr)
+	data := c.fs.String("data", "", "the signal's data, JSON (default null)")
+	dataFile := c.fs.String("data-file", "", "read the data from this file; - reads it from stdin")
+	pos, err := c.parse(args, 2, "JOB_ID NAME")
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"name": pos[1]}
+	raw, err := readInput(*data, *dataFile)
+	if err != nil {
+		return err
+	}
+	if raw != nil {
+		body["data"] = raw
+	}
+	var j job.Job
+	if err := c.get(ctx, http.MethodPost, "/v1/jobs/"+escape(pos[0])+"/signal", body, &j); err != nil || c.json() {
+		return err
+	}
+	return printJob(c.stdout, j)
 }
 
 // jobCommand runs a command on one job: method on /v1/jobs/ID + suffix,

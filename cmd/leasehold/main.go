@@ -47,6 +47,7 @@ const usage = `usage: leasehold <command> [flags] [args]
   get JOB_ID                   show a job
   watch JOB_ID                 follow a job live: states, progress, output text on stdout
   cancel JOB_ID                cancel a job
+  signal JOB_ID NAME           send a job a signal (--data JSON, --data-file FILE or -): a job waiting for NAME resumes
   retry JOB_ID                 run an ended job again (retry --all [--state --kind --queue --tenant]: in bulk)
   rm JOB_ID                    delete an ended job
   ls                           list jobs (--state, --kind, --queue, --tenant, --limit, --cursor)
@@ -98,6 +99,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runWatch(ctx, args, stdout, stderr)
 	case "cancel":
 		return jobCommand(ctx, "cancel", http.MethodPost, "/cancel", args, stdout, stderr)
+	case "signal":
+		return runSignal(ctx, args, stdout, stderr)
 	case "retry":
 		return runRetry(ctx, args, stdout, stderr)
 	case "rm":

@@ -2,7 +2,7 @@
 """A Leasehold remote handler in Python, standard library only.
 
 Run:   python3 handler.py --port 8000 [--upstream http://127.0.0.1:8090]
-Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/,demo.chat=http://127.0.0.1:8000/chat worker
+Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/,demo.chat=http://127.0.0.1:8000/chat,demo.approve=http://127.0.0.1:8000/approve worker
 
 Input: {"steps": 20, "delay": 0.1}. Each step streams a progress event and
 an output line, then writes the step to a store that checks the fencing
@@ -16,6 +16,15 @@ for capacity (429) it passes the 429 on with its Retry-After: pushback, so
 the job waits without spending an attempt and an adaptive key is cut.
 Otherwise it streams the answer, reports the tokens spent with a usage
 line, and ends with {"text": answer}.
+
+POST /approve (demo.approve) is an approval flow: it drafts an action
+from the input {"action": "refund order 42"}, saves the draft as the
+job's checkpoint, and waits for the signal "approval" (a person sends
+POST /v1/jobs/{id}/signal {"name": "approval", "data": {"approved":
+true}}). The job then holds no worker and no slot. Leasehold calls again
+with the checkpoint and the signal in an envelope (header
+Leasehold-Resume), and the handler ends with {"action", "decision"}:
+approved, rejected or timed out.
 """
 import argparse
 import json
@@ -115,12 +124,38 @@ class Handler(BaseHTTPRequestHandler):
         self.line({"result": {"text": text}})
         say("answered", job_id, tokens)
 
+    def approve(self, job_id, body):
+        msg = json.loads(body or b"{}")
+        if self.headers.get("Leasehold-Resume"):
+            # A resumed call: the body is {"input", "checkpoint", "signal"}.
+            draft, signal = (msg.get("checkpoint") or {}).get("draft"), msg.get("signal")
+        else:
+            draft, signal = "approve: " + str(msg.get("action", "nothing")), None
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        if signal is None:
+            # Ask, save what the next call needs, and wait: the execution
+            # ends here, and nothing is held while a person decides.
+            self.line({"checkpoint": {"draft": draft}})
+            self.line({"wait": {"for": "approval", "timeout": "1h"}})
+            say("waiting", job_id)
+            return
+        if signal["timed_out"]:
+            decision = "timed out"
+        else:
+            decision = "approved" if (signal.get("data") or {}).get("approved") else "rejected"
+        self.line({"result": {"action": draft, "decision": decision}})
+        say("decided", job_id, decision.replace(" ", "_"))
+
     def do_POST(self):
         job_id = self.headers["Leasehold-Job-Id"]
         token = int(self.headers["Fencing-Token"])
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path == "/chat":
             return self.chat(job_id, body)
+        if self.path == "/approve":
+            return self.approve(job_id, body)
         try:
             spec = json.loads(body or b"{}")
             steps, delay = int(spec.get("steps", 20)), float(spec.get("delay", 0.1))

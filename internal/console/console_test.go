@@ -416,6 +416,24 @@ func TestConsole(t *testing.T) {
 		)
 	})
 
+	t.Run("a waiting job shows its wait and is signalled from its page", func(t *testing.T) {
+		j := s.submit(`{"kind": "sleep", "input": {"duration": "10ms", "tick": "100ms", "wait_for": "approval"}}`)
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs/"+j.ID),
+			textHas("#state", "waiting"),
+			textHas("#waiting-for", "approval"),
+			chromedp.SetValue(chromedp.ID("signal-data"), `{"ok": true}`),
+			chromedp.Click(chromedp.ID("send-signal")),
+			textHas("[role=status]", "Signal sent"),
+			textHas("#state", "succeeded"),
+			textIs("#result", "{\n  \"signal\": {\n    \"ok\": true\n  },\n  \"timed_out\": false\n}"),
+		)
+		if hidden := get(tb, chromedp.Evaluate[bool](`document.querySelector('#signal').hidden`)); !hidden {
+			t.Fatal("the signal form stays after the job ended")
+		}
+	})
+
 	t.Run("hostile content is text", func(t *testing.T) {
 		j := s.submit(`{"kind": "echo", "input": "` + hostile + `", "metadata": {"note": "` + hostile + `"}}`)
 		s.await(j.ID)

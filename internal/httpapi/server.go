@@ -254,6 +254,7 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/v1/jobs/{id}/cancel", methods{http.MethodPost: s.authed(s.cancelJob)})
 	mux.Handle("/v1/jobs/{id}/retry", methods{http.MethodPost: s.authed(s.retryJob)})
+	mux.Handle("/v1/jobs/{id}/signal", methods{http.MethodPost: s.authed(s.signalJob)})
 	mux.Handle("/v1/jobs/{id}/events", methods{http.MethodGet: s.authed(s.streamEvents)})
 	mux.Handle("/v1/queues", methods{http.MethodGet: s.authed(s.listQueues)})
 	mux.Handle("/v1/queues/{name}/pause", methods{http.MethodPost: s.authed(s.pauseQueue(true))})

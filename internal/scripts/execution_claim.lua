@@ -22,14 +22,15 @@
 -- the candidate's execution id: see execution/queue.go)
 -- then r, the number of retired jobs the peek found past their retention,
 -- and their r ids
--- Returns {blocked, lost, expired, then 10 values for each job claimed: id,
+-- Returns {blocked, lost, expired, then 12 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
--- exec_trace}, where blocked lists the lanes left waiting because one of
+-- exec_trace, checkpoint, signal}, where blocked lists the lanes left waiting because one of
 -- their keys was full, lost lists 3 values for each
 -- execution found lost (execution id, tenant, the job's new state), expired
 -- the lane (concurrency keys) of each job expired at max_wait, trace
 -- is the traceparent of the job's submit span and exec_trace that of its
--- last finished execution ("" or nil when there is none).
+-- last finished execution ("" or nil when there is none), checkpoint and
+-- signal the job's (see transition.lua; "" for none).
 --
 -- A job is claimed only if it holds a slot of every one of its keys (the
 -- caller took them); the slots of a candidate not claimed are the
@@ -43,6 +44,7 @@
 --   lease expired    running -> retrying | failed | cancelled (execution lost)
 --   max_wait passed  queued | retrying -> expired
 --   scheduled due    queued | retrying -> queued (into ready)
+--   wait timed out   waiting -> queued (into ready; signal says timed_out)
 -- and for each retired job past its retention: its record is deleted.
 -- The other candidates came from the ready set: they are only checked again.
 -- Every change of a job's state is a move (transition.lua).
@@ -162,17 +164,23 @@ local function expire(c, expired)
   expired[#expired + 1] = c.f[LANE_KEYS]
 end
 
--- promote makes c ready if its time came (a delay, a retry's backoff).
+-- promote makes c ready if its time came (a delay, a retry's backoff, a
+-- wait's timeout: then its next execution is told the wait timed out).
 local function promote(c)
   local due = redis.call('ZSCORE', scheduled, c.id)
   local state = c.state
-  if not due or tonumber(due) > now or (state ~= 'queued' and state ~= 'retrying') then
+  if not due or tonumber(due) > now or (state ~= 'queued' and state ~= 'retrying' and state ~= 'waiting') then
     return
   end
   redis.call('ZREM', scheduled, c.id)
   fair_push(fair, ready, c.lane, c.f[LANE_KEYS], c.id, c.f[PRIORITY])
   if state == 'retrying' then
     move(tx, c, 'queued', {}, c.f[ATTEMPT], shown_of(c.key))
+  elseif state == 'waiting' then
+    local name = redis.call('HGET', c.key, 'wait_for') or ''
+    local fields = {'error', fail('wait_timeout', 'the wait for signal "' .. name .. '" timed out')}
+    resumed(fields, signal_json(name, 'null', true))
+    move(tx, c, 'queued', fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
   end
 end
 
@@ -317,11 +325,16 @@ local function take(lanes, room, clock)
   return takes, blocked, clock
 end
 
--- The reply: blocked, lost, expired, then 10 values per job handed out.
+-- The reply: blocked, lost, expired, then 12 values per job handed out.
+-- The checkpoint and the signal that resumed the job are read for the
+-- jobs handed out alone: a candidate not taken would carry up to 256 KiB
+-- for nothing.
 local function hand_out(reply, c, exec_id, token, attempt)
   local k = #reply
+  local r = redis.call('HMGET', c.key, 'checkpoint', 'signal')
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = c.id, exec_id, token, attempt, c.f[KIND]
   reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9], reply[k + 10] = c.f[INPUT], c.f[TIMEOUT_MS], c.tenant, c.f[TRACE], c.f[EXEC_TRACE]
+  reply[k + 11], reply[k + 12] = r[1] or '', r[2] or ''
 end
 
 -- start claims the jobs taken: a new execution each (one move: one HSET

@@ -12,13 +12,15 @@
 -- then for each execution: job id, token, attempt (the job's, set by the
 --   claim that issued the token),
 --   outcome (succeeded | failed | timed_out | cancelled | handed_off |
---   pushback: the upstream refused it for capacity),
+--   pushback: the upstream refused it for capacity | waiting: the handler
+--   waits for a signal),
 --   result (JSON, "" for none), error (JSON, "" for none),
 --   "1" when a failure may be retried ("0" when it is permanent),
 --   backoff_ms before a retry (for a pushback: the upstream's Retry-After,
 --   0 when it gave none), the traceparent of the execution's span ("" when
 --   untraced; kept as exec_trace so the next attempt's span can link to it),
---   execution id
+--   execution id, the signal a wait waits for ("" unless waiting) and the
+--   wait's timeout_ms
 -- Returns, for each execution, its job's new state, or "" when the token or
 -- the execution id is not the job's current one or the job is not running
 -- (two executions never both finish, even with equal tokens): the caller is not
@@ -30,6 +32,14 @@
 -- for the Retry-After, or for a backoff that doubles with each pushback in
 -- a row from 250 ms to 30 s; the 50th in a row fails it (upstream_limited).
 -- Any other end of an execution ends the row.
+--
+-- A wait spends no attempt either. The job becomes waiting, in the
+-- scheduled set until its timeout (the claim's due work resumes it then);
+-- or, when a signal of that name was sent before (kept as sig:<name>), it
+-- takes the signal and is queued at once: a signal is never lost to the
+-- moment between the handler's decision and this step. The execution's
+-- lease ends here and the caller releases its slots as for any end, so a
+-- waiting job holds none.
 local leases, ready, scheduled, fair, stats, retired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
@@ -44,8 +54,8 @@ local at = 3
 for i = 1, n do
   local id, token, attempt, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
-  local trace, exec = ARGV[at + 9], ARGV[at + 10]
-  at = at + 10
+  local trace, exec, wait_for, wait_ms = ARGV[at + 9], ARGV[at + 10], ARGV[at + 11], ARGV[at + 12]
+  at = at + 12
 
   -- What the owner's check and the cancel a success yields to depend on,
   -- then the shown fields (transition.lua's shown_names) the move neither
@@ -84,6 +94,26 @@ for i = 1, n do
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+    elseif outcome == 'waiting' then
+      kept = attempt
+      attempt = tostring(tonumber(attempt) - 1)
+      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      local sig = 'sig:' .. wait_for
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes')
+      err = g[3] or ''
+      if g[4] then
+        next = 'queued'
+        redis.call('HDEL', job, sig)
+        signal_take(fields, g[5], g[6], #g[4])
+        fields[#fields + 1], fields[#fields + 2] = 'signal', signal_json(wait_for, g[4], false)
+        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+      else
+        next = 'waiting'
+        local untl = int(tx.now + tonumber(wait_ms))
+        fields[#fields + 1], fields[#fields + 2] = 'wait_for', wait_for
+        fields[#fields + 1], fields[#fields + 2] = 'wait_until', untl
+        redis.call('ZADD', scheduled, untl, id)
+      end
     elseif outcome == 'pushback' then
       local row = (tonumber(f[11]) or 0) + 1
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', row
@@ -105,7 +135,7 @@ for i = 1, n do
     else
       next = 'failed'
     end
-    if next ~= 'queued' then
+    if next ~= 'queued' and outcome ~= 'waiting' then
       fields[#fields + 1], fields[#fields + 2] = 'error', err
     end
     if f[11] and f[11] ~= '0' and outcome ~= 'pushback' then

@@ -1,5 +1,5 @@
--- Cancels a job: at once when it waits in its queue (a move, transition.lua),
--- by request when it runs.
+-- Cancels a job: at once when it waits in its queue or for a signal (a
+-- move, transition.lua), by request when it runs.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
@@ -21,12 +21,17 @@ if not id or (tenant ~= '' and f[2] ~= tenant) then
   return {'missing'}
 end
 
-if state == 'queued' or state == 'retrying' then
+if state == 'queued' or state == 'retrying' or state == 'waiting' then
   fair_remove(fair, ready, KEYS[8], f[5], id)
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
   local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen, KEYS[10])
   local fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting in its queue'})}
+  if state == 'waiting' then
+    -- It holds no worker, lease or slot: nothing else to stop.
+    fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting for a signal'}),
+      'wait_for', '', 'wait_until', ''}
+  end
   move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'cancelled', fields, f[6],
     with(shown_of(job), fields))
   settle(tx)

@@ -41,13 +41,24 @@
 --   webhook_first_at   its first try ("" before it)            move (""), webhook_record
 --   webhook_tries      its last tries, a JSON array of
 --                      {at, status, error}                     move ("[]"), webhook_record
+--   wait_for           the signal a waiting job waits for      finish (to waiting),
+--   wait_until         when its wait times out                 signal, promote, cancel ("")
+--   signal             JSON {name, data, timed_out}: what
+--                      resumed it from its last wait (absent:
+--                      none yet)                               finish, signal, promote
+--   checkpoint         JSON, the last checkpoint (absent: none) checkpoint
+--   sig:<name>         JSON data of a signal kept for a later
+--                      wait (sent before it)                   signal (add), finish (take)
+--   signals_pending, signals_bytes  how many are kept, and
+--                      their data's bytes (absent: none)       signal, finish
 --   id, queue, tenant, kind, input, priority, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
 --   created_at, nonce                                          submit only: they never change
 --
 -- (claim is execution_claim.lua, which also reaps lost executions, expires
 -- jobs at max_wait and promotes due ones; finish execution_finish.lua;
--- heartbeat execution_heartbeat.lua; submit, cancel and retry job_*.lua.)
+-- heartbeat execution_heartbeat.lua; checkpoint execution_checkpoint.lua;
+-- submit, cancel, retry and signal job_*.lua.)
 -- result is written by the move to succeeded alone, and may_move has no way
 -- out of succeeded: it is "" in every other state, before and after.
 --
@@ -67,15 +78,15 @@
 -- script builds its tables anew at every call, and a claim or a finish of
 -- a few jobs would spend a tenth of its work on them.)
 local function may_move(from, to)
-  if to == 'queued' then -- submit, promote, hand-off, retry of an ended job
-    return from == '' or from == 'running' or from == 'retrying' or from == 'failed' or
+  if to == 'queued' then -- submit, promote, hand-off, a wait's signal or timeout, retry of an ended job
+    return from == '' or from == 'running' or from == 'retrying' or from == 'waiting' or from == 'failed' or
       from == 'cancelled' or from == 'expired'
   elseif to == 'running' then
     return from == 'queued'
-  elseif to == 'succeeded' or to == 'failed' or to == 'retrying' then
+  elseif to == 'succeeded' or to == 'failed' or to == 'retrying' or to == 'waiting' then
     return from == 'running'
   elseif to == 'cancelled' then
-    return from == 'queued' or from == 'running' or from == 'retrying'
+    return from == 'queued' or from == 'running' or from == 'retrying' or from == 'waiting'
   elseif to == 'expired' then
     return from == 'queued' or from == 'retrying'
   end
@@ -157,7 +168,9 @@ end
 -- value is digits, an id or "" except error, JSON text that cjson quotes,
 -- and exec_worker, whose characters the worker checks
 -- (execution.Config.ID). A nil value (a script that forgot one) raises.
-local function state_event(tx, j, state, attempt, finished_at, s)
+-- A move to waiting adds "wait": [wait_for, wait_until] (wait), which no
+-- other state has.
+local function state_event(tx, j, state, attempt, finished_at, s, wait)
   local err = s[3]
   if err ~= '' then
     err = cjson.encode(err)
@@ -167,7 +180,21 @@ local function state_event(tx, j, state, attempt, finished_at, s)
   redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state', 'data',
     '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' .. finished_at .. '","' .. s[1] ..
     '","' .. s[2] .. '",' .. err .. ',"' .. s[4] .. '","' .. s[5] .. '","' .. s[6] .. '","' .. s[7] ..
-    '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]}')
+    '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]' .. (wait or '') .. '}')
+end
+
+-- wait_of is the "wait" member of the state event of a move to waiting
+-- with fields (which hold wait_for and wait_until).
+local function wait_of(fields)
+  local name, untl = '', ''
+  for i = 1, #fields, 2 do
+    if fields[i] == 'wait_for' then
+      name = fields[i + 1]
+    elseif fields[i] == 'wait_until' then
+      untl = fields[i + 1]
+    end
+  end
+  return ',"wait":[' .. cjson.encode(name) .. ',"' .. untl .. '"]'
 end
 
 -- deliver adds, when job j has a webhook, the delivery of the end it is
@@ -227,7 +254,7 @@ local function move(tx, j, to, fields, attempt, shown)
   elseif terminal(from) then
     tx.unretiring[#tx.unretiring + 1] = j.id
   end
-  state_event(tx, j, to, attempt, finished_at, shown)
+  state_event(tx, j, to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
 end
 
 -- forget deletes terminal jobs ids: their records and events (keys, a

@@ -34,6 +34,7 @@ const (
 	Outcome      = attribute.Key("leasehold.outcome")
 	State        = attribute.Key("leasehold.job.state")
 	CancelPath   = attribute.Key("leasehold.cancel.path")
+	Signal       = attribute.Key("leasehold.signal") // the name a wait waits for, or a signal's
 )
 
 // MessagingSystem is the messaging.system of Leasehold's spans.

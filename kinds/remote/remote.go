@@ -25,6 +25,12 @@
 //     line over Config.MaxLine) fails the job without a retry: calling
 //     again would not fix it. 5xx, 408 and connection errors fail the
 //     attempt, and the retry waits at least as long as a Retry-After says.
+//   - Checkpoints and waits: a line {"checkpoint": ...} saves the job's
+//     checkpoint (execution.Checkpoint); a last line {"wait": {"for":
+//     "approval", "timeout": "24h"}} ends the execution to wait for that
+//     signal (execution.Wait). A call whose execution has a checkpoint or
+//     a signal to start from carries HeaderResume, and its body is an
+//     Envelope: {"input", "checkpoint", "signal"}.
 //   - The request is bound to the execution's context: cancel, a lost
 //     lease, the timeout and a graceful hand-off close it, and the handler
 //     sees its client go away.
@@ -66,7 +72,22 @@ const (
 	HeaderKind        = "Leasehold-Kind"
 	HeaderTenant      = "Leasehold-Tenant"
 	HeaderDeadline    = "Leasehold-Deadline"
+	// HeaderResume says the body is an Envelope, not the bare input: the
+	// execution has a checkpoint or a signal to start from. Its value
+	// names what the envelope holds: "checkpoint", "signal" or both,
+	// comma-separated.
+	HeaderResume = "Leasehold-Resume"
 )
+
+// Envelope is the body of a call whose execution has a checkpoint or a
+// signal (HeaderResume is set): the job's input beside them. Only a
+// handler that saved a checkpoint or waited ever receives one, so a
+// handler that does neither always gets the bare input.
+type Envelope struct {
+	Input      json.RawMessage `json:"input"`
+	Checkpoint json.RawMessage `json:"checkpoint"` // null for none
+	Signal     *job.Signal     `json:"signal"`     // null for none
+}
 
 // Content types of a handler's 200.
 const (
@@ -189,11 +210,28 @@ func (c *caller) call(ctx context.Context, e *execution.Execution) (any, error) 
 	if len(body) == 0 {
 		body = json.RawMessage("{}")
 	}
+	r := e.Resume()
+	var resume []string
+	if r.Checkpoint != nil {
+		resume = append(resume, "checkpoint")
+	}
+	if r.Signal != nil {
+		resume = append(resume, "signal")
+	}
+	if len(resume) > 0 {
+		var err error
+		if body, err = json.Marshal(Envelope{Input: body, Checkpoint: r.Checkpoint, Signal: r.Signal}); err != nil {
+			return nil, fmt.Errorf("remote handler: envelope: %w", err) // stored JSON: never
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, execution.Permanent(fmt.Errorf("remote handler: request: %w", err))
 	}
 	h := req.Header
+	if len(resume) > 0 {
+		h.Set(HeaderResume, strings.Join(resume, ", "))
+	}
 	h.Set("Content-Type", ContentJSON)
 	h.Set("Accept", ContentNDJSON+", "+ContentJSON)
 	h.Set(HeaderJobID, e.JobID)
@@ -294,6 +332,13 @@ type line struct {
 		Message   string `json:"message"`
 		Retryable *bool  `json:"retryable"`
 	} `json:"error"`
+	// Checkpoint is saved as the job's checkpoint (execution.Checkpoint).
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	// Wait ends the execution to wait for a signal (execution.Wait).
+	Wait *struct {
+		For     string `json:"for"`
+		Timeout string `json:"timeout"` // a Go duration; default 1h
+	} `json:"wait"`
 }
 
 // stream turns each line of body into an event, until a result or an error.
@@ -313,6 +358,15 @@ func (c *caller) stream(ctx context.Context, e *execution.Execution, body io.Rea
 		case l.Result != nil:
 			reportUsage(e, l.Result)
 			return l.Result, nil
+		case l.Checkpoint != nil:
+			if err := e.Checkpoint(ctx, l.Checkpoint); err != nil {
+				if errors.Is(err, execution.ErrNotOwner) {
+					return nil, err
+				}
+				return nil, execution.Permanent(fmt.Errorf("%w: %v", ErrProtocol, err))
+			}
+		case l.Wait != nil:
+			return nil, waitOf(l.Wait.For, l.Wait.Timeout)
 		case l.Usage != nil:
 			if l.Usage.Tokens == nil || *l.Usage.Tokens < 0 {
 				return nil, execution.Permanent(fmt.Errorf(`%w: a usage line is {"usage": {"tokens": N}}`, ErrProtocol))
@@ -337,7 +391,7 @@ func (c *caller) stream(ctx context.Context, e *execution.Execution, body io.Rea
 				return nil, execution.Permanent(fmt.Errorf("%w: %v", ErrProtocol, err))
 			}
 		default:
-			return nil, execution.Permanent(fmt.Errorf("%w: a line has none of event, usage, result and error", ErrProtocol))
+			return nil, execution.Permanent(fmt.Errorf("%w: a line has none of event, usage, checkpoint, result, wait and error", ErrProtocol))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -347,6 +401,22 @@ func (c *caller) stream(ctx context.Context, e *execution.Execution, body io.Rea
 		return nil, c.readFailed(ctx, err)
 	}
 	return nil, errors.New("remote handler: the stream ended without a result or an error")
+}
+
+// waitOf is the error that ends an execution waiting for the signal name,
+// from a wait line: a protocol error when the name or the timeout is bad.
+func waitOf(name, timeout string) error {
+	if job.ValidateSignalName(name) != nil {
+		return execution.Permanent(fmt.Errorf(`%w: a wait line is {"wait": {"for": "<signal name>", "timeout": "24h"}}, the name matching ^[a-z0-9][a-z0-9_.:-]{0,63}$`, ErrProtocol))
+	}
+	var d time.Duration
+	if timeout != "" {
+		var err error
+		if d, err = time.ParseDuration(timeout); err != nil || d <= 0 {
+			return execution.Permanent(fmt.Errorf("%w: a wait's timeout is a positive Go duration such as \"24h\"", ErrProtocol))
+		}
+	}
+	return execution.Wait(name, d)
 }
 
 // readFailed is the error of a body that broke off: the execution's own

@@ -1,7 +1,8 @@
 // A job's page: its fields, its attempts, its events as they happen
-// (state changes, progress, output text) and the buttons to cancel, retry
-// and delete it, and the tries of its webhook. Everything the job carries
-// came from a tenant and is shown as text.
+// (state changes, progress, output text), the buttons to cancel, retry
+// and delete it, while it waits what for and a form to signal it, and the
+// tries of its webhook. Everything the job carries came from a tenant and
+// is shown as text.
 import { call, follow, isTerminal, ApiError } from './api.js';
 import { h, badge, json, message, replace, table, time } from './dom.js';
 
@@ -21,6 +22,16 @@ export function render(root, id) {
   const cancelBtn = h('button', { type: 'button', id: 'cancel' }, 'Cancel');
   const retryBtn = h('button', { type: 'button', id: 'retry' }, 'Retry');
   const deleteBtn = h('button', { type: 'button', id: 'delete', class: 'danger' }, 'Delete');
+  // The signal form: only a caller who can see the job (its owner or the
+  // admin) gets this far; the API checks again.
+  const waitInfo = h('p', { id: 'waiting-for' });
+  const signalName = h('input', { name: 'name', id: 'signal-name', required: true, pattern: '[a-z0-9][a-z0-9_.:\\-]{0,63}' });
+  const signalData = h('textarea', { name: 'data', id: 'signal-data', rows: 3, placeholder: '{"approved": true}' });
+  const signalForm = h('form', { id: 'signal', class: 'stack', hidden: true, 'aria-labelledby': 'signal-title' },
+    h('h2', { id: 'signal-title' }, 'Waiting for a signal'), waitInfo,
+    h('label', { class: 'field' }, h('span', {}, 'Signal name'), signalName),
+    h('label', { class: 'field' }, h('span', {}, 'Data (JSON, optional)'), signalData),
+    h('button', { type: 'submit', id: 'send-signal' }, 'Send signal'));
   const fields = h('dl', { class: 'fields' });
   const progress = h('div', { id: 'progress' }, '—');
   const output = h('pre', { id: 'output', class: 'output', tabindex: 0, 'aria-label': 'Output text' });
@@ -35,6 +46,7 @@ export function render(root, id) {
     h('p', { class: 'row' }, state, live),
     h('div', { class: 'row actions', role: 'group', 'aria-label': 'Actions' }, cancelBtn, retryBtn, deleteBtn),
     status,
+    signalForm,
     h('div', { class: 'columns' },
       h('section', { 'aria-labelledby': 'fields-title' }, h('h2', { id: 'fields-title' }, 'Fields'), fields),
       h('section', { 'aria-labelledby': 'run-title' },
@@ -53,12 +65,20 @@ export function render(root, id) {
     cancelBtn.disabled = ended || j.cancel_requested;
     retryBtn.disabled = !['failed', 'cancelled', 'expired'].includes(j.state);
     deleteBtn.disabled = !ended;
+    const w = j.state === 'waiting' ? j.waiting_for : null;
+    signalForm.hidden = !w;
+    if (w) {
+      waitInfo.textContent = `Waiting for the signal “${w.name}” until ${time(w.until)} (UTC); then it resumes, told that the wait timed out.`;
+      if (!signalName.value) signalName.value = w.name;
+    }
     const rows = [
       ['Tenant', j.tenant], ['Queue', j.queue], ['Kind', j.kind], ['State', j.state],
       ['Attempts', `${j.attempt} of ${j.max_attempts}`], ['Priority', String(j.priority)],
       ['Concurrency keys', (j.concurrency_keys || []).join(', ') || '—'],
       ['Created (UTC)', time(j.created_at)], ['Started', time(j.started_at)], ['Finished', time(j.finished_at)],
       ['Cancel requested', j.cancel_requested ? 'yes' : 'no'],
+      ['Waiting for', w ? `${w.name} until ${time(w.until)}` : '—'],
+      ['Checkpoint', h('pre', { id: 'checkpoint' }, json(j.checkpoint))],
       ['Metadata', h('pre', {}, json(j.metadata))],
     ];
     replace(fields, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
@@ -180,6 +200,27 @@ export function render(root, id) {
     if (!job || !isTerminal(job.state)) show(j);
     message(status, j.state === 'cancelled' ? 'Cancelled.' : 'Cancel requested: the worker stops it now.');
   }));
+  signalForm.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const body = { name: signalName.value.trim() };
+    const text = signalData.value.trim();
+    if (text) {
+      try {
+        body.data = JSON.parse(text);
+      } catch {
+        message(status, 'Signal refused: the data is not JSON.', 'error');
+        return;
+      }
+    }
+    try {
+      const j = await call('POST', `${base}/signal`, body);
+      if (!job || job.state === 'waiting' || !isTerminal(job.state)) show(j);
+      message(status, j.state === 'waiting' ? `Signal “${body.name}” kept for a later wait.` : 'Signal sent: the job is queued again.');
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 409 && err.problem.id) show(err.problem);
+      message(status, `Signal refused: ${err.message}`, 'error');
+    }
+  });
   retryBtn.addEventListener('click', () => act('Retry', 'POST', `${base}/retry`, (j) => {
     show(j);
     message(status, 'Queued again.');

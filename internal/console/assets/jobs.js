@@ -5,7 +5,7 @@
 import { call, query, session } from './api.js';
 import { h, badge, field, message, select, table, time } from './dom.js';
 
-export const states = ['queued', 'running', 'retrying', 'succeeded', 'failed', 'cancelled', 'expired'];
+export const states = ['queued', 'running', 'retrying', 'waiting', 'succeeded', 'failed', 'cancelled', 'expired'];
 
 export function render(root, params) {
   const admin = session.admin();

@@ -30,10 +30,10 @@ export function render(root) {
       const charts = admin ? await Promise.all(q.queues.map((queue) => finishChart(queue.name))) : [];
       replace(queues, h('h2', { id: 'queues-title' }, 'Queues'),
         q.queues.length === 0 ? h('p', {}, 'No queue has had a job yet.') : table(null,
-          ['Queue', 'Queued', 'Running', 'Retrying', 'Paused', admin ? 'Finished per minute, last hour' : null].filter(Boolean),
+          ['Queue', 'Queued', 'Running', 'Retrying', 'Waiting', 'Paused', admin ? 'Finished per minute, last hour' : null].filter(Boolean),
           q.queues.map((x, i) => [
             h('a', { href: `#/jobs?queue=${encodeURIComponent(x.name)}` }, x.name),
-            String(x.queued), String(x.running), String(x.retrying),
+            String(x.queued), String(x.running), String(x.retrying), String(x.waiting ?? 0),
             x.paused ? h('span', { class: 'badge paused' }, 'paused') : 'no',
             admin ? charts[i] : null,
           ].filter((c) => c !== null))));

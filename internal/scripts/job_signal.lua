@@ -1,0 +1,54 @@
+-- Sends a signal to a job: a job waiting for its name is resumed (a move
+-- to queued, transition.lua) with it; any other job not ended keeps it for
+-- a later wait of that name (signal.lua), which takes it in the same step
+-- as it would start waiting (execution_finish.lua). A second signal of a
+-- name still kept replaces the first.
+-- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] stats
+-- KEYS[5] events   KEYS[6] fair   KEYS[7] the job's lane (fair.lua)
+-- KEYS[8] retired
+-- ARGV[1] tenant of the caller ("" = admin, any tenant)   ARGV[2] name
+-- ARGV[3] data (JSON)   ARGV[4] events stream MAXLEN
+-- ARGV[5] at most this many signals kept per job   ARGV[6] and this many
+-- bytes of their data
+-- Returns {'missing'} when there is no such job for this caller, else
+-- {outcome, HGETALL of the job}: outcome is 'resumed' (it waited for this
+-- signal: queued now), 'kept', 'ended' (terminal: nothing changed) or
+-- 'full' (kept signals at their bound: nothing changed).
+local job, ready, scheduled, stats, events, fair, lane, retired =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local tenant, name, data, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local max_pending, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
+  'sig:' .. name, 'signals_pending', 'signals_bytes')
+local id, state = f[1], f[3]
+-- Another tenant's job is as absent as one that never existed.
+if not id or (tenant ~= '' and f[2] ~= tenant) then
+  return {'missing'}
+end
+if terminal(state) then
+  return {'ended', redis.call('HGETALL', job)}
+end
+
+if state == 'waiting' and f[4] == name then
+  redis.call('ZREM', scheduled, id) -- its timeout
+  fair_push(fair, ready, lane, f[6], id, tonumber(f[7]))
+  local tx = transitions(stats, retired, redis_now(), nil, maxlen)
+  local fields = {}
+  resumed(fields, signal_json(name, data, false))
+  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[5],
+    with(shown_of(job), fields))
+  settle(tx)
+  return {'resumed', redis.call('HGETALL', job)}
+end
+
+local pending, bytes = tonumber(f[9]) or 0, tonumber(f[10]) or 0
+local old = f[8]
+if old then
+  pending, bytes = pending - 1, bytes - #old -- replaced
+end
+if pending + 1 > max_pending or bytes + #data > max_bytes then
+  return {'full', redis.call('HGETALL', job)}
+end
+redis.call('HSET', job, 'sig:' .. name, data, 'signals_pending', pending + 1, 'signals_bytes', bytes + #data)
+return {'kept', redis.call('HGETALL', job)}
