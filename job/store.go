@@ -99,6 +99,7 @@ type Store struct {
 	cancel    *redis.Script
 	retry     *redis.Script
 	delete    *redis.Script
+	unlock    *redis.Script
 	tracer    trace.Tracer
 }
 
@@ -122,6 +123,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "transition.lua"),
+		unlock:    scripts.Load("unlock.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {

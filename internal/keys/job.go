@@ -65,3 +65,7 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 
 // QueueAllJobs indexes every job in a queue by creation time.
 func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }
+
+// RetryLock is held while a bulk retry of tenant's jobs runs: one at a
+// time per tenant, fleet-wide (job.Store.RetryAll).
+func (s Space) RetryLock(tenant string) string { return s.key("retry:"+tenant, "lock") }
