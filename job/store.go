@@ -584,8 +584,12 @@ type Event struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// EventsPage is the most events one Events call returns: a replay of a
+// long stream is read a page at a time, never whole.
+const EventsPage = 100
+
 // Events returns the events of job id after the event id after ("" = from
-// the start). With block > 0 and nothing there yet, it waits up to block
+// the start), at most EventsPage of them. With block > 0 and nothing there yet, it waits up to block
 // for the next events, holding one Redis connection meanwhile. A malformed
 // after is ErrBadCursor.
 func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
@@ -604,7 +608,7 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 		return nil, fmt.Errorf("job: events %s: %w", id, err)
 	}
 	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
-	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Block: -1}
+	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Count: EventsPage, Block: -1}
 	if block > 0 {
 		args.Block = max(block, time.Millisecond)
 	}
