@@ -197,6 +197,15 @@ func unavailable(err error) bool {
 		errors.Is(err, replicas.ErrNotConfirmed): // the write may be on the primary only: a failover could lose it
 		return true
 	}
+	// A redirect that outlived the client's redirects: a Cluster's slots
+	// are moving (a failover, a node coming back with its old map) and the
+	// nodes do not agree yet.
+	if _, moved := redis.IsMovedError(err); moved {
+		return true
+	}
+	if _, ask := redis.IsAskError(err); ask {
+		return true
+	}
 	// Replies of a Redis that is up but cannot serve now.
 	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
