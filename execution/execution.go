@@ -120,15 +120,33 @@ const (
 )
 
 // ErrTooManyEvents is wrapped by the error of an Emit past the worker's
-// Config.MaxEvents. That error is permanent (see Permanent): a handler that
-// returns it fails its job without a retry, which would only flood again.
-var ErrTooManyEvents = errors.New("execution: too many events")
+// Config.MaxEvents, ErrEventTooLarge by that of an Emit whose data is over
+// MaxEventBytes. Those errors are permanent (see Permanent): a handler
+// that returns one fails its job without a retry, which would only flood
+// again.
+var (
+	ErrTooManyEvents = errors.New("execution: too many events")
+	ErrEventTooLarge = errors.New("execution: event too large")
+)
+
+// MaxEventBytes bounds one event's data, as JSON: every event is kept in
+// the job's stream (up to about scripts.EventsMaxLen of them) and sent to
+// every reader of it, so with the count it bounds a job's stream.
+const MaxEventBytes = 64 << 10
+
+// MaxErrorMessage bounds the message of a job's error that a handler's
+// error becomes, in bytes: the error is kept with the job and copied into
+// each later state event, and a handler's text (a remote handler's NDJSON
+// error, a panic's stack) can be any size. A longer message is cut at a
+// character boundary, with "…" and how much was cut.
+const MaxErrorMessage = 2048
 
 // Emit appends an event (EventProgress, EventOutput or EventLog) with data
 // marshalled as JSON to the job's event stream. It returns ErrNotOwner when
 // the execution has lost its job: a stale writer's events are refused. Past
-// the worker's Config.MaxEvents events it writes nothing and returns an
-// error wrapping ErrTooManyEvents.
+// the worker's Config.MaxEvents events, or with data over MaxEventBytes, it
+// writes nothing and returns an error wrapping ErrTooManyEvents or
+// ErrEventTooLarge.
 func (e *Execution) Emit(ctx context.Context, typ string, data any) error {
 	switch typ {
 	case EventProgress, EventOutput, EventLog:
@@ -141,6 +159,9 @@ func (e *Execution) Emit(ctx context.Context, typ string, data any) error {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("execution: event data: %w", err)
+	}
+	if len(b) > MaxEventBytes {
+		return Permanent(fmt.Errorf("%w: %d bytes of data, at most %d", ErrEventTooLarge, len(b), MaxEventBytes))
 	}
 	return e.q.emit(ctx, e, typ, b)
 }

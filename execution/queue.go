@@ -113,8 +113,14 @@ func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) 
 // took them, and there may be more) or a full batch of due work.
 func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
 	// A claim's leases and slots are on LEASEHOLD_REDIS_MIN_REPLICAS
-	// replicas before its handlers start: each round trip carries its WAIT.
-	ctx = replicas.Ack(ctx)
+	// replicas before its handlers start. On one primary the claim
+	// script's WAIT covers the writes of the round trips before it too
+	// (WAIT waits for the primary's offset after the connection's last
+	// write); on a Cluster the slots are on other shards, so each round
+	// trip carries its own.
+	if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
+		ctx = replicas.Ack(ctx)
+	}
 	fixed := q.fixedKeys()
 	// While keys are full, look at more lanes, so the lanes waiting for
 	// them do not hide the ones behind that can run. Otherwise want lanes
@@ -253,7 +259,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	keys = append(keys, q.keys.QueueWebhooks(q.name))
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
-	raw, err := claimScript.Run(ctx, q.rdb, keys, args...).Slice()
+	raw, err := claimScript.Run(replicas.Ack(ctx), q.rdb, keys, args...).Slice()
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -564,7 +565,7 @@ func (w *Worker) call(ctx context.Context, e *Execution) (result any, err error)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack()) // cut to MaxErrorMessage by outcome
 		}
 	}()
 	return h(ctx, e)
@@ -604,13 +605,29 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 	}
 	if pb, ok := errors.AsType[*PushbackError](err); ok {
 		return outcome{state: StatePushback, minBackoff: pb.RetryAfter,
-			err: &job.Error{Code: job.CodeUpstreamLimited, Message: "pushback: " + err.Error()}}
+			err: &job.Error{Code: job.CodeUpstreamLimited, Message: errorMessage("pushback: " + err.Error())}}
 	}
-	o := outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: err.Error()}}
+	o := outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: errorMessage(err.Error())}}
 	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
 		o.minBackoff = ra.After
 	}
 	return o
+}
+
+// errorMessage is a handler's error text as the job keeps it: at most
+// MaxErrorMessage bytes, valid UTF-8.
+func errorMessage(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxErrorMessage {
+		return s
+	}
+	// Room for the note with as many digits as len(s) has: the bytes cut
+	// have no more.
+	keep := MaxErrorMessage - len(fmt.Sprintf("… (%d bytes cut)", len(s)))
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s… (%d bytes cut)", s[:keep], len(s)-keep)
 }
 
 // finish records o, retrying a failed write until the trust window ends:

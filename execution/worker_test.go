@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -661,6 +662,73 @@ func TestEmitPastMaxEventsFailsTheJobWithoutRetry(t *testing.T) {
 	}
 	if progress != 3 {
 		t.Fatalf("%d progress events written, want the cap, 3", progress)
+	}
+}
+
+// An event's data is capped in bytes: a larger one is refused, written
+// nowhere, and fails the job without a retry when the handler returns it.
+func TestEmitOverMaxEventBytesIsRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	emitErr := make(chan error, 1)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"loud": func(ctx context.Context, e *execution.Execution) (any, error) {
+			if err := e.Emit(ctx, execution.EventLog, map[string]string{"line": "ok"}); err != nil {
+				return nil, err
+			}
+			err := e.Emit(ctx, execution.EventLog, map[string]string{"line": strings.Repeat("x", execution.MaxEventBytes)})
+			emitErr <- err
+			return nil, err
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "loud", MaxAttempts: 3})
+	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	if err := <-emitErr; !errors.Is(err, execution.ErrEventTooLarge) {
+		t.Fatalf("emit error %v, want ErrEventTooLarge", err)
+	}
+	if done.Attempt != 1 {
+		t.Errorf("attempt %d, want 1: an oversized event is not retried", done.Attempt)
+	}
+	events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if len(ev.Data) > execution.MaxEventBytes {
+			t.Errorf("a %s event of %d bytes was written", ev.Type, len(ev.Data))
+		}
+	}
+}
+
+// A handler's error of any size becomes a job error message of at most
+// MaxErrorMessage bytes, valid UTF-8, in the job and in its state events.
+func TestAHandlersErrorMessageIsCut(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	huge := strings.Repeat("é", 300_000) // 600 000 bytes, a cut inside a character would break it
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"verbose": func(context.Context, *execution.Execution) (any, error) { return nil, errors.New(huge) },
+		"panicky": func(context.Context, *execution.Execution) (any, error) { panic(huge) },
+	})
+	for _, kind := range []string{"verbose", "panicky"} {
+		j := f.submit(t, job.Submission{Kind: kind, MaxAttempts: 1})
+		done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+		if done.Error == nil {
+			t.Fatalf("%s: no error", kind)
+		}
+		msg := done.Error.Message
+		if len(msg) > execution.MaxErrorMessage || !utf8.ValidString(msg) || !strings.HasSuffix(msg, "bytes cut)") || !strings.Contains(msg, "éé") {
+			t.Errorf("%s: a message of %d bytes (valid UTF-8: %v), ending %q", kind, len(msg), utf8.ValidString(msg), msg[max(0, len(msg)-40):])
+		}
+		events, err := f.store.Events(t.Context(), "acme", j.ID, false, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range events {
+			if len(ev.Data) > 2*execution.MaxErrorMessage {
+				t.Errorf("%s: a %s event of %d bytes", kind, ev.Type, len(ev.Data))
+			}
+		}
 	}
 }
 

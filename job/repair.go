@@ -2,8 +2,14 @@ package job
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/redis/go-redis/v9"
 
@@ -116,10 +122,30 @@ type RetryFilter struct {
 	State  State  // failed, cancelled or expired; "" = failed
 	Kind   string // "" = any
 	Queue  string // "" = every queue
-	// Max bounds how many jobs one call moves; 0 = no bound. The call
-	// stops once it moved Max.
+	// Max bounds how many jobs one call moves, at most (and by default)
+	// RetryPageMax.
 	Max int
+	// Cursor continues a bulk retry where the call before stopped (its
+	// RetryPage.Next); "" starts one.
+	Cursor string
 }
+
+// RetryPageMax is the most jobs one RetryAll call moves; retryScanMax
+// the most index entries it reads. Together they bound a call's time and
+// memory whatever the tenant has; RetryPage.Next continues.
+const (
+	RetryPageMax = 1000
+	retryScanMax = 20 * scanChunk
+)
+
+// ErrRetryRunning: a bulk retry of the same caller is running (on any API
+// process); RetryAll moved nothing.
+var ErrRetryRunning = errors.New("job: a bulk retry of this tenant is already running")
+
+// retryLockTTL is how long a bulk retry's lock lives when its context has
+// no deadline; with one, the lock lives until it and a second more. A
+// process that dies holding it blocks its tenant's bulk retries no longer.
+const retryLockTTL = 2 * time.Minute
 
 func (f RetryFilter) validate() error {
 	var v ValidationError
@@ -143,134 +169,237 @@ func (f RetryFilter) validate() error {
 	return v.err()
 }
 
-// RetryAll retries every ended job that f selects, as Retry does one, and
-// returns how many it moved in each queue (queues with none are left out).
-// Running it again moves nothing more: the jobs it moved are queued, and
-// it only moves ended ones. A job that ends again while it runs (retried,
-// then failed at once) is not moved twice.
+// RetryPage is what one RetryAll call did.
+type RetryPage struct {
+	// Moved counts the jobs moved in each queue (queues with none are left
+	// out).
+	Moved map[string]int
+	// Next continues the bulk retry (RetryFilter.Cursor); "" when every
+	// job it selects has been looked at.
+	Next string
+}
+
+// retryPosition is where a bulk retry stands: the Redis time its first
+// call began (it moves only jobs that had ended by then), the queue it is
+// in, which of the queue's indexes it scans ('r' the retired set, 't' the
+// tenant's) and the ZSCAN cursor of the page it reads next.
+type retryPosition struct {
+	asOf  int64
+	queue string
+	index byte
+	scan  uint64
+}
+
+func (p retryPosition) cursor() string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d:%c:%d:%s", p.asOf, p.index, p.scan, p.queue))
+}
+
+func parseRetryCursor(c string) (retryPosition, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	parts := strings.SplitN(string(b), ":", 4)
+	if err != nil || len(parts) != 4 || len(parts[1]) != 1 || !queuePattern.MatchString(parts[3]) {
+		return retryPosition{}, ErrBadCursor
+	}
+	p := retryPosition{index: parts[1][0], queue: parts[3]}
+	p.asOf, err = strconv.ParseInt(parts[0], 10, 64)
+	scan, serr := strconv.ParseUint(parts[2], 10, 64)
+	if err != nil || serr != nil || p.asOf <= 0 || (p.index != 'r' && p.index != 't') {
+		return retryPosition{}, ErrBadCursor
+	}
+	p.scan = scan
+	return p, nil
+}
+
+// RetryAll retries the ended jobs that f selects, as Retry does one, at
+// most f.Max of them (RetryPageMax) and reading at most retryScanMax
+// index entries, and says where to continue. A bulk retry moves only the
+// jobs that had ended when its first call began (by their finished_at on
+// the Redis clock): a job it moved that ends again is not moved twice,
+// and running it again after it finished moves nothing more.
+//
+// One bulk retry per caller (each tenant, and the admin) runs at a time,
+// on any number of API processes: a lock in Redis, held for the call and
+// expiring with its context's deadline. A second call meanwhile gets
+// ErrRetryRunning.
 //
 // It reads each queue's ended jobs (its retired set, or the tenant's
-// index when that is smaller), scanChunk at a time: the work is linear in
-// the jobs it reads, and each round is a few round trips. Cancelled jobs
-// lose their cancel flags first, as in Retry.
-func (s *Store) RetryAll(ctx context.Context, f RetryFilter) (map[string]int, error) {
+// index when that is smaller), scanChunk at a time. Cancelled jobs lose
+// their cancel flags first, as in Retry.
+func (s *Store) RetryAll(ctx context.Context, f RetryFilter) (RetryPage, error) {
+	page := RetryPage{Moved: map[string]int{}}
 	if err := f.validate(); err != nil {
-		return nil, err
+		return page, err
+	}
+	var at retryPosition
+	if f.Cursor != "" {
+		var err error
+		if at, err = parseRetryCursor(f.Cursor); err != nil {
+			return page, err
+		}
 	}
 	if f.State == "" {
 		f.State = StateFailed
 	}
+	if f.Max <= 0 || f.Max > RetryPageMax {
+		f.Max = RetryPageMax
+	}
+	caller := f.Tenant
+	if f.Admin {
+		caller = "admin" // the admin tenant's name: no other tenant has it
+	}
+	unlock, err := s.lockRetry(ctx, caller)
+	if err != nil {
+		return page, err
+	}
+	defer unlock()
+	if at.asOf == 0 {
+		now, err := s.rdb.Time(ctx).Result()
+		if err != nil {
+			return page, fmt.Errorf("job: retry: %w", err)
+		}
+		at.asOf = now.UnixMilli()
+	}
 	queues := []string{f.Queue}
 	if f.Queue == "" {
-		var err error
 		if queues, err = s.queues(ctx); err != nil {
-			return nil, err
+			return page, err
 		}
 	}
 	owner := ""
 	if !f.Admin {
 		owner = f.Tenant
 	}
-	moved := map[string]int{}
-	seen := map[string]bool{}
+	moved, read := 0, 0
 	for _, q := range queues {
-		index, err := s.endedIndex(ctx, q, f.Tenant)
-		if err != nil {
-			return moved, err
+		if q < at.queue {
+			continue // done in an earlier call
 		}
-		var cursor uint64
+		if q != at.queue {
+			at = retryPosition{asOf: at.asOf, queue: q}
+			if at.index, err = s.endedIndex(ctx, q, f.Tenant); err != nil {
+				return page, err
+			}
+		}
+		index := s.keys.QueueRetired(q)
+		if at.index == 't' {
+			index = s.keys.QueueTenantJobs(q, f.Tenant)
+		}
 		for {
-			var page []string
-			page, cursor, err = s.rdb.ZScan(ctx, index, cursor, "", scanChunk).Result()
+			if moved >= f.Max || read >= retryScanMax {
+				page.Next = at.cursor()
+				return page, nil
+			}
+			entries, next, err := s.rdb.ZScan(ctx, index, at.scan, "", scanChunk).Result()
 			if err != nil {
-				return moved, fmt.Errorf("job: retry in %s: %w", q, err)
+				return page, fmt.Errorf("job: retry in %s: %w", q, err)
 			}
-			ids := make([]string, 0, len(page)/2)
-			for i := 0; i < len(page); i += 2 { // member, score pairs
-				if !seen[page[i]] {
-					seen[page[i]] = true
-					ids = append(ids, page[i])
-				}
+			read += len(entries) / 2
+			ids := make([]string, 0, len(entries)/2)
+			for i := 0; i < len(entries); i += 2 { // member, score pairs
+				ids = append(ids, entries[i])
 			}
-			if f.Max > 0 {
-				ids = ids[:min(len(ids), f.Max-total(moved))]
+			n, cut, err := s.retryMatching(ctx, q, owner, f, at.asOf, ids, f.Max-moved)
+			moved += n
+			if n > 0 {
+				page.Moved[q] += n
 			}
-			n, err := s.retryMatching(ctx, q, owner, f, ids)
-			moved[q] += n
 			if err != nil {
-				return moved, err
+				return page, err
 			}
-			if cursor == 0 || (f.Max > 0 && total(moved) >= f.Max) {
+			if cut {
+				// The rest of this page is read again next time: what
+				// this call moved is no longer ended, so only the rest
+				// moves then.
+				page.Next = at.cursor()
+				return page, nil
+			}
+			if at.scan = next; next == 0 {
 				break
 			}
 		}
-		if moved[q] == 0 {
-			delete(moved, q)
-		}
-		if f.Max > 0 && total(moved) >= f.Max {
-			break
-		}
 	}
-	return moved, nil
+	return page, nil
 }
 
-func total(moved map[string]int) int {
-	n := 0
-	for _, m := range moved {
-		n += m
+// lockRetry takes caller's bulk-retry lock and returns its release.
+func (s *Store) lockRetry(ctx context.Context, caller string) (func(), error) {
+	ttl := retryLockTTL
+	if d, ok := ctx.Deadline(); ok {
+		ttl = time.Until(d) + time.Second
 	}
-	return n
+	key, token := s.keys.RetryLock(caller), uuid.NewString()
+	ok, err := s.rdb.SetNX(ctx, key, token, ttl).Result()
+	if err != nil {
+		return nil, fmt.Errorf("job: retry: lock: %w", err)
+	}
+	if !ok {
+		return nil, ErrRetryRunning
+	}
+	return func() {
+		// The answer may already be lost; the release must still happen
+		// (or the lock holds until its TTL).
+		ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer stop()
+		_ = s.unlock.Run(ctx, s.rdb, []string{key}, token).Err()
+	}, nil
 }
 
-// endedIndex returns the sorted set to scan for queue's ended jobs of
-// tenant ("" = every tenant): the retired set holds them all, but a
-// tenant's index holds only its own, and is smaller when the tenant has
-// few jobs.
-func (s *Store) endedIndex(ctx context.Context, queue, tenant string) (string, error) {
-	retired := s.keys.QueueRetired(queue)
+// endedIndex returns which sorted set to scan for queue's ended jobs of
+// tenant ("" = every tenant): the retired set ('r') holds them all, but a
+// tenant's index ('t') holds only its own, and is smaller when the tenant
+// has few jobs.
+func (s *Store) endedIndex(ctx context.Context, queue, tenant string) (byte, error) {
 	if tenant == "" {
-		return retired, nil
+		return 'r', nil
 	}
-	own := s.keys.QueueTenantJobs(queue, tenant)
 	var all, mine *redis.IntCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		all, mine = p.ZCard(ctx, retired), p.ZCard(ctx, own)
-		return nil
-	}); err != nil {
-		return "", fmt.Errorf("job: retry in %s: %w", queue, err)
-	}
-	if mine.Val() < all.Val() {
-		return own, nil
-	}
-	return retired, nil
-}
-
-// retryMatching retries those of ids (jobs of queue) that f selects, and
-// returns how many moved.
-func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryFilter, ids []string) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	cmds := make([]*redis.SliceCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, s.keys.Job(queue, id), "tenant", "state", "kind", "concurrency_keys")
-		}
+		all, mine = p.ZCard(ctx, s.keys.QueueRetired(queue)), p.ZCard(ctx, s.keys.QueueTenantJobs(queue, tenant))
 		return nil
 	}); err != nil {
 		return 0, fmt.Errorf("job: retry in %s: %w", queue, err)
 	}
+	if mine.Val() < all.Val() {
+		return 't', nil
+	}
+	return 'r', nil
+}
+
+// retryMatching retries those of ids (jobs of queue) that f selects and
+// that had ended by asOf, at most room of them, and returns how many
+// moved and whether some that matched were left for want of room.
+func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryFilter, asOf int64, ids []string, room int) (int, bool, error) {
+	if len(ids) == 0 {
+		return 0, false, nil
+	}
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, s.keys.Job(queue, id), "tenant", "state", "kind", "concurrency_keys", "finished_at")
+		}
+		return nil
+	}); err != nil {
+		return 0, false, fmt.Errorf("job: retry in %s: %w", queue, err)
+	}
 	var match, lanes []string
+	cut := false
 	for i, cmd := range cmds {
 		v := cmd.Val()
 		tenant, _ := v[0].(string)
 		state, _ := v[1].(string)
 		kind, _ := v[2].(string)
 		lane, _ := v[3].(string)
-		if state == string(f.State) && (f.Tenant == "" || tenant == f.Tenant) && (f.Kind == "" || kind == f.Kind) {
-			match = append(match, ids[i])
-			lanes = append(lanes, lane)
+		finished, _ := v[4].(string)
+		ended, err := strconv.ParseInt(finished, 10, 64)
+		if err != nil || ended > asOf || state != string(f.State) || (f.Tenant != "" && tenant != f.Tenant) || (f.Kind != "" && kind != f.Kind) {
+			continue
 		}
+		if len(match) == room {
+			cut = true
+			break
+		}
+		match = append(match, ids[i])
+		lanes = append(lanes, lane)
 	}
 	if len(match) > 0 && f.State == StateCancelled {
 		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -279,7 +408,7 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 			}
 			return nil
 		}); err != nil {
-			return 0, fmt.Errorf("job: retry in %s: clear cancel flags: %w", queue, err)
+			return 0, false, fmt.Errorf("job: retry in %s: clear cancel flags: %w", queue, err)
 		}
 	}
 	moved := 0
@@ -287,7 +416,7 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		end := min(start+retryChunk, len(match))
 		res, err := s.runRetry(ctx, queue, owner, match[start:end], lanes[start:end], false)
 		if err != nil {
-			return moved, err
+			return moved, false, err
 		}
 		for _, r := range res {
 			if r.([]any)[0] == "retried" {
@@ -295,7 +424,7 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 			}
 		}
 	}
-	return moved, nil
+	return moved, cut, nil
 }
 
 // Delete deletes the ended job id of tenant (admin: of any tenant) with its

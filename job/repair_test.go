@@ -190,14 +190,14 @@ func TestRetryAllTwiceMovesOnce(t *testing.T) {
 		} {
 			w := want(f)
 			for run := range 2 {
-				moved, err := fx.store.RetryAll(ctx, f)
+				page, err := fx.store.RetryAll(ctx, f)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if run == 1 {
 					w = map[string]int{}
 				}
-				if !maps.Equal(moved, w) {
+				if moved := page.Moved; !maps.Equal(moved, w) || page.Next != "" {
 					t.Errorf("%+v run %d: moved %v, want %v", f, run+1, moved, w)
 				}
 			}
@@ -214,8 +214,8 @@ func TestRetryAllTwiceMovesOnce(t *testing.T) {
 		if len(failed) != 0 {
 			t.Errorf("%d failed jobs left after an admin's retry of all", len(failed))
 		}
-		moved, err := fx.store.RetryAll(ctx, job.RetryFilter{Admin: true, State: job.StateCancelled})
-		if err != nil || moved["alpha"]+moved["beta"] != 6 {
+		page, err := fx.store.RetryAll(ctx, job.RetryFilter{Admin: true, State: job.StateCancelled})
+		if moved := page.Moved; err != nil || moved["alpha"]+moved["beta"] != 6 {
 			t.Errorf("retry of the cancelled: %v, %v", moved, err)
 		}
 		for _, f := range []job.RetryFilter{
@@ -228,6 +228,99 @@ func TestRetryAllTwiceMovesOnce(t *testing.T) {
 			if _, err := fx.store.RetryAll(ctx, f); !errors.As(err, &v) {
 				t.Errorf("RetryAll(%+v) = %v, want a ValidationError", f, err)
 			}
+		}
+	})
+}
+
+// A bulk retry moves at most RetryPageMax jobs a call (or its Max), and
+// its cursor continues until every job it selects moved, each once, even
+// one that failed again meanwhile.
+func TestRetryAllPagesWithItsCursor(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		failed := map[string]job.Job{}
+		for i := range job.RetryPageMax + 40 {
+			s := job.Submission{Kind: "echo", Queue: []string{"alpha", "beta", "gamma"}[i%3]}
+			j := fx.submit(t, "acme", s)
+			fx.end(t, j, job.StateFailed)
+			failed[j.ID] = j
+		}
+		page, err := fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := page.Moved["alpha"] + page.Moved["beta"] + page.Moved["gamma"]; n != job.RetryPageMax || page.Next == "" {
+			t.Fatalf("first call moved %d (%v), next %q; want %d and a cursor", n, page.Moved, page.Next, job.RetryPageMax)
+		}
+		// A job this bulk retry moved fails again: the rest of it leaves
+		// it alone.
+		var again job.Job
+		for _, j := range failed {
+			if got, _ := fx.store.Get(ctx, "acme", j.ID, false); got.State == job.StateQueued {
+				again = j
+				fx.end(t, j, job.StateFailed)
+				break
+			}
+		}
+		total, calls := job.RetryPageMax, 1
+		for page.Next != "" {
+			if page, err = fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme", Max: 15, Cursor: page.Next}); err != nil {
+				t.Fatal(err)
+			}
+			n := page.Moved["alpha"] + page.Moved["beta"] + page.Moved["gamma"]
+			if n > 15 {
+				t.Fatalf("call %d moved %d, more than its Max 15", calls+1, n)
+			}
+			total += n
+			calls++
+		}
+		if total != len(failed) || calls < 4 {
+			t.Errorf("moved %d jobs in %d calls, want %d in at least 4", total, calls, len(failed))
+		}
+		for id := range failed {
+			got, _ := fx.store.Get(ctx, "acme", id, false)
+			if want := job.StateQueued; id == again.ID {
+				want = job.StateFailed
+				if got.State != want {
+					t.Errorf("job %s failed again after it moved is %s, want %s: moved twice", id, got.State, want)
+				}
+			} else if got.State != want {
+				t.Errorf("job %s is %s after the bulk retry, want %s", id, got.State, want)
+			}
+		}
+		// "x", then "1:q:0:alpha", "1:r:x:alpha", "1:r:0:{x}".
+		for _, c := range []string{"x", "MTpxOjA6YWxwaGE", "MTpyOng6YWxwaGE", "MTpyOjA6e3h9"} {
+			if _, err := fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme", Cursor: c}); !errors.Is(err, job.ErrBadCursor) {
+				t.Errorf("cursor %q: %v, want ErrBadCursor", c, err)
+			}
+		}
+	})
+}
+
+// One bulk retry per caller at a time: while a caller's lock is held (by
+// a call on any API process), its next call moves nothing; another
+// tenant's is not held back, and a call gives its lock back when done.
+func TestRetryAllOneAtATimePerTenant(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		for _, tenant := range []string{"acme", "globex"} {
+			fx.end(t, fx.submit(t, tenant, job.Submission{Kind: "echo"}), job.StateFailed)
+		}
+		fx.rdb.Set(ctx, fx.keys.RetryLock("acme"), "another call", time.Minute)
+		if page, err := fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme"}); !errors.Is(err, job.ErrRetryRunning) || len(page.Moved) != 0 {
+			t.Fatalf("with acme's lock held: %v, %v; want ErrRetryRunning and nothing moved", page.Moved, err)
+		}
+		if page, err := fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "globex"}); err != nil || page.Moved["default"] != 1 {
+			t.Fatalf("globex with acme's lock held: %v, %v", page.Moved, err)
+		}
+		if n, _ := fx.rdb.Exists(ctx, fx.keys.RetryLock("globex")).Result(); n != 0 {
+			t.Error("globex's lock outlived its call")
+		}
+		fx.rdb.Del(ctx, fx.keys.RetryLock("acme"))
+		if page, err := fx.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme"}); err != nil || page.Moved["default"] != 1 {
+			t.Fatalf("acme once its lock is gone: %v, %v", page.Moved, err)
 		}
 	})
 }

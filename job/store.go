@@ -100,6 +100,7 @@ type Store struct {
 	retry     *redis.Script
 	delete    *redis.Script
 	signal    *redis.Script
+	unlock    *redis.Script
 	tracer    trace.Tracer
 }
 
@@ -124,6 +125,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
 		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "transition.lua"),
 		signal:    scripts.Load("job_signal.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua"),
+		unlock:    scripts.Load("unlock.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
@@ -585,8 +587,12 @@ type Event struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// EventsPage is the most events one Events call returns: a replay of a
+// long stream is read a page at a time, never whole.
+const EventsPage = 100
+
 // Events returns the events of job id after the event id after ("" = from
-// the start). With block > 0 and nothing there yet, it waits up to block
+// the start), at most EventsPage of them. With block > 0 and nothing there yet, it waits up to block
 // for the next events, holding one Redis connection meanwhile. A malformed
 // after is ErrBadCursor.
 func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
@@ -605,7 +611,7 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 		return nil, fmt.Errorf("job: events %s: %w", id, err)
 	}
 	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
-	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Block: -1}
+	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Count: EventsPage, Block: -1}
 	if block > 0 {
 		args.Block = max(block, time.Millisecond)
 	}

@@ -602,6 +602,38 @@ func TestStatsAreExact(t *testing.T) {
 	})
 }
 
+// A long stream is read a page at a time: no read returns more than
+// EventsPage events, and the pages together are the whole stream, once.
+func TestEventsAreReadInPages(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+		const logs = 2*job.EventsPage + 50
+		for i := range logs {
+			fx.rdb.XAdd(ctx, &redis.XAddArgs{Stream: fx.keys.JobEvents(j.Queue, j.ID), Values: []any{"type", "log", "data", strconv.Itoa(i)}})
+		}
+		var all []job.Event
+		after := ""
+		for range 10 {
+			page, err := fx.store.Events(ctx, "acme", j.ID, false, after, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > job.EventsPage {
+				t.Fatalf("one read returned %d events, more than a page (%d)", len(page), job.EventsPage)
+			}
+			if len(page) == 0 {
+				break
+			}
+			all, after = append(all, page...), page[len(page)-1].ID
+		}
+		if len(all) != logs+1 || all[0].Type != "state" || string(all[logs].Data) != strconv.Itoa(logs-1) {
+			t.Errorf("%d events read in pages, want the state event and %d logs in order", len(all), logs)
+		}
+	})
+}
+
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {

@@ -346,6 +346,39 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("bulk retry goes on over its cursor", func(t *testing.T) {
+		// More cancelled jobs than one call of the API moves (1000): the
+		// CLI calls again with each next_cursor until none is left.
+		s.ok("queues", "pause", "slow", "--key", adminKey)
+		defer s.ok("queues", "resume", "slow", "--key", adminKey)
+		post := func(path, body string) []byte {
+			req, _ := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+acmeKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("POST %s: %s %s", path, resp.Status, b)
+			}
+			return b
+		}
+		const n = 1001
+		for range n {
+			var j struct{ ID string }
+			if err := json.Unmarshal(post("/v1/jobs", `{"kind": "echo", "queue": "slow"}`), &j); err != nil {
+				t.Fatal(err)
+			}
+			post("/v1/jobs/"+j.ID+"/cancel", "")
+		}
+		if r := s.ok("retry", "--all", "--state", "cancelled", "--queue", "slow", "-o", "json"); !strings.Contains(r.stdout, `"moved":1001`) {
+			t.Errorf("bulk retry of %d jobs: %s", n, r.stdout)
+		}
+	})
+
 	t.Run("ls, rm, queues, limits, usage", func(t *testing.T) {
 		id := s.submit("echo")
 		testenv.Eventually(t, 20*time.Second, func() bool { return s.state(id) == "succeeded" }, "echo job never succeeded")

@@ -256,14 +256,40 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			filter[name] = v
 		}
 	}
-	var moved struct {
+	// One call moves a bounded number of jobs and says where to go on.
+	total := struct {
 		Moved  int            `json:"moved"`
 		Queues map[string]int `json:"queues"`
+	}{Queues: map[string]int{}}
+	for {
+		b, err := c.call(ctx, http.MethodPost, "/v1/jobs/retry", filter)
+		var page struct {
+			Moved      int            `json:"moved"`
+			Queues     map[string]int `json:"queues"`
+			NextCursor *string        `json:"next_cursor"`
+		}
+		if err == nil {
+			err = json.Unmarshal(b, &page)
+		}
+		if err != nil {
+			if total.Moved > 0 {
+				fmt.Fprintf(stderr, "moved %d jobs back to queued before this error\n", total.Moved)
+			}
+			return err
+		}
+		total.Moved += page.Moved
+		for q, n := range page.Queues {
+			total.Queues[q] += n
+		}
+		if page.NextCursor == nil {
+			break
+		}
+		filter["cursor"] = *page.NextCursor
 	}
-	if err := c.get(ctx, http.MethodPost, "/v1/jobs/retry", filter, &moved); err != nil || c.json() {
-		return err
+	if c.json() {
+		return json.NewEncoder(stdout).Encode(total)
 	}
-	_, err = fmt.Fprintf(stdout, "moved %d jobs back to queued\n", moved.Moved)
+	_, err = fmt.Fprintf(stdout, "moved %d jobs back to queued\n", total.Moved)
 	return err
 }
 

@@ -112,6 +112,13 @@ func NewRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
 	return rdb, nil
 }
 
+// ClusterReload is how often a Cluster client reads the slots' map again
+// (one CLUSTER SLOTS), unless the URL says otherwise. go-redis's default,
+// a minute, is how long a client would send a failed-over master's slots
+// to the dead node: every claim and heartbeat of its queues would fail
+// for that long after the replica took over.
+const ClusterReload = 2 * time.Second
+
 func newRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
 	scheme, rest, _ := strings.Cut(cfg.URL, "://")
 	base, topology, _ := strings.Cut(scheme, "+")
@@ -135,6 +142,7 @@ func newRedisClient(cfg RedisConfig) (redis.UniversalClient, error) {
 		}
 		opts.ContextTimeoutEnabled = true
 		opts.PoolSize = cmp.Or(cfg.PoolSize, opts.PoolSize)
+		opts.ClusterStateReloadInterval = cmp.Or(opts.ClusterStateReloadInterval, ClusterReload)
 		return redis.NewClusterClient(opts), nil
 	case "sentinel":
 		u, err := multiHost(base, rest, sentinelPath)

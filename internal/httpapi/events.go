@@ -62,11 +62,17 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 	for {
 		switch {
 		case len(events) > 0:
-			done, err := st.send(ctx, events)
+			// A full page may have more after it: only a page that is not
+			// full can end the stream, and the next read does not wait.
+			full := len(events) == job.EventsPage
+			done, err := st.send(ctx, events, full)
 			if done || err != nil {
 				return err
 			}
 			after, block = events[len(events)-1].ID, st.s.keepAlive
+			if full {
+				block = 0
+			}
 		case block == 0:
 			// Nothing new. If the job has ended, its terminal event (which
 			// the step that ends a job appends) is either before the
@@ -77,8 +83,9 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 				return err
 			}
 			if j.State.Terminal() {
-				if events, err = st.s.events(ctx, st.c, st.id, after, 0); err == nil {
-					_, err = st.send(ctx, events)
+				if events, err = st.s.events(ctx, st.c, st.id, after, 0); err == nil && len(events) > 0 {
+					// More than a page came in since: the loop goes on.
+					continue
 				}
 				return err
 			}
@@ -102,11 +109,12 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 
 // send writes events, each flushed at once, and reports whether the
 // terminal state event was among them: the last state event, and terminal
-// (an earlier terminal one was followed by a retry). A state event carries
+// (an earlier terminal one was followed by a retry), in a batch that is
+// not a full page (more events may follow a full one). A state event carries
 // the job object as it was at its move (job.Job.At): the job is read once
 // for the batch, for the fields that never change, so a replay sends the
 // bytes the live stream sent.
-func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err error) {
+func (st *stream) send(ctx context.Context, events []job.Event, full bool) (done bool, err error) {
 	var current *job.Job
 	last := lastState(events)
 	for i, e := range events {
@@ -126,7 +134,7 @@ func (st *stream) send(ctx context.Context, events []job.Event) (done bool, err 
 			if data, err = json.Marshal(st.s.shown(st.c, j)); err != nil {
 				return false, err
 			}
-			done = i == last && state.State.Terminal()
+			done = i == last && !full && state.State.Terminal()
 		}
 		if len(data) == 0 {
 			data = []byte("null") // an event without a data line is never dispatched

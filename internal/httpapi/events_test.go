@@ -407,3 +407,48 @@ func TestEventsErrors(t *testing.T) {
 		t.Errorf("after the end: %+v", rest)
 	}
 }
+
+// A replay is read a page (job.EventsPage) at a time. A page that is full
+// may have more after it, even when its last state event is terminal: a
+// job that failed at the end of a full page and was retried streams on to
+// its real end.
+func TestAReplayGoesOnPastAFullPage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(map[string]execution.Handler{"flaky": func(ctx context.Context, e *execution.Execution) (any, error) {
+		if e.Attempt() > 1 {
+			return "ok", nil
+		}
+		// queued, running, these, failed: a full first page.
+		for i := range job.EventsPage - 3 {
+			if err := e.Emit(ctx, execution.EventProgress, i); err != nil {
+				return nil, err
+			}
+		}
+		return nil, errors.New("first attempt")
+	}})
+	id := f.submit(acmeKey, `{"kind": "flaky", "max_attempts": 1}`).ID
+	f.awaitState(id, job.StateFailed)
+	if resp := f.post(acmeKey, "/v1/jobs/"+id+"/retry"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("retry: %s %s", resp.Status, resp.body)
+	}
+	f.awaitState(id, job.StateSucceeded)
+
+	s := f.openStream(acmeKey, id, "")
+	var states []job.State
+	n := 0
+	for {
+		e, ok := s.next()
+		if !ok {
+			break
+		}
+		n++
+		if e.typ == "state" {
+			states = append(states, stateOf(t, e).State)
+		}
+	}
+	want := []job.State{job.StateQueued, job.StateRunning, job.StateFailed, job.StateQueued, job.StateRunning, job.StateSucceeded}
+	if !slices.Equal(states, want) || n != job.EventsPage+3 {
+		t.Errorf("replayed %d events, states %v; want %d, %v", n, states, job.EventsPage+3, want)
+	}
+}

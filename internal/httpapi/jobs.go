@@ -202,7 +202,7 @@ func (s *server) awaitEnd(ctx context.Context, c caller, id string, wait time.Du
 		if err != nil {
 			return job.Job{}, err
 		}
-		if ended(events) {
+		if ended(events) && len(events) < job.EventsPage { // a full page may have a retry after it
 			break
 		}
 		if len(events) > 0 {

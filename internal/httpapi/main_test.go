@@ -71,11 +71,25 @@ func newFixture(t *testing.T, configure ...func(*httpapi.Config)) *fixture {
 func newFixtureOn(t *testing.T, addr string, nc *nats.Conn, configure ...func(*httpapi.Config)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, prefix: testenv.Prefix(t), nc: nc}
-	f.subject = "test.cancel." + strings.NewReplacer(":", ".").Replace(strings.TrimSuffix(f.prefix, ":"))
-	f.log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// Named, so a test can see this client's blocked XREADs in CLIENT LIST.
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ClientName: f.clientName(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
+	return f.start(rdb, configure...)
+}
+
+// newFixtureWith runs the API on rdb (a Sentinel's or a Cluster's client)
+// and on nc.
+func newFixtureWith(t *testing.T, rdb redis.UniversalClient, nc *nats.Conn, configure ...func(*httpapi.Config)) *fixture {
+	t.Helper()
+	f := &fixture{t: t, prefix: testenv.Prefix(t), nc: nc}
+	return f.start(rdb, configure...)
+}
+
+func (f *fixture) start(rdb redis.UniversalClient, configure ...func(*httpapi.Config)) *fixture {
+	t, nc := f.t, f.nc
+	t.Helper()
+	f.subject = "test.cancel." + strings.NewReplacer(":", ".").Replace(strings.TrimSuffix(f.prefix, ":"))
+	f.log = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	f.rdb = rdb
 
 	var err error

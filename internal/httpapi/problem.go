@@ -31,6 +31,10 @@ const streamRetryAfter = 5
 // cannot tell, so a client should not spin.
 const capRetryAfter = 5
 
+// bulkRetryRetryAfter is the Retry-After of the 409 for a second bulk
+// retry of one tenant, in seconds: a call takes a few seconds at most.
+const bulkRetryRetryAfter = 2
+
 // problem is an RFC 9457 problem detail, the body of every error. Type is
 // always about:blank, so Title is the status's own phrase; Errors lists
 // the fields at fault (empty when no field is).
@@ -145,6 +149,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, job.ErrDeleted):
 		writeProblem(w, http.StatusConflict, "the job this Idempotency-Key created was deleted; send a new key to submit it again",
 			job.FieldError{Field: "Idempotency-Key", Message: "stands for a deleted job"})
+	case errors.Is(err, job.ErrRetryRunning):
+		// Not a rate: the tenant's other bulk retry holds the way until it
+		// answers, on whichever API process runs it.
+		w.Header().Set("Retry-After", strconv.Itoa(bulkRetryRetryAfter))
+		writeProblem(w, http.StatusConflict, "a bulk retry of this tenant is already running; retry once it has answered")
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(busy.RetryAfter.Seconds())))))
 		writeProblem(w, http.StatusTooManyRequests, "a concurrency key of this job is full and it asked to be rejected then; retry after Retry-After seconds",
@@ -186,6 +195,15 @@ func unavailable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
 		errors.Is(err, replicas.ErrNotConfirmed): // the write may be on the primary only: a failover could lose it
+		return true
+	}
+	// A redirect that outlived the client's redirects: a Cluster's slots
+	// are moving (a failover, a node coming back with its old map) and the
+	// nodes do not agree yet.
+	if _, moved := redis.IsMovedError(err); moved {
+		return true
+	}
+	if _, ask := redis.IsAskError(err); ask {
 		return true
 	}
 	// Replies of a Redis that is up but cannot serve now.

@@ -10,11 +10,12 @@ import (
 	"github.com/leasehold/leasehold/job"
 )
 
-// bulkRetryBudget is how long a bulk retry may work on Redis: it reads
-// every ended job of the queues it looks at, a few hundred per round trip.
-// Past it the answer is 503; running it again goes on where it stopped,
+// bulkRetryBudget is how long a bulk retry call may work on Redis. A call
+// moves at most job.RetryPageMax jobs and reads a bounded number of index
+// entries, a few hundred per round trip, so it needs far less; past it the
+// answer is 503, and running the call again goes on where it stopped,
 // since it moves only jobs that are still ended.
-const bulkRetryBudget = time.Minute
+const bulkRetryBudget = 30 * time.Second
 
 // POST /v1/jobs/{id}/retry
 func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
@@ -66,15 +67,19 @@ type retryFilter struct {
 	Kind   string    `json:"kind"`
 	Queue  string    `json:"queue"`
 	Tenant *string   `json:"tenant"`
+	Cursor string    `json:"cursor"`
 }
 
 // retried is the answer of POST /v1/jobs/retry.
 type retried struct {
-	Moved  int            `json:"moved"`
-	Queues map[string]int `json:"queues"`
+	Moved      int            `json:"moved"`
+	Queues     map[string]int `json:"queues"`
+	NextCursor *string        `json:"next_cursor"`
 }
 
-// POST /v1/jobs/retry: retry every ended job a filter selects.
+// POST /v1/jobs/retry: retry the ended jobs a filter selects, at most
+// job.RetryPageMax a call; next_cursor continues. One call per tenant at a
+// time, fleet-wide: another meanwhile is a 409 (job.ErrRetryRunning).
 func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := readJSONBody(w, r, s.maxBody)
 	if err != nil {
@@ -86,7 +91,7 @@ func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	f := job.RetryFilter{Tenant: c.tenant, Admin: c.admin, State: b.State, Kind: b.Kind, Queue: b.Queue}
+	f := job.RetryFilter{Tenant: c.tenant, Admin: c.admin, State: b.State, Kind: b.Kind, Queue: b.Queue, Cursor: b.Cursor}
 	if c.admin {
 		f.Tenant = "" // every tenant, unless the body names one
 	}
@@ -105,13 +110,16 @@ func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	moved, err := s.store.RetryAll(ctx, f)
+	page, err := s.store.RetryAll(ctx, f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	out := retried{Queues: moved}
-	for q, n := range moved {
+	out := retried{Queues: page.Moved}
+	if page.Next != "" {
+		out.NextCursor = &page.Next
+	}
+	for q, n := range page.Moved {
 		out.Moved += n
 		s.wake(r, q)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -389,4 +390,50 @@ func TestRetryCountsAgainstTheTenantCap(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d of the cancelled jobs are queued again, want 1", n)
 	}
+}
+
+// A bulk retry moves at most job.RetryPageMax jobs a call and answers
+// where to continue; while one of a tenant's calls runs (its lock held,
+// on any API process), another is a 409 with Retry-After and moves
+// nothing.
+func TestBulkRetryIsBoundedAndOnePerTenant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	for range job.RetryPageMax + 1 {
+		j, _, err := f.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: "idle"}, "")
+		if err == nil {
+			_, err = f.store.Cancel(ctx, "acme", j.ID, false)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		Moved      int
+		NextCursor *string `json:"next_cursor"`
+	}
+	bulk := func(body string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/retry", key: acmeKey, body: body})
+	}
+	lock := keys.New(f.prefix).RetryLock("acme")
+	f.rdb.Set(ctx, lock, "another call", time.Minute)
+	resp := bulk(`{"state": "cancelled"}`)
+	expectProblem(t, resp, http.StatusConflict, "")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("409 without Retry-After")
+	}
+	f.rdb.Del(ctx, lock)
+
+	resp = bulk(`{"state": "cancelled"}`)
+	first := decode[answer](t, resp)
+	if resp.StatusCode != http.StatusOK || first.Moved != job.RetryPageMax || first.NextCursor == nil {
+		t.Fatalf("first call: %s %s", resp.Status, resp.body)
+	}
+	resp = bulk(`{"state": "cancelled", "cursor": "` + *first.NextCursor + `"}`)
+	if last := decode[answer](t, resp); resp.StatusCode != http.StatusOK || last.Moved != 1 || last.NextCursor != nil {
+		t.Fatalf("second call: %s %s", resp.Status, resp.body)
+	}
+	expectProblem(t, bulk(`{"cursor": "not-one"}`), http.StatusBadRequest, "cursor")
+	expectProblem(t, bulk(`{"cursor": 7}`), http.StatusBadRequest, "cursor")
 }

@@ -72,3 +72,7 @@ func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all
 // milliseconds). It shares the queue's slot, so the move that ends a job
 // adds its delivery in the same script (internal/scripts/transition.lua).
 func (s Space) QueueWebhooks(queue string) string { return s.key("q:"+queue, "webhooks") }
+
+// RetryLock is held while a bulk retry of tenant's jobs runs: one at a
+// time per tenant, fleet-wide (job.Store.RetryAll).
+func (s Space) RetryLock(tenant string) string { return s.key("retry:"+tenant, "lock") }

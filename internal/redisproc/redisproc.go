@@ -33,6 +33,7 @@ func Installed() bool {
 type Server struct {
 	dir   string
 	port  int
+	conf  string // a config file that comes first (a Sentinel needs one), or ""
 	extra []string
 
 	mu   sync.Mutex
@@ -60,6 +61,24 @@ func Start(dir string, port int, extra ...string) (*Server, error) {
 	return s, nil
 }
 
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) on
+// 127.0.0.1:port, with conf, the configuration file it keeps (Sentinel
+// rewrites it), in dir.
+func StartSentinel(dir string, port int, conf string) (*Server, error) {
+	if !Installed() {
+		return nil, errors.New(InstallHint)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("redis-server dir: %w", err)
+	}
+	s := &Server{dir: dir, port: port, conf: conf, extra: []string{"--sentinel"}}
+	if err := s.start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func (s *Server) start() error {
 	args := []string{
 		"--port", strconv.Itoa(s.port),
@@ -72,6 +91,9 @@ func (s *Server) start() error {
 		"--zset-max-listpack-entries", "32", // likewise
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
 	}
 	cmd := exec.Command("redis-server", append(args, s.extra...)...)
 	// Ctrl-C does not reach the server: its parent stops it, last. A

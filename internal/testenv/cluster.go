@@ -17,15 +17,18 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// RedisCluster is a local Redis Cluster of three masters, no replicas.
+// RedisCluster is a local Redis Cluster of three masters, with no
+// replicas or one for each.
 type RedisCluster struct {
 	nodes []*RedisServer
 }
 
-func startCluster(dir string) (*RedisCluster, error) {
+// startCluster starts three masters and replicas replicas of each, with
+// extra arguments for every node.
+func startCluster(dir string, replicas int, extra ...string) (*RedisCluster, error) {
 	c := &RedisCluster{}
 	var addrs []string
-	for i := range 3 {
+	for i := range 3 * (1 + replicas) {
 		port, err := clusterPort()
 		if err != nil {
 			c.close()
@@ -36,10 +39,9 @@ func startCluster(dir string) (*RedisCluster, error) {
 			c.close()
 			return nil, err
 		}
-		n, err := startRedis(nodeDir, port,
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
-			"--cluster-node-timeout", "2000")
+		args := []string{"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
+			"--cluster-node-timeout", "2000"}
+		n, err := startRedis(nodeDir, port, append(args, extra...)...)
 		if err != nil {
 			c.close()
 			return nil, err
@@ -48,7 +50,7 @@ func startCluster(dir string) (*RedisCluster, error) {
 		addrs = append(addrs, n.Addr())
 	}
 	out, err := exec.Command("redis-cli", append([]string{"--cluster", "create"},
-		append(addrs, "--cluster-replicas", "0", "--cluster-yes")...)...).CombinedOutput()
+		append(addrs, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")...)...).CombinedOutput()
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
@@ -83,12 +85,19 @@ func (c *RedisCluster) ready(ctx context.Context, client *redis.ClusterClient) e
 	for _, n := range c.nodes {
 		nc := redis.NewClient(&redis.Options{Addr: n.Addr(), MaintNotificationsConfig: noMaintNotifications})
 		info, err := nc.ClusterInfo(ctx).Result()
+		var repl string
+		if err == nil {
+			repl, err = nc.Info(ctx, "replication").Result()
+		}
 		nc.Close()
 		if err != nil {
 			return err
 		}
 		if !strings.Contains(info, "cluster_state:ok") {
 			return fmt.Errorf("node %s: cluster_state not ok", n.Addr())
+		}
+		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			return fmt.Errorf("replica %s: not in sync", n.Addr())
 		}
 	}
 	// Keys a, b and c hash to slots on three different masters.
@@ -100,7 +109,7 @@ func (c *RedisCluster) ready(ctx context.Context, client *redis.ClusterClient) e
 	return nil
 }
 
-// Addrs are the masters' addresses.
+// Addrs are the nodes' addresses.
 func (c *RedisCluster) Addrs() []string {
 	addrs := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
@@ -114,9 +123,11 @@ func (c *RedisCluster) Addrs() []string {
 // goroutine running after Close for each node client that has them on.
 var noMaintNotifications = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 
-// Options are a cluster client's options for c (see noMaintNotifications).
+// Options are a cluster client's options for c (see noMaintNotifications),
+// reloading the slots' map as often as the binaries' clients do (cli.ClusterReload).
 func (c *RedisCluster) Options() *redis.ClusterOptions {
-	return &redis.ClusterOptions{Addrs: c.Addrs(), MaintNotificationsConfig: noMaintNotifications}
+	return &redis.ClusterOptions{Addrs: c.Addrs(), MaintNotificationsConfig: noMaintNotifications,
+		ClusterStateReloadInterval: 2 * time.Second}
 }
 
 // Client returns a new cluster client, closed when the test ends.
@@ -151,4 +162,47 @@ func free(port int) bool {
 	}
 	l.Close()
 	return true
+}
+
+// Node returns the node at addr.
+func (c *RedisCluster) Node(t testing.TB, addr string) *RedisServer {
+	t.Helper()
+	for _, n := range c.nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	t.Fatalf("no cluster node at %s", addr)
+	return nil
+}
+
+// MasterOf returns the node serving key's slot now, and its replica (nil
+// when the cluster has none). A replica may take a moment to show in the
+// slots' map after it joined.
+func (c *RedisCluster) MasterOf(t testing.TB, key string) (master, replica *RedisServer) {
+	t.Helper()
+	ctx := t.Context()
+	client := redis.NewClusterClient(c.Options())
+	defer client.Close()
+	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, func() bool {
+		slots, err := client.ClusterSlots(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) {
+				master, replica = c.Node(t, s.Nodes[0].Addr), nil
+				if len(s.Nodes) > 1 {
+					replica = c.Node(t, s.Nodes[1].Addr)
+				}
+				return replica != nil || len(c.nodes) == 3
+			}
+		}
+		return false
+	}, "no node, or no replica, serves slot %d", slot)
+	return master, replica
 }

@@ -134,7 +134,7 @@ func NATS(t testing.TB) *NATSServer {
 func Cluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	shared.clusterOnce.Do(func() {
-		shared.cluster, shared.clusterErr = startCluster(shared.dir)
+		shared.cluster, shared.clusterErr = startCluster(shared.dir, 0)
 	})
 	if shared.clusterErr != nil {
 		t.Fatal("testenv:", shared.clusterErr)
@@ -147,7 +147,22 @@ func Cluster(t testing.TB) *RedisCluster {
 // ends.
 func StartCluster(t testing.TB) *RedisCluster {
 	t.Helper()
-	c, err := startCluster(t.TempDir())
+	c, err := startCluster(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal("testenv:", err)
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
+// StartClusterWithReplicas starts a Redis Cluster of the test's own: three
+// masters, each with one replica, that fail over quickly (a node is
+// failing after a second unanswered; a replica may take over however long
+// it lagged). It is stopped and removed when the test ends.
+func StartClusterWithReplicas(t testing.TB) *RedisCluster {
+	t.Helper()
+	c, err := startCluster(t.TempDir(), 1, "--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
+		"--appendfsync", "everysec")
 	if err != nil {
 		t.Fatal("testenv:", err)
 	}

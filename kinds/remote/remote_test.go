@@ -592,3 +592,28 @@ func TestParseHandlers(t *testing.T) {
 		}
 	}
 }
+
+// An NDJSON error line's message may be as long as a line (1 MiB by
+// default); the job keeps at most execution.MaxErrorMessage bytes of it,
+// in its error and so in every later state event.
+func TestALongErrorMessageIsCut(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(w http.ResponseWriter, _ *http.Request) {
+		streamHeader(w)
+		ndjson(w, `{"error":{"message":"`+strings.Repeat("why ", 200_000)+`","retryable":false}}`)
+	})
+	f.startWorker(t, execution.Config{}, remote.Config{})
+	j := f.submit(t, job.Submission{MaxAttempts: 1})
+	done := f.wait(t, j.ID, job.StateSucceeded, job.StateFailed)
+	if done.State != job.StateFailed || done.Error == nil {
+		t.Fatalf("state %s error %+v, want failed", done.State, done.Error)
+	}
+	if msg := done.Error.Message; len(msg) > execution.MaxErrorMessage || !strings.HasPrefix(msg, "remote handler: why why") {
+		t.Errorf("a message of %d bytes starting %.40q, want at most %d", len(msg), msg, execution.MaxErrorMessage)
+	}
+	for _, ev := range f.events(t, j.ID) {
+		if len(ev.Data) > 2*execution.MaxErrorMessage {
+			t.Errorf("a %s event of %d bytes", ev.Type, len(ev.Data))
+		}
+	}
+}

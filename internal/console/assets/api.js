@@ -155,8 +155,15 @@ export async function limitHistory(key) {
   return columns;
 }
 
-// retryMatching runs the bulk retry and returns how many jobs it moved.
+// retryMatching runs the bulk retry, a call after another while the API
+// answers a next_cursor, and returns how many jobs it moved.
 export async function retryMatching(filter) {
-  const body = await call('POST', '/v1/jobs/retry', filter);
-  return body.moved;
+  let moved = 0;
+  let cursor = null;
+  do {
+    const body = await call('POST', '/v1/jobs/retry', cursor ? { ...filter, cursor } : filter);
+    moved += body.moved;
+    cursor = body.next_cursor;
+  } while (cursor);
+  return moved;
 }
