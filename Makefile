@@ -77,6 +77,13 @@ bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
 	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/
 
+# About eight minutes: each of three modes (adaptive, fixed at the
+# capacity, fixed at 4x) steps a fake upstream's hidden capacity through
+# five 30 s phases (LEASEHOLD_BENCH_PHASE).
+.PHONY: bench/utilisation
+bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed ones, before a hidden capacity that steps.
+	$(GO) test -run '^$$' -bench '^BenchmarkUtilisation$$' -benchtime 1x -timeout 30m ./kinds/
+
 # Wall-clock figures on shared machines move by a third from run to run;
 # instruction counts do not. This runs BenchmarkThroughput at concurrency
 # 200 with its redis-server under callgrind (through a wrapper first in

@@ -192,3 +192,44 @@ func scanAll(rdb redis.UniversalClient, pattern string) ([]string, error) {
 	}
 	return out, scan(ctx, rdb.(*redis.Client))
 }
+
+// TestClaimReservesAtLeastEachJobsCost: a claim reserves a lane's jobs'
+// tokens before it reads them, at the cost of the lane's last job; the
+// claim script leaves a job that costs more, and the next claim reserves
+// its cost. Jobs of one lane, one at a time, cost 100, 100, 900 and 50:
+// each execution's reservation (which stands, as none reports tokens) is
+// at least its cost, and the last one's is its lane's last cost, 900.
+func TestClaimReservesAtLeastEachJobsCost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.store.SetKeyLimit(t.Context(), "model:t", job.KeyLimit{Budget: lease.Budget{TPM: 100_000}}); err != nil {
+		t.Fatal(err)
+	}
+	costs := []int64{100, 100, 900, 50}
+	var ids []string
+	for _, c := range costs {
+		ids = append(ids, f.submit(t, job.Submission{Kind: "quick", ConcurrencyKeys: []string{"model:t"}, Cost: &job.Cost{Tokens: c}}).ID)
+	}
+	f.startWorker(t, execution.Config{Concurrency: 1}, map[string]execution.Handler{
+		"quick": func(context.Context, *execution.Execution) (any, error) { return "ok", nil },
+	})
+	spent := keys.New(f.prefix).LeaseSpent("model:t")
+	var reserved []int64
+	for i, id := range ids {
+		j := f.waitState(t, id, 10*time.Second, job.StateSucceeded)
+		n, err := f.rdb.HGet(t.Context(), spent, j.Execution.ID).Int64()
+		if err != nil {
+			t.Fatalf("job %d: its execution's tokens: %v", i, err)
+		}
+		reserved = append(reserved, n)
+	}
+	t.Logf("costs %v, reserved %v", costs, reserved)
+	for i, c := range costs {
+		if reserved[i] < c {
+			t.Errorf("job %d of cost %d reserved %d", i, c, reserved[i])
+		}
+	}
+	if reserved[3] != 900 {
+		t.Errorf("the last job reserved %d, want its lane's last cost, 900 (asked for before it was read)", reserved[3])
+	}
+}

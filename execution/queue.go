@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,10 @@ type queue struct {
 	// waits holds when this worker's claims first saw each job refused by
 	// a key's budget, for the trace of its execution (budgetWaits).
 	waits budgetWaits
+	// costs holds the cost of the last job the claim script read of each
+	// lane with a tpm key: the early ask reserves it for the lane's next
+	// jobs, before they are read (laneCosts).
+	costs laneCosts
 }
 
 func (q *queue) fixedKeys() []string {
@@ -284,6 +289,14 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			busy = look == want
 		}
 	}
+	for lane, c := range res.costs {
+		// A job whose cost was above what its lane's last cost reserved
+		// was left: claim again at once, now that its cost is known.
+		if was, ok := q.costs.get(lane); ok && c > was {
+			busy = true
+		}
+		q.costs.set(lane, c)
+	}
 	q.usage.lost(ctx, res.lost)
 	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	byID := map[string]int{}
@@ -321,6 +334,36 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	return claimed, busy, nil
 }
 
+// laneCosts holds the cost of the last job read of each lane with a tpm
+// key, at most maxLaneCosts lanes (then it starts over): the early ask
+// reserves it for the lane's next jobs before they are read, which costs
+// a claim a round trip and a command a job less. A lane's jobs usually
+// cost alike (one caller's prompts and max_tokens); a job that costs more
+// is left by the claim script and claimed again at once, and one that
+// costs less holds the difference of its budget until it settles.
+type laneCosts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+const maxLaneCosts = 4096
+
+func (l *laneCosts) get(lane string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.m[lane]
+	return c, ok
+}
+
+func (l *laneCosts) set(lane string, cost int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= maxLaneCosts {
+		l.m = map[string]int64{}
+	}
+	l.m[lane] = cost
+}
+
 // jobsLeft returns, for each lane at the head of which a claim read fewer
 // jobs than the per it asked for (all it had), how many of them it did not
 // take. read holds the lane of each job read.
@@ -346,7 +389,8 @@ func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]i
 type claimReply struct {
 	blocked []string // lanes left waiting for a full key
 	lost    []lostExecution
-	expired []string // the lane of each job expired at max_wait
+	expired []string         // the lane of each job expired at max_wait
+	costs   map[string]int64 // lane -> the cost of its last job read that had reserved tokens
 	jobs    []claimedJob
 }
 
@@ -375,23 +419,33 @@ type claimedJob struct {
 // panic or a job run with half its fields.
 func decodeClaim(res []any) (claimReply, error) {
 	var out claimReply
-	if len(res) < 3 || (len(res)-3)%claimedJobFields != 0 {
-		return out, fmt.Errorf("claim reply of %d values: want 3 lists and %d values per job", len(res), claimedJobFields)
+	if len(res) < 4 || (len(res)-4)%claimedJobFields != 0 {
+		return out, fmt.Errorf("claim reply of %d values: want 4 lists and %d values per job", len(res), claimedJobFields)
 	}
 	blocked, err1 := stringList(res[0])
 	lost, err2 := stringList(res[1])
 	expired, err3 := stringList(res[2])
-	if err := errors.Join(err1, err2, err3); err != nil {
+	costs, err4 := stringList(res[3])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return out, fmt.Errorf("claim reply: %w", err)
 	}
 	if len(lost)%3 != 0 {
 		return out, fmt.Errorf("claim reply: %d values of lost executions, want 3 each", len(lost))
 	}
+	if len(costs)%2 != 0 {
+		return out, fmt.Errorf("claim reply: %d values of costs, want 2 each", len(costs))
+	}
 	out.blocked, out.expired = blocked, expired
 	for i := 0; i < len(lost); i += 3 {
 		out.lost = append(out.lost, lostExecution{id: lost[i], tenant: lost[i+1], state: job.State(lost[i+2])})
 	}
-	for f := res[3:]; len(f) > 0; f = f[claimedJobFields:] {
+	for i := 0; i < len(costs); i += 2 {
+		if out.costs == nil {
+			out.costs = map[string]int64{}
+		}
+		out.costs[costs[i]], _ = strconv.ParseInt(costs[i+1], 10, 64) // "" or "0" for a job without one
+	}
+	for f := res[4:]; len(f) > 0; f = f[claimedJobFields:] {
 		j, err := decodeClaimedJob(f[:claimedJobFields])
 		if err != nil {
 			return out, fmt.Errorf("claim reply: job %d: %w", len(out.jobs)+1, err)
@@ -531,6 +585,7 @@ func (l *limits) needsCost(keys []string) bool {
 // two claims, and a lane's jobs share its keys (the lane is their list).
 type earlyAsk struct {
 	ids       map[string][]string // lane -> the execution ids asked for
+	cost      map[string]int64    // execution id -> the tokens asked for it, for a lane with a tpm key
 	asks      slotAsks
 	acquiring *lease.Acquiring
 }
@@ -549,7 +604,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 	if left != nil {
 		most = *left
 	}
-	e := &earlyAsk{ids: map[string][]string{}}
+	e := &earlyAsk{ids: map[string][]string{}, cost: map[string]int64{}}
 	keysOf := map[string][]string{}
 	n := 0
 	for round := 0; round < per && n < want; round++ {
@@ -560,18 +615,25 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 			if k, ok := most[lane]; ok && round >= k {
 				continue
 			}
+			id := newExecID()
 			keys, ok := keysOf[lane]
 			if !ok {
 				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
 				keysOf[lane] = keys
 			}
+			var cost int64
 			if q.limits.needsCost(keys) {
-				continue // its jobs' estimates are not known before they are read
+				// Its jobs' estimates are not known before they are read:
+				// reserve its last job's, which the claim script checks.
+				var ok bool
+				if cost, ok = q.costs.get(lane); !ok {
+					continue
+				}
+				e.cost[id] = cost
 			}
-			id := newExecID()
 			e.ids[lane] = append(e.ids[lane], id)
 			n++
-			e.asks.add(q.limits, keys, id, 0)
+			e.asks.add(q.limits, keys, id, cost)
 		}
 	}
 	if n == 0 {
@@ -626,19 +688,26 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lane
 	if early != nil {
 		pool = early.ids
 	}
-	costs, err := q.costs(ctx, asked, ids, ckeys)
+	var fresh []int // the candidates asked for now: the early ask did not cover them
+	for _, i := range asked {
+		if ids := pool[lanes[i]]; len(ids) > 0 {
+			execIDs[i], pool[lanes[i]] = ids[0], ids[1:]
+			if c, ok := early.cost[execIDs[i]]; ok {
+				r.cost[execIDs[i]] = c
+			}
+			continue
+		}
+		fresh = append(fresh, i)
+	}
+	costs, err := q.readCosts(ctx, fresh, ids, ckeys)
 	if err != nil {
 		return nil, err
 	}
 	var asks slotAsks
-	for _, i := range asked {
-		if ids := pool[lanes[i]]; len(ids) > 0 {
-			execIDs[i], pool[lanes[i]] = ids[0], ids[1:]
-			continue
-		}
+	for _, i := range fresh {
 		execIDs[i] = newExecID()
-		if costs[i] > 0 {
-			r.cost[execIDs[i]] = costs[i]
+		if c, ok := costs[i]; ok {
+			r.cost[execIDs[i]] = c
 		}
 		asks.add(q.limits, ckeys[i], execIDs[i], costs[i])
 	}
@@ -658,14 +727,17 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lane
 		r.held[i] = "0"
 		if r.granted[execIDs[i]] == len(ckeys[i]) {
 			r.held[i] = "1"
+			if c, ok := r.cost[execIDs[i]]; ok {
+				r.held[i] = "1:" + strconv.FormatInt(c, 10) // the claim script checks the job's cost against it
+			}
 		}
 	}
 	return execIDs, nil
 }
 
-// costs reads, in one round trip, the estimated tokens of the candidates
-// asked for whose keys have a tpm budget (none: no round trip).
-func (q *queue) costs(ctx context.Context, asked []int, ids []string, ckeys [][]string) (map[int]int64, error) {
+// readCosts reads, in one round trip, the estimated tokens of the
+// candidates asked for whose keys have a tpm budget (none: no round trip).
+func (q *queue) readCosts(ctx context.Context, asked []int, ids []string, ckeys [][]string) (map[int]int64, error) {
 	cmds := map[int]*redis.StringCmd{}
 	for _, i := range asked {
 		if q.limits.needsCost(ckeys[i]) {

@@ -356,3 +356,43 @@ func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSemaphoreCountsInABudgetedKeyButIsNotHeldByIt pins what a Semaphore
+// (Acquire, Do, Wait) does with a key that has a budget: its holders take
+// the key's slots, so jobs' claims count them against the limit and the
+// effective limit; it is not held by the budget itself (a throttle, rpm,
+// tpm or effective limit), which it is never told (see Semaphore).
+func TestSemaphoreCountsInABudgetedKeyButIsNotHeldByIt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		adaptive := lease.Budget{Adaptive: true}
+		// Throttled for a minute by a pushback; its effective limit cut to 1.
+		ask(t, c, "model:s", 20, adaptive, 0, "job-a")
+		settle(t, c, "model:s", 20, adaptive, lease.Settlement{Holder: "job-a", Outcome: lease.OutcomePushback, Tokens: -1, RetryAfter: time.Minute})
+		if got := ask(t, c, "model:s", 20, adaptive, 0, "job-b"); len(got) != 0 {
+			t.Fatalf("a job's claim was granted %v on a throttled key", got)
+		}
+		sem := c.Semaphore("model:s", 2, time.Minute)
+		p, err := sem.Wait(t.Context(), "sem-1", lease.WaitConfig{MaxWait: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("Wait on a throttled key: %v, want a permit (it does not read budgets)", err)
+		}
+		defer p.Release()
+		l, err := c.Acquire(t.Context(), "model:s", "sem-2", 2, time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire on a throttled key: %v, want a lease", err)
+		}
+		defer c.Release(t.Context(), l)
+		// Once the throttle is gone, the semaphore's two holders fill the
+		// effective limit (1) that jobs' claims meet.
+		if err := rdb.Del(t.Context(), ks.LeaseThrottle("model:s")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, c, "model:s", 20, adaptive, 0, "job-c"); len(got) != 0 {
+			t.Fatalf("a job's claim was granted %v beside 2 semaphore holders, at an effective limit of 1", got)
+		}
+		if st := budgetState(t, c, rdb, "model:s"); st.Effective != 1 {
+			t.Fatalf("effective limit %v, want 1", st.Effective)
+		}
+	})
+}

@@ -4,10 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults of SchedulerConfig.
@@ -41,7 +45,16 @@ type SchedulerConfig struct {
 	Limits Limits
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// MeterProvider gets the scheduler's metric (leasehold.schedule.fire.lag,
+	// in Prometheus leasehold_schedule_fire_lag_seconds); default
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
+
+// lagBuckets, in seconds: a fire is due within a read interval (200 ms)
+// while a scheduler runs, within a Hold (500 ms) after its scheduler died
+// holding it, and seconds late in a burst of thousands due at once.
+var lagBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // Scheduler fires the schedules that come due, on any number of
 // processes at once: there is no leader. Each read of the due index takes
@@ -56,6 +69,7 @@ type Scheduler struct {
 	conc     int
 	limits   Limits
 	log      *slog.Logger
+	lag      metric.Float64Histogram
 	fired    func(Result) // test signal: every fire's result; nil outside tests
 }
 
@@ -67,8 +81,19 @@ func NewScheduler(store *Store, cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Hold < 0 || cfg.Concurrency < 0 {
 		return nil, errors.New("schedule: negative Interval, Batch, Hold or Concurrency")
 	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	lag, err := mp.Meter("github.com/leasehold/leasehold/schedule").Float64Histogram("leasehold.schedule.fire.lag",
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(lagBuckets...),
+		metric.WithDescription("How late each fire was: its job's creation (Redis clock) minus the due time it fired, once per due time."))
+	if err != nil {
+		return nil, fmt.Errorf("schedule: metrics: %w", err)
+	}
 	return &Scheduler{
 		store:    store,
+		lag:      lag,
 		interval: cmp.Or(cfg.Interval, DefaultInterval),
 		batch:    cmp.Or(cfg.Batch, DefaultBatch),
 		hold:     cmp.Or(cfg.Hold, DefaultHold),
@@ -139,6 +164,12 @@ func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {
 		return
 	}
 	switch r.Outcome {
+	case Fired:
+		// Only the call that created the job counts its due time: two
+		// schedulers that fire the same one make one job.
+		if r.Created && r.Job != nil {
+			s.lag.Record(ctx, max(0, r.Job.CreatedAt.Sub(r.Due)).Seconds())
+		}
 	case Skipped:
 		s.log.InfoContext(ctx, "schedules: due time skipped, the last job has not ended", "tenant", t.tenant, "schedule", t.name, "due", r.Due)
 	case Deferred:

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -64,4 +67,40 @@ func TestOverlapSkipNeverHasTwoJobsNotEnded(t *testing.T) {
 		return outcomes[schedule.Fired] >= 3 && outcomes[schedule.Skipped] >= 2
 	}, "fires and skips: %v", outcomes)
 	stop()
+}
+
+// TestFireLagIsRecordedOncePerDueTime: a schedule due two seconds ago
+// fires; the scheduler's histogram has that one fire, about two seconds
+// late, and a read with nothing due adds none.
+func TestFireLagIsRecordedOncePerDueTime(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	fx := newFixture(t, r.Client(t))
+	reader := sdkmetric.NewManualReader()
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	fx.create(t, "acme", schedule.Spec{Name: "late", Cron: "@every 1h", Job: job.Submission{Kind: "sleep"}})
+	fx.dueAt(t, "acme", "late", time.Now().Add(-2*time.Second))
+	for range 2 {
+		if _, err := s.RunOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var points []metricdata.HistogramDataPoint[float64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "leasehold.schedule.fire.lag" {
+				points = append(points, h.DataPoints...)
+			}
+		}
+	}
+	if len(points) != 1 || points[0].Count != 1 {
+		t.Fatalf("fire lag points %+v, want one of one fire", points)
+	}
+	if lag := points[0].Sum; lag < 1.9 {
+		t.Fatalf("the fire of a due time 2 s past was %.3f s late by the histogram", lag)
+	}
 }

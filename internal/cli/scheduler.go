@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/ratelimit/usage"
 	"github.com/leasehold/leasehold/schedule"
@@ -14,8 +15,9 @@ import (
 // Scheduler returns the run.Group actor that fires due schedules
 // (schedule.Scheduler) until the group stops. Every API and worker
 // process runs one: there is no leader, and any of them may die.
-// Fired jobs count in the tenants' usage, as submissions do.
-func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger) (func() error, func(error), error) {
+// Fired jobs count in the tenants' usage, as submissions do; meters gets
+// how late each fire was.
+func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
 	counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
 	if err != nil {
 		return nil, nil, err
@@ -24,7 +26,7 @@ func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := schedule.NewScheduler(store, schedule.SchedulerConfig{Limits: limits, Logger: log})
+	s, err := schedule.NewScheduler(store, schedule.SchedulerConfig{Limits: limits, Logger: log, MeterProvider: meters})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -717,7 +717,7 @@ func TestConsole(t *testing.T) {
 }
 
 // screenshots writes the console as docs/ shows it: a job's page at a
-// desktop and a phone width.
+// desktop and a phone width, and the Schedules page at a desktop width.
 func screenshots(tb *tab, s *stack) {
 	tb.login(acmeKey, "acme")
 	j := s.submit(`{"kind": "llm.chat", "input": {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}, "metadata": {"conversation": "c-1"}}`)
@@ -732,6 +732,26 @@ func screenshots(tb *tab, s *stack) {
 		if err := os.WriteFile(filepath.Join("..", "..", "docs", fmt.Sprintf("console-%d.png", w)), png, 0o644); err != nil {
 			tb.t.Fatal(err)
 		}
+	}
+
+	for _, body := range []string{
+		`{"name": "nightly-report", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"kind": "echo", "input": {"report": "daily"}}}`,
+		`{"name": "refresh-embeddings", "cron": "@every 15m", "overlap": "skip", "job": {"kind": "echo"}}`,
+		`{"name": "weekly-digest", "cron": "30 8 * * MON", "timezone": "America/New_York", "job": {"kind": "echo"}}`,
+	} {
+		s.call(http.MethodPost, "/v1/schedules", acmeKey, body, http.StatusCreated, nil)
+	}
+	s.call(http.MethodPost, "/v1/schedules/refresh-embeddings/pause", acmeKey, "", http.StatusOK, nil)
+	tb.run(
+		chromedp.EmulateViewport(1280, 360),
+		show("#/schedules"),
+		textHas("main table", "weekly-digest"),
+		chromedp.Click(chromedp.CSS(`button[aria-label="Trigger schedule nightly-report"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`main table a[href^="#/jobs/"]`)),
+	)
+	png := get(tb, chromedp.FullScreenshot(100))
+	if err := os.WriteFile(filepath.Join("..", "..", "docs", "console-schedules-1280.png"), png, 0o644); err != nil {
+		tb.t.Fatal(err)
 	}
 	tb.run(chromedp.EmulateViewport(1280, 900))
 }

@@ -158,6 +158,8 @@ type Server struct {
 	refused      int
 	serving      int
 	peakServing  int
+	busy         time.Duration // serving integrated over time (account)
+	since        time.Time     // when busy was last brought up to date
 }
 
 // New returns a server configured by cfg.

@@ -49,6 +49,13 @@ type Stats struct {
 	// windows hold now: the calls admitted in the last Window, and their
 	// tokens.
 	RequestsLastMinute, TokensLastMinute int
+	// Busy is Serving, at most Limits.Concurrency when set, integrated
+	// over wall-clock time (time.Now, not Config.Clock) since the server
+	// started: the call-time it served within its capacity. (Calls
+	// admitted before the capacity was lowered run on above it, and are
+	// not counted above it.) Its growth over a span, divided by the span
+	// times Concurrency, is the share of the capacity used.
+	Busy time.Duration
 }
 
 // admitted is one admitted request in the rolling windows.
@@ -61,6 +68,7 @@ type admitted struct {
 func (s *Server) SetLimits(l Limits) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.account()
 	s.limits = l
 }
 
@@ -69,9 +77,10 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forget(s.cfg.Clock())
+	s.account()
 	return Stats{
 		Calls: len(s.requests), Refused: s.refused, Serving: s.serving, PeakServing: s.peakServing,
-		RequestsLastMinute: len(s.window), TokensLastMinute: s.windowTokens(),
+		RequestsLastMinute: len(s.window), TokensLastMinute: s.windowTokens(), Busy: s.busy,
 	}
 }
 
@@ -109,6 +118,7 @@ func (s *Server) admit(h http.Header, tokens int) *Failure {
 		return f
 	}
 	s.window = append(s.window, admitted{at: now, tokens: tokens})
+	s.account()
 	s.serving++
 	s.peakServing = max(s.peakServing, s.serving)
 	s.rateHeaders(h, now, tokens)
@@ -119,7 +129,23 @@ func (s *Server) admit(h http.Header, tokens int) *Failure {
 func (s *Server) served() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.account()
 	s.serving--
+}
+
+// account adds the call-time served within the capacity since the last
+// change of serving or of the limits to busy; it runs before every such
+// change, with mu held.
+func (s *Server) account() {
+	now := time.Now()
+	if !s.since.IsZero() {
+		n := s.serving
+		if s.limits.Concurrency > 0 {
+			n = min(n, s.limits.Concurrency)
+		}
+		s.busy += time.Duration(n) * now.Sub(s.since)
+	}
+	s.since = now
 }
 
 // forget drops what has left the windows by now.

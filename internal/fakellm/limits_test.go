@@ -42,9 +42,13 @@ func refusal(t *testing.T, resp *http.Response) (status int, retryAfter, retryAf
 	return resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("retry-after-ms"), e.Error.Message
 }
 
+// wantStats compares the counts; Busy, which depends on the clock, has a
+// test of its own.
 func wantStats(t *testing.T, fake *fakellm.Server, want fakellm.Stats) {
 	t.Helper()
-	if got := fake.Stats(); got != want {
+	got := fake.Stats()
+	got.Busy = 0
+	if got != want {
 		t.Fatalf("stats %+v, want %+v", got, want)
 	}
 }
@@ -91,6 +95,42 @@ func TestConcurrencyCapacityChangesAtRunTime(t *testing.T) {
 	}
 	fake.Close() // ends the hanging streams
 	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Stats().Serving == 0 }, "the hanging streams still count")
+}
+
+// TestBusyIntegratesServing: with two calls served, Busy grows twice as
+// fast as the clock; with the capacity lowered to one under them, as fast;
+// with none served, not at all.
+func TestBusyIntegratesServing(t *testing.T) {
+	t.Parallel()
+	fake, srv := serve(t, fakellm.Config{Tokens: 10, HangAfter: 1, Limits: fakellm.Limits{Concurrency: 2}})
+	hanging := `{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}`
+	for range 2 {
+		resp := post(t, t.Context(), srv, "/v1/chat/completions", hanging)
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each read is bracketed by the clock: the growth between two reads is
+	// n times a span between the brackets' inner and outer ends.
+	grows := func(n time.Duration) {
+		t.Helper()
+		b0 := time.Now()
+		busy0 := fake.Stats().Busy
+		a0 := time.Now()
+		testenv.Eventually(t, 5*time.Second, func() bool { return time.Since(a0) > 50*time.Millisecond }, "")
+		b1 := time.Now()
+		busy1 := fake.Stats().Busy
+		a1 := time.Now()
+		if grew := busy1 - busy0; grew < n*b1.Sub(a0) || grew > n*a1.Sub(b0) {
+			t.Fatalf("Busy grew %v over %v..%v, want %d times the span", grew, b1.Sub(a0), a1.Sub(b0), n)
+		}
+	}
+	grows(2)
+	fake.SetLimits(fakellm.Limits{Concurrency: 1}) // the two run on above it
+	grows(1)
+	fake.Close() // ends the hanging streams
+	testenv.Eventually(t, 5*time.Second, func() bool { return fake.Stats().Serving == 0 }, "the hanging streams still count")
+	grows(0)
 }
 
 func TestAnEndedCallFreesItsPlace(t *testing.T) {

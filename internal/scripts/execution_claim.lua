@@ -17,24 +17,28 @@
 -- ARGV[8] n, the number of candidates   ARGV[9 .. 8+n] candidate job ids
 -- ARGV[9+n .. 8+2n] the execution id of each candidate, should it be claimed
 -- ARGV[9+2n .. 8+3n] whether each candidate holds the slots of its
--- concurrency keys: "1" it does, "0" one of its keys was full, "" it was
--- not asked for (the caller takes them in the keys' own slots first, with
--- the candidate's execution id: see execution/queue.go)
+-- concurrency keys: "1" it does, "1:<tokens>" it does and reserved that
+-- many tokens of its keys' tpm budgets, "0" one of its keys was full, ""
+-- it was not asked for (the caller takes them in the keys' own slots
+-- first, with the candidate's execution id: see execution/queue.go)
 -- then r, the number of retired jobs the peek found past their retention,
 -- and their r ids
--- Returns {blocked, lost, expired, then 12 values for each job claimed: id,
+-- Returns {blocked, lost, expired, costs, then 12 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace, checkpoint, signal}, where blocked lists the lanes left waiting because one of
 -- their keys was full, lost lists 3 values for each
 -- execution found lost (execution id, tenant, the job's new state), expired
--- the lane (concurrency keys) of each job expired at max_wait, trace
+-- the lane (concurrency keys) of each job expired at max_wait, costs
+-- the lane and cost of each candidate that reserved tokens and was taken,
+-- or left because its cost is above what it reserved, trace
 -- is the traceparent of the job's submit span and exec_trace that of its
 -- last finished execution ("" or nil when there is none), checkpoint and
 -- signal the job's (see transition.lua; "" for none).
 --
 -- A job is claimed only if it holds a slot of every one of its keys (the
--- caller took them); the slots of a candidate not claimed are the
--- caller's to release.
+-- caller took them), and reserved at least its cost of their tpm budgets
+-- (the caller may reserve before it reads the job: its lane's last cost);
+-- the slots of a candidate not claimed are the caller's to release.
 --
 -- A retry with the same arguments (the client resends a script whose reply
 -- was lost) returns the jobs the first run claimed, found by their execution
@@ -74,16 +78,16 @@ local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
 -- table keyed by name would cost a claim a tenth of its work); c.state is
 -- false when the job does not exist.
 local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
-local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 10, 11, 12, 13, 14, 15, 16
+local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 10, 11, 12, 13, 14, 15, 16, 17
 local function read(i, id, key, events, lane, due)
   local f
   if due then
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'max_attempts', 'priority',
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'max_attempts', 'priority',
       'cancel_requested')
   else
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error')
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost')
   end
   return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2], f = f}
 end
@@ -296,10 +300,12 @@ end
 -- moves to the turn taken. A job is taken only if it holds a slot of
 -- every one of its keys (ARGV after the execution ids): a lane's jobs
 -- share their keys, so when its next job does not fit none does, and the
--- lanes behind it are still served. Only Lua state changes here. It
--- returns the jobs taken, the lanes left waiting for a full key, and the
--- clock.
-local function take(lanes, room, clock)
+-- lanes behind it are still served. A job whose cost is above the tokens
+-- it reserved is not taken either, nor its lane served further; costs
+-- gets the lane and cost of each job that reserved tokens. Only Lua state
+-- changes here. It returns the jobs taken, the lanes left waiting for a
+-- full key, and the clock.
+local function take(lanes, room, clock, costs)
   local takes, blocked = {}, {}
   while #takes < room do
     local l = first_lane(lanes)
@@ -308,7 +314,15 @@ local function take(lanes, room, clock)
     end
     local c = l.jobs[l.next]
     local slots = ARGV[8 + 2 * n + c.i]
-    if slots == '1' then
+    local reserved = #slots > 2 and tonumber(slots:sub(3))
+    local short = false
+    if reserved then
+      slots = '1'
+      local cost = c.f[COST] or '0'
+      costs[#costs + 1], costs[#costs + 2] = l.name, cost
+      short = (tonumber(cost) or 0) > reserved
+    end
+    if slots == '1' and not short then
       takes[#takes + 1] = c
       l.taken[#l.taken + 1] = c.id
       l.next = l.next + 1
@@ -325,8 +339,8 @@ local function take(lanes, room, clock)
   return takes, blocked, clock
 end
 
--- The reply: blocked, lost, expired, then 12 values per job handed out.
--- The checkpoint and the signal that resumed the job are read for the
+-- The reply: blocked, lost, expired, costs, then 12 values per job handed
+-- out. The checkpoint and the signal that resumed the job are read for the
 -- jobs handed out alone: a candidate not taken would carry up to 256 KiB
 -- for nothing.
 local function hand_out(reply, c, exec_id, token, attempt)
@@ -384,14 +398,14 @@ local lanes = lanes_of(waiting(live))
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the owner's trust window (claim sent + ttl) does.
 local expires = int(now + 1 + ttl)
-local reply = {{}, lost, expired}
+local reply = {{}, lost, expired, {}}
 for _, c in ipairs(reclaimed) do
   redis.call('ZADD', leases, 'XX', expires, c.id)
   hand_out(reply, c, c.f[EXEC_ID], tonumber(redis.call('HGET', c.key, 'token')), tonumber(c.f[ATTEMPT]))
 end
 
 local clock_was = fair_clock(fair)
-local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was)
+local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was, reply[4])
 reply[1] = blocked
 if #takes > 0 then
   start(takes, lanes, expires, reply)

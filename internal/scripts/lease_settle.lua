@@ -47,7 +47,10 @@ local a = adaptive and adapt_read(adapt, cap)
 local changed = false
 for i = 4, #ARGV, 5 do
   local holder, how, actual, est, wait = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  local started = tonumber(redis.call('ZSCORE', window, holder))
+  -- When it started, from the window: read only where it counts (a
+  -- success that reports no tokens, the most common end, needs none).
+  local started = (how == 'unused' or tpm >= 0 and actual >= 0 or a and how == 'pushback') and
+    tonumber(redis.call('ZSCORE', window, holder))
   if how == 'unused' then
     if started then
       redis.call('ZREM', window, holder)
@@ -75,8 +78,11 @@ for i = 4, #ARGV, 5 do
     -- Only a success under a limit in use says it may grow (claims were
     -- refused lately, or it ran with the limit full): one that ran with
     -- slots to spare tells nothing of the upstream's capacity.
-    if a.cut == 0 then
-      a.eff = a.eff + 0.4 -- the slow start: x1.4 a round, until the first pushback
+    if a.cut == 0 or a.ceil > cap then
+      -- No pushback's level above: the slow start, until the first
+      -- pushback, and again once growing past the last one's level
+      -- (the capacity rose, by how much nobody knows): x1.4 a round.
+      a.eff = a.eff + 0.4
     elseif a.eff + 1 < a.ceil or now >= a.untl then
       a.eff = a.eff + 1 / a.eff -- a slot a round
       if a.eff >= a.ceil then
