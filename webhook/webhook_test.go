@@ -391,3 +391,19 @@ func TestSlowTenantHoldsOnlyItsShare(t *testing.T) {
 		t.Fatalf("%d of the slow tenant's tries in flight at once, want at most 2", most)
 	}
 }
+
+// On a Redis Cluster the delivery is written, taken and recorded in the
+// queue's slot as on one Redis.
+func TestDeliveryOnACluster(t *testing.T) {
+	t.Parallel()
+	fx := newFixtureOn(t, testenv.Cluster(t).Client(t))
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusInternalServerError, false: http.StatusOK}[n == 0])
+	})
+	fx.worker(t, execution.Config{})
+	fx.drain(t, fx.cfg)
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	if w := fx.waitWebhook(t, j.ID, job.WebhookDelivered).Webhook; w.Attempts != 2 {
+		t.Fatalf("webhook %+v, want delivered at the second try", w)
+	}
+}
