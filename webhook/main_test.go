@@ -48,7 +48,12 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	rdb := testenv.Redis(t).Client(t)
+	return newFixtureOn(t, testenv.Redis(t).Client(t))
+}
+
+// newFixtureOn is newFixture on rdb (a Redis Cluster's client, say).
+func newFixtureOn(t testing.TB, rdb redis.UniversalClient) *fixture {
+	t.Helper()
 	prefix := testenv.Prefix(t)
 	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix})
 	if err != nil {

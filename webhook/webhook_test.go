@@ -391,3 +391,47 @@ func TestSlowTenantHoldsOnlyItsShare(t *testing.T) {
 		t.Fatalf("%d of the slow tenant's tries in flight at once, want at most 2", most)
 	}
 }
+
+// On a Redis Cluster the delivery is written, taken and recorded in the
+// queue's slot as on one Redis.
+func TestDeliveryOnACluster(t *testing.T) {
+	t.Parallel()
+	fx := newFixtureOn(t, testenv.Cluster(t).Client(t))
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusInternalServerError, false: http.StatusOK}[n == 0])
+	})
+	fx.worker(t, execution.Config{})
+	fx.drain(t, fx.cfg)
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	if w := fx.waitWebhook(t, j.ID, job.WebhookDelivered).Webhook; w.Attempts != 2 {
+		t.Fatalf("webhook %+v, want delivered at the second try", w)
+	}
+}
+
+// One read of the outboxes starts a try of each due delivery, once: a
+// delivery taken is held, so the next read leaves it alone.
+func TestRunOnceTakesEachDueDeliveryOnce(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, status(http.StatusOK))
+	fx.worker(t, execution.Config{})
+	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
+	d, err := webhook.New(fx.rdb, fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := testsignal.New()
+	d.OnTry(tried)
+	ctx := context.Background()
+	if n, err := d.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("first read: %d tries started, %v", n, err)
+	}
+	if n, err := d.RunOnce(ctx); n != 0 || err != nil {
+		t.Fatalf("second read: %d tries started, %v: the taken delivery was not held", n, err)
+	}
+	tried.Wait(t, 10*time.Second)
+	if w := fx.get(t, j.ID).Webhook; w.State != job.WebhookDelivered || len(rc.requests()) != 1 {
+		t.Fatalf("webhook %+v after %d requests", w, len(rc.requests()))
+	}
+}
