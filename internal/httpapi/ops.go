@@ -86,6 +86,7 @@ func (s *server) jobCounts(ctx context.Context, observe func(queue string, state
 		observe(q.Name, "queued", q.Queued)
 		observe(q.Name, "running", q.Running)
 		observe(q.Name, "retrying", q.Retrying)
+		observe(q.Name, "waiting", q.Waiting)
 	}
 	return nil
 }

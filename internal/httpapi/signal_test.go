@@ -2,12 +2,20 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -66,3 +74,67 @@ func TestSignalEndpoint(t *testing.T) {
 	}
 	expectProblem(t, post(acmeKey, `{"name":"approval"}`), http.StatusConflict, "")
 }
+
+// Signals race the waits across two API servers (each with its own Redis
+// client, as two processes): 200 jobs, each signalled through one of them
+// at a random moment before, during or after its handler decides to wait.
+// Each job resumes exactly once, with its own data, and none is left
+// waiting.
+func TestSignalsFromTwoAPIServers(t *testing.T) {
+	t.Parallel()
+	a := newFixture(t)
+	b := newFixture(t, func(c *httpapi.Config) {
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		store, err := job.NewStore(rdb, job.Config{Prefix: a.prefix, OnlyLimitedKeys: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Redis, c.Store, c.Prefix = rdb, store, a.prefix
+	})
+	var runs sync.Map // job id -> *atomic.Int32: executions after the wait
+	a.startWorker(map[string]execution.Handler{"approve": func(ctx context.Context, e *execution.Execution) (any, error) {
+		s := e.Resume().Signal
+		if s == nil {
+			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+			return nil, execution.Wait("go", time.Hour)
+		}
+		n, _ := runs.LoadOrStore(e.JobID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return s.Data, nil
+	}}, func(c *execution.Config) { c.Concurrency = 64 })
+	const jobs = 200
+	ids := make([]string, jobs)
+	var sent sync.WaitGroup
+	for i := range jobs {
+		ids[i] = a.submit(acmeKey, `{"kind":"approve"}`).ID
+		sent.Go(func() {
+			time.Sleep(time.Duration(rand.IntN(20000)) * time.Microsecond)
+			api := []*fixture{a, b}[i%2]
+			resp := api.do(request{method: http.MethodPost, path: "/v1/jobs/" + ids[i] + "/signal", key: acmeKey,
+				body: fmt.Sprintf(`{"name":"go","data":{"i":%d}}`, i)})
+			if resp.StatusCode != http.StatusAccepted {
+				t.Errorf("signal %d: %s %s", i, resp.Status, resp.body)
+			}
+		})
+	}
+	sent.Wait()
+	for i, id := range ids {
+		var j job.Job
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			j = a.job(id)
+			return j.State.Terminal()
+		}, "job %d never ended: %s", i, lazyState(func() job.State { return j.State }))
+		if want := fmt.Sprintf(`{"i":%d}`, i); j.State != job.StateSucceeded || string(j.Result) != want {
+			t.Fatalf("job %d: %s with %s, want succeeded with %s", i, j.State, j.Result, want)
+		}
+		if n, ok := runs.Load(id); !ok || n.(*atomic.Int32).Load() != 1 {
+			t.Fatalf("job %d resumed %v times, want once", i, n)
+		}
+	}
+}
+
+// lazyState prints the state f returns when the message is printed.
+type lazyState func() job.State
+
+func (l lazyState) String() string { return string(l()) }

@@ -295,7 +295,7 @@ func TestFailures(t *testing.T) {
 		{"not a protocol line", func(w http.ResponseWriter, _ *http.Request) {
 			streamHeader(w)
 			ndjson(w, `{"progress":1}`)
-		}, 1, "remote handler: protocol: a line has none of event, usage, result and error"},
+		}, 1, "remote handler: protocol: a line has none of event, usage, checkpoint, result, wait and error"},
 		{"another content type", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")
