@@ -95,44 +95,108 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 // once in each of several counters. An eventID counted before with another
 // n gets ErrConflict. A day whose counts are past Retention is refused.
 func (c *Counters) Add(ctx context.Context, tenant, counter string, n int64, eventID string, at time.Time) (added bool, err error) {
-	if err := validName("tenant", tenant); err != nil {
+	if err := c.check(tenant, counter, n, Event{ID: eventID, At: at}); err != nil {
 		return false, err
 	}
+	keys, args := c.call(tenant, counter, n, Event{ID: eventID, At: at})
+	return c.added(addScript.Run(ctx, c.rdb, keys, args...), tenant, counter, n, Event{ID: eventID, At: at})
+}
+
+// Event is one event that AddEach counts: its id and when it happened.
+type Event struct {
+	ID string
+	At time.Time
+}
+
+// AddEach adds n to tenant's counter once for each of events, as Add does
+// for each, in one round trip: what a batch of jobs submitted at once
+// counts. It returns the first error; the events before it were counted.
+func (c *Counters) AddEach(ctx context.Context, tenant, counter string, n int64, events []Event) error {
+	for _, e := range events {
+		if err := c.check(tenant, counter, n, e); err != nil {
+			return err
+		}
+	}
+	cmds := make([]*redis.Cmd, len(events))
+	// A tenant's keys share one slot, so one node: one pipeline.
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range events {
+			keys, args := c.call(tenant, counter, n, e)
+			cmds[i] = addScript.EvalSha(ctx, p, keys, args...)
+		}
+		return nil
+	}); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return fmt.Errorf("usage: add %d to %s/%s: %w", len(events), tenant, counter, err)
+	}
+	for i, e := range events {
+		cmd := cmds[i]
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
+			keys, args := c.call(tenant, counter, n, e)
+			cmd = addScript.Run(ctx, c.rdb, keys, args...)
+		}
+		if _, err := c.added(cmd, tenant, counter, n, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check refuses what Add refuses before any Redis work.
+func (c *Counters) check(tenant, counter string, n int64, e Event) error {
+	if err := validName("tenant", tenant); err != nil {
+		return err
+	}
 	if err := validName("counter", counter); err != nil {
-		return false, err
+		return err
 	}
 	if strings.Contains(counter, ":") {
 		// The mark is "seen:<counter>:<event id>": a colon in the counter
 		// would let two pairs share a mark.
-		return false, fmt.Errorf("%w: counter %q: colons are not allowed", ErrInvalid, counter)
+		return fmt.Errorf("%w: counter %q: colons are not allowed", ErrInvalid, counter)
 	}
-	if err := validName("event id", eventID); err != nil {
-		return false, err
+	if err := validName("event id", e.ID); err != nil {
+		return err
 	}
 	if n < 1 {
-		return false, fmt.Errorf("%w: n %d: must be at least 1", ErrInvalid, n)
+		return fmt.Errorf("%w: n %d: must be at least 1", ErrInvalid, n)
 	}
-	if at.IsZero() {
-		return false, fmt.Errorf("%w: no time: at picks the day, so a retry must repeat it", ErrInvalid)
+	if e.At.IsZero() {
+		return fmt.Errorf("%w: no time: at picks the day, so a retry must repeat it", ErrInvalid)
 	}
-	day := utcDay(at)
+	return nil
+}
+
+// call is the KEYS and ARGV of the add script for one event.
+func (c *Counters) call(tenant, counter string, n int64, e Event) ([]string, []any) {
+	day := utcDay(e.At)
 	dropAt := day.Add(24 * time.Hour).Add(c.retention)
-	res, err := addScript.Run(ctx, c.rdb,
-		[]string{c.keys.UsageMark(tenant, counter, eventID), c.keys.UsageDay(tenant, day)},
-		counter, n, c.markTTL.Milliseconds(), dropAt.UnixMilli()).Slice()
-	if err != nil {
-		return false, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, eventID, err)
+	return []string{c.keys.UsageMark(tenant, counter, e.ID), c.keys.UsageDay(tenant, day)},
+		[]any{counter, n, c.markTTL.Milliseconds(), dropAt.UnixMilli()}
+}
+
+// added reads the add script's answer for one event.
+func (c *Counters) added(cmd *redis.Cmd, tenant, counter string, n int64, e Event) (bool, error) {
+	res, err := cmd.Slice()
+	if err == nil && len(res) == 0 {
+		err = errors.New("an empty reply")
 	}
-	switch res[0].(int64) {
-	case 1:
+	if err != nil {
+		return false, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, e.ID, err)
+	}
+	switch res[0] {
+	case int64(1):
 		return true, nil
-	case 0:
-		if first := res[1].(string); first != strconv.FormatInt(n, 10) {
-			return false, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, eventID, first, n)
+	case int64(0):
+		var first any
+		if len(res) > 1 {
+			first = res[1]
+		}
+		if first, _ := first.(string); first != strconv.FormatInt(n, 10) {
+			return false, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, e.ID, first, n)
 		}
 		return false, nil
 	default:
-		return false, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, day.Format(time.DateOnly), c.retention)
+		return false, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
 	}
 }
 
