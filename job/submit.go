@@ -327,9 +327,9 @@ func (b *batch) checkRoom(ctx context.Context) error {
 	return err
 }
 
-// create writes the lookups, then runs the submit script of every item,
-// a pipeline per queue: without a cap, one for all the items of each
-// queue; under a cap, one for each run of consecutive items of one queue,
+// create writes the lookups, then runs the submit script per queue:
+// without a cap, once for all the items of each queue; under a cap, once
+// for each run of consecutive items of one queue,
 // so that each item is counted after every item before it, in whichever
 // queue.
 func (b *batch) create(ctx context.Context) error {
@@ -377,40 +377,27 @@ func (b *batch) create(ctx context.Context) error {
 	return nil
 }
 
-// createIn runs the submit scripts of items, all of one queue, in one
-// pipeline, and reads their answers.
+// createIn runs the submit script once for items, all of one queue, and
+// reads their answers.
 func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
 	if b.limit.Max > 0 {
 		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
 	}
-	calls := make([]submitCall, len(in))
-	cmds := make([]*redis.Cmd, len(in))
-	if _, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, p := range in {
-			calls[i] = s.submitCall(b.tenant, p, room)
-			cmds[i] = s.submit.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		return nil
-	}); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+	keys, args := s.submitCall(b.tenant, q, room, in)
+	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
+	if err == nil && len(res) != 2*len(in) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(in))
+	}
+	if err != nil {
 		return fmt.Errorf("job: submit %d jobs to %s: %w", len(in), q, err)
 	}
 	for i, p := range in {
-		cmd := cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
-			cmd = s.submit.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
-		}
-		res, err := cmd.Slice()
-		if err == nil && len(res) != 2 {
-			err = fmt.Errorf("%d values in the reply, want 2", len(res))
-		}
-		if err != nil {
-			return fmt.Errorf("job: submit %s: %w", p.id, err)
-		}
-		switch res[0] {
+		status, reply := res[2*i], res[2*i+1]
+		switch status {
 		case int64(-1):
-			own, _ := res[1].(int64)
+			own, _ := reply.(int64)
 			b.refuse(p, &CapError{Jobs: b.elsewhere(q) + own, Max: b.limit.Max})
 			continue
 		case int64(-2):
@@ -421,11 +408,11 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 			b.refused = append(b.refused, &submitting{id: p.id, fresh: p.id, registered: true})
 			continue
 		}
-		j, err := parseReply(res[1])
+		j, err := parseReply(reply)
 		if err != nil {
 			return err
 		}
-		b.out[p.at].Job, b.out[p.at].Created = j, res[0] == int64(1)
+		b.out[p.at].Job, b.out[p.at].Created = j, status == int64(1)
 		endSpan(p.span, nil)
 		p.span = nil
 		if b.out[p.at].Created {
@@ -482,33 +469,27 @@ func (b *batch) cleanUp(ctx context.Context) error {
 }
 
 // submitCall is the KEYS and ARGV of one run of the submit script
-// (internal/scripts/job_submit.lua).
-type submitCall struct {
-	keys []string
-	args []any
-}
-
-func (s *Store) submitCall(tenant string, p *submitting, room string) submitCall {
-	n, id, q := p.n, p.id, p.n.Queue
-	keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
-	return submitCall{
-		keys: []string{
-			s.keys.Job(q, id), s.keys.QueueReady(q), s.keys.QueueScheduled(q),
-			s.keys.QueueDeadlines(q), s.keys.QueueFair(q), s.keys.QueueStats(q),
-			s.keys.JobEvents(q, id), s.keys.QueueTenantJobs(q, tenant), s.keys.QueueAllJobs(q),
-			s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id),
-		},
-		args: []any{
-			id, tenant, q, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input),
-			[]byte(n.Metadata), millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy),
-			millis(n.Delay), scripts.EventsMaxLen, telemetry.Encode(p.span.SpanContext()),
+// (internal/scripts/job_submit.lua) for items, all of queue q.
+func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []string, args []any) {
+	keys = make([]string, 0, 7+4*len(items))
+	args = make([]any, 0, 4+15*len(items))
+	keys = append(keys, s.keys.QueueReady(q), s.keys.QueueScheduled(q), s.keys.QueueDeadlines(q),
+		s.keys.QueueFair(q), s.keys.QueueStats(q), s.keys.QueueAllJobs(q), s.keys.QueueTenantJobs(q, tenant))
+	args = append(args, tenant, q, scripts.EventsMaxLen, room)
+	for _, p := range items {
+		n, id := p.n, p.id
+		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
+		keys = append(keys, s.keys.Job(q, id), s.keys.JobEvents(q, id), s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id))
+		args = append(args,
+			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
+			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),
+			telemetry.Encode(p.span.SpanContext()),
 			// go-redis resends a script whose reply it lost; the nonce lets
 			// the script tell that resend (created) from a replay (existed).
 			uuid.NewString(),
-			room, n.Schedule,
-			cost(n.tokens()),
-		},
+			n.Schedule, cost(n.tokens()))
 	}
+	return keys, args
 }
 
 // anys converts strings for a variadic command.

@@ -91,15 +91,14 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 // eventID: the mark that eventID was counted and the increment are one
 // script, so a retried Add (the reply was lost, the job ran twice) adds
 // nothing and returns added false. at is when the usage happened; a retry
-// passes the same at and lands on the same day. The same eventID may count
+// passes the same at, or one at most a day away (a mark of the days either
+// side of at's is found too), and the event is counted on the first at's
+// day. The same eventID may count
 // once in each of several counters. An eventID counted before with another
 // n gets ErrConflict. A day whose counts are past Retention is refused.
 func (c *Counters) Add(ctx context.Context, tenant, counter string, n int64, eventID string, at time.Time) (added bool, err error) {
-	if err := c.check(tenant, counter, n, Event{ID: eventID, At: at}); err != nil {
-		return false, err
-	}
-	keys, args := c.call(tenant, counter, n, Event{ID: eventID, At: at})
-	return c.added(addScript.Run(ctx, c.rdb, keys, args...), tenant, counter, n, Event{ID: eventID, At: at})
+	done, err := c.add(ctx, tenant, counter, n, []Event{{ID: eventID, At: at}})
+	return len(done) == 1 && done[0], err
 }
 
 // Event is one event that AddEach counts: its id and when it happened.
@@ -109,36 +108,52 @@ type Event struct {
 }
 
 // AddEach adds n to tenant's counter once for each of events, as Add does
-// for each, in one round trip: what a batch of jobs submitted at once
-// counts. It returns the first error; the events before it were counted.
+// for each, in one script: what a batch of jobs submitted at once counts.
+// It returns the first error; the events before it were counted.
 func (c *Counters) AddEach(ctx context.Context, tenant, counter string, n int64, events []Event) error {
+	_, err := c.add(ctx, tenant, counter, n, events)
+	return err
+}
+
+// add counts events and says which were added.
+func (c *Counters) add(ctx context.Context, tenant, counter string, n int64, events []Event) ([]bool, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
 	for _, e := range events {
 		if err := c.check(tenant, counter, n, e); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	cmds := make([]*redis.Cmd, len(events))
-	// A tenant's keys share one slot, so one node: one pipeline.
-	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, e := range events {
-			keys, args := c.call(tenant, counter, n, e)
-			cmds[i] = addScript.EvalSha(ctx, p, keys, args...)
-		}
-		return nil
-	}); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return fmt.Errorf("usage: add %d to %s/%s: %w", len(events), tenant, counter, err)
+	keys := make([]string, 0, 4*len(events))
+	args := append(make([]any, 0, 3+2*len(events)), counter, n, c.markTTL.Milliseconds())
+	for _, e := range events {
+		day := utcDay(e.At)
+		keys = append(keys, c.keys.UsageSeen(tenant, day), c.keys.UsageSeen(tenant, day.AddDate(0, 0, -1)),
+			c.keys.UsageSeen(tenant, day.AddDate(0, 0, 1)), c.keys.UsageDay(tenant, day))
+		args = append(args, e.ID, day.Add(24*time.Hour).Add(c.retention).UnixMilli())
 	}
+	res, err := addScript.Run(ctx, c.rdb, keys, args...).Slice()
+	if err == nil && len(res) != 2*len(events) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(events))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, events[0].ID, err)
+	}
+	added := make([]bool, len(events))
 	for i, e := range events {
-		cmd := cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
-			keys, args := c.call(tenant, counter, n, e)
-			cmd = addScript.Run(ctx, c.rdb, keys, args...)
-		}
-		if _, err := c.added(cmd, tenant, counter, n, e); err != nil {
-			return err
+		switch res[2*i] {
+		case int64(1):
+			added[i] = true
+		case int64(0):
+			if first, _ := res[2*i+1].(string); first != strconv.FormatInt(n, 10) {
+				return added, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, e.ID, first, n)
+			}
+		default:
+			return added, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
 		}
 	}
-	return nil
+	return added, nil
 }
 
 // check refuses what Add refuses before any Redis work.
@@ -150,7 +165,7 @@ func (c *Counters) check(tenant, counter string, n int64, e Event) error {
 		return err
 	}
 	if strings.Contains(counter, ":") {
-		// The mark is "seen:<counter>:<event id>": a colon in the counter
+		// The mark is "<counter>:<event id>": a colon in the counter
 		// would let two pairs share a mark.
 		return fmt.Errorf("%w: counter %q: colons are not allowed", ErrInvalid, counter)
 	}
@@ -164,40 +179,6 @@ func (c *Counters) check(tenant, counter string, n int64, e Event) error {
 		return fmt.Errorf("%w: no time: at picks the day, so a retry must repeat it", ErrInvalid)
 	}
 	return nil
-}
-
-// call is the KEYS and ARGV of the add script for one event.
-func (c *Counters) call(tenant, counter string, n int64, e Event) ([]string, []any) {
-	day := utcDay(e.At)
-	dropAt := day.Add(24 * time.Hour).Add(c.retention)
-	return []string{c.keys.UsageMark(tenant, counter, e.ID), c.keys.UsageDay(tenant, day)},
-		[]any{counter, n, c.markTTL.Milliseconds(), dropAt.UnixMilli()}
-}
-
-// added reads the add script's answer for one event.
-func (c *Counters) added(cmd *redis.Cmd, tenant, counter string, n int64, e Event) (bool, error) {
-	res, err := cmd.Slice()
-	if err == nil && len(res) == 0 {
-		err = errors.New("an empty reply")
-	}
-	if err != nil {
-		return false, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, e.ID, err)
-	}
-	switch res[0] {
-	case int64(1):
-		return true, nil
-	case int64(0):
-		var first any
-		if len(res) > 1 {
-			first = res[1]
-		}
-		if first, _ := first.(string); first != strconv.FormatInt(n, 10) {
-			return false, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, e.ID, first, n)
-		}
-		return false, nil
-	default:
-		return false, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
-	}
 }
 
 // Get returns tenant's counts for every UTC day from the day of from to the
