@@ -1,6 +1,7 @@
 package kinds
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ import (
 // with the server's default. Every key in that Redis is summed (MEMORY
 // USAGE) and divided by the jobs: the shared ones (a queue's sets, the
 // usage hashes) are the jobs' too. Keys per job counts the keys named
-// after one job or execution.
+// after one job or its execution.
 //
 // Fails when each usage mark is a key of its own again (5 more keys per
 // job), or when a job's memory grows past today's (the bounds below).
@@ -46,10 +47,13 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 			for i := range ids {
 				ids[i] = f.submit(t, hello, job.Submission{}).ID
 			}
+			named := slices.Clone(ids) // the ids a key of one job is named after: its own, its execution's
 			for _, id := range ids {
-				if j := f.wait(t, id, job.StateSucceeded, job.StateFailed); j.State != job.StateSucceeded {
+				j := f.wait(t, id, job.StateSucceeded, job.StateFailed)
+				if j.State != job.StateSucceeded || j.Execution == nil {
 					t.Fatalf("job %s: %s %+v", id, j.State, j.Error)
 				}
+				named = append(named, j.Execution.ID)
 			}
 			ctx := t.Context()
 			var total, own int64
@@ -62,7 +66,7 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 					t.Fatal(err)
 				}
 				total += n
-				for _, id := range ids {
+				for _, id := range named {
 					if strings.Contains(key, id) {
 						own++
 						kind := key[strings.LastIndex(key, "}")+1:]
