@@ -31,6 +31,7 @@ local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
 local out, listed = {}, {} -- listed: score, id of each job created, for the listings
+local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 for i = 0, n - 1 do
   local k, a = 8 + 4 * i, 5 + 15 * i
@@ -68,7 +69,13 @@ for i = 0, n - 1 do
     if delay > 0 then
       redis.call('ZADD', scheduled, now + delay, id)
     else
-      fair_push(fair, ready, KEYS[k + 2], ARGV[a + 4], id, priority)
+      local lane = ARGV[a + 4]
+      local p = pushed[lane]
+      if not p then
+        p = {set = KEYS[k + 2], ids = {}, priorities = {}}
+        pushed[lane], lanes[#lanes + 1] = p, lane
+      end
+      p.ids[#p.ids + 1], p.priorities[#p.priorities + 1] = id, priority
     end
     -- max_wait counts from when the job may first run, so a delay does not eat it.
     if max_wait > 0 then
@@ -80,6 +87,12 @@ for i = 0, n - 1 do
     end
     out[#out + 1], out[#out + 2] = 1, redis.call('HGETALL', job)
   end
+end
+-- Each lane's jobs wait in it in the order they came, pushed at once; the
+-- lanes take their turns in the order of their first job.
+for _, lane in ipairs(lanes) do
+  local p = pushed[lane]
+  fair_push_all(fair, ready, p.set, lane, p.ids, p.priorities)
 end
 if #listed > 0 then
   redis.call('ZADD', tenant_index, unpack(listed))
