@@ -172,6 +172,28 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 	return j, nil
 }
 
+// SubmitBatch submits 1 to job.MaxBatch jobs for tenant at once, as POST
+// /v1/jobs/batch does: each item is created, replayed (its idempotency key
+// was used before with the same submission) or refused on its own, in
+// job.BatchResult.Err, and a refused item writes nothing; it takes a few
+// round trips to Redis, one per queue, not several per job. It wakes an
+// idle worker of each queue that got a job. An error means the batch
+// stopped midway (see job.Store.SubmitBatch).
+func (c *Client) SubmitBatch(ctx context.Context, tenant string, items []job.BatchItem) ([]job.BatchResult, error) {
+	res, err := c.store.SubmitBatch(ctx, tenant, items, job.Cap{})
+	if err != nil || c.nc == nil {
+		return res, err
+	}
+	woken := map[string]bool{}
+	for _, r := range res {
+		if r.Created && !woken[r.Job.Queue] {
+			woken[r.Job.Queue] = true
+			_ = execution.Wake(c.nc, c.prefix, r.Job.Queue) // a lost wake-up costs a poll
+		}
+	}
+	return res, nil
+}
+
 // Get returns tenant's job id; job.ErrNotFound if there is none.
 func (c *Client) Get(ctx context.Context, tenant, id string) (job.Job, error) {
 	return c.store.Get(ctx, tenant, id, false)

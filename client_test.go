@@ -34,15 +34,7 @@ func TestClientRunsItsKindsAndCancels(t *testing.T) {
 		stopped <- context.Cause(ctx)
 		return nil, context.Cause(ctx)
 	})
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	run(t, c)
 	wait := func(id string, states ...job.State) job.Job {
 		var j job.Job
 		testenv.Eventually(t, 10*time.Second, func() bool {
@@ -110,4 +102,49 @@ func TestClientSchedules(t *testing.T) {
 	if _, err := c.Schedule(ctx, "acme", "digest"); !errors.Is(err, schedule.ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
 	}
+}
+
+// run runs c until the test ends.
+func run(t *testing.T, c *leasehold.Client) {
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// A Client submits a batch: each item on its own, in order, and the jobs
+// it created run.
+func TestClientSubmitsABatch(t *testing.T) {
+	t.Parallel()
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{
+		Prefix: testenv.Prefix(t), NATS: testenv.NATS(t).Conn(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	res, err := c.SubmitBatch(t.Context(), "acme", []job.BatchItem{
+		{Submission: job.Submission{Kind: "echo", Input: []byte(`{"n":1}`)}, IdempotencyKey: "one"},
+		{Submission: job.Submission{Kind: "Echo"}},
+		{Submission: job.Submission{Kind: "echo", Input: []byte(`{"n":1}`)}, IdempotencyKey: "one"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var invalid *job.ValidationError
+	if !res[0].Created || !errors.As(res[1].Err, &invalid) || res[2].Created || res[2].Job.ID != res[0].Job.ID {
+		t.Fatalf("results %+v", res)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		j, err := c.Get(t.Context(), "acme", res[0].Job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.State == job.StateSucceeded && string(j.Result) == `{"n":1}`
+	}, "the batch's job never succeeded")
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -24,14 +26,30 @@ type usageCounter struct {
 }
 
 func (u *usageCounter) add(ctx context.Context, tenant, counter, execID string) {
+	u.addAt(ctx, tenant, counter, execID, time.Now())
+}
+
+// addAt counts event id, which happened at at.
+func (u *usageCounter) addAt(ctx context.Context, tenant, counter, id string, at time.Time) {
 	if u == nil {
 		return
 	}
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer stop()
-	if _, err := u.c.Add(ctx, tenant, counter, 1, execID, time.Now()); err != nil {
-		u.log.WarnContext(ctx, "usage not counted", "counter", counter, "tenant", tenant, "execution_id", execID, "error", err)
+	if _, err := u.c.Add(ctx, tenant, counter, 1, id, at); err != nil {
+		u.log.WarnContext(ctx, "usage not counted", "counter", counter, "tenant", tenant, "event_id", id, "error", err)
 	}
+}
+
+// jobTime is when job id was made: the time of its UUIDv7, within a
+// millisecond of its created_at; now for an id that has none.
+func jobTime(id string) time.Time {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return time.Now()
+	}
+	sec, nsec := u.Time().UnixTime()
+	return time.Unix(sec, nsec)
 }
 
 // ended counts the end of an execution with outcome. The nil check comes

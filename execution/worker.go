@@ -495,8 +495,9 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
 	// The API counts a new job once it is created, and may fail to (its
 	// count timed out): every claim counts it again, with the job id as
-	// the event id, which adds nothing when the count was made.
-	w.usage.add(ctx, e.Tenant, usage.JobsSubmitted, e.JobID)
+	// the event id and its creation (the id's time) as the event's, which
+	// adds nothing when the count was made.
+	w.usage.addAt(ctx, e.Tenant, usage.JobsSubmitted, e.JobID, jobTime(e.JobID))
 
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
 	var o outcome

@@ -122,6 +122,14 @@
 //   - a request with a different body under the same key gets
 //     ErrIdempotencyConflict and changes nothing.
 //
+// SubmitBatch submits up to MaxBatch jobs of one tenant, each as its own
+// Submit would (Submit is a batch of one): the same checks, each item
+// answered or refused on its own, a refused one writing nothing. Its
+// round trips are per batch, not per job: the keys' rules, then the
+// idempotency records and the cap's counts, then the lookups, then one
+// run of the create script per queue (per run of consecutive items of one
+// queue under a cap, so each is counted after the ones before it).
+//
 // Retention must be at least the idempotency TTL: a retry must never find
 // the record but not the job, or it would create the job a second time.
 //
@@ -131,7 +139,8 @@
 // # Cost
 //
 // Submit is three round trips (two without an idempotency key), each O(1)
-// apart from O(log n) sorted-set inserts. Get is two (the lookup, then the
+// apart from O(log n) sorted-set inserts; SubmitBatch the same number per
+// batch, plus one per queue it names. Get is two (the lookup, then the
 // hash). A List page examines at most 1000 index entries, whatever the
 // filters, in at most about log2(1000/limit) + 1 rounds of two pipelined
 // round trips: each round reads every queue's index and the hashes of the

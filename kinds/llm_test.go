@@ -14,6 +14,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
@@ -45,7 +47,12 @@ func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution
 // hold from its first claim.
 func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*job.Store)) *llmFixture {
 	t.Helper()
-	rdb := testenv.Redis(t).Client(t)
+	return startKindsOn(t, testenv.Redis(t).Client(t), upstream, sleep, llm, wcfg, setup)
+}
+
+// startKindsOn is startKinds on rdb.
+func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*job.Store)) *llmFixture {
+	t.Helper()
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
 	subject := cancelSubject(prefix)

@@ -41,6 +41,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	apiKeys := fs.Secret("api-keys", "LEASEHOLD_API_KEYS", "comma-separated tenant:key pairs; the tenant admin acts on every tenant's jobs (required)")
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
+	maxBatchBody := fs.Int("max-batch-body", "LEASEHOLD_MAX_BATCH_BODY", httpapi.DefaultMaxBatchBody, "largest body of a batch submission (POST /v1/jobs/batch), in bytes")
 	bodyTimeout := fs.Duration("body-timeout", "LEASEHOLD_BODY_TIMEOUT", httpapi.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
 	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
@@ -139,6 +140,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Prefix:        *prefix,
 		Keys:          keys,
 		MaxBody:       int64(*maxBody),
+		MaxBatchBody:  int64(*maxBatchBody),
 		BodyTimeout:   *bodyTimeout,
 		NotifyAllow:   notifyAllow,
 		Webhooks:      webhooks,

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -197,6 +198,46 @@ func TestCLI(t *testing.T) {
 		}
 		if r := s.cli("", "get", "x", "--key", "wrong"); r.code != 1 || !strings.Contains(r.stderr, "401") {
 			t.Errorf("a wrong key: exit %d %s", r.code, r.stderr)
+		}
+	})
+
+	t.Run("submit --batch from a file and stdin", func(t *testing.T) {
+		var lines []string
+		for i := range 1001 { // two requests
+			lines = append(lines, fmt.Sprintf(`{"kind":"echo","input":{"n":%d},"idempotency_key":"line-%d"}`, i, i))
+		}
+		lines = append(lines[:3], append([]string{"", `{"kind":"Echo"}`}, lines[3:]...)...) // a blank line, a refused one
+		file := filepath.Join(t.TempDir(), "jobs.jsonl")
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := s.cli("", "submit", "--batch", file)
+		if r.code != 1 || !strings.Contains(r.stderr, "1 of 1002 jobs refused") {
+			t.Fatalf("a batch with a refused line: exit %d %s", r.code, r.stderr)
+		}
+		rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(rows) != 1003 || !strings.HasPrefix(rows[4], "5 ") || !strings.Contains(rows[4], "400") || !strings.Contains(rows[4], "kind") {
+			t.Fatalf("%d rows; the refused line's: %q", len(rows), rows[min(4, len(rows)-1)])
+		}
+		last := strings.Fields(rows[len(rows)-1]) // line 1003, the 1001st job, of the second request
+		if last[0] != "1003" || last[1] != "201" {
+			t.Fatalf("last row %q", rows[len(rows)-1])
+		}
+		testenv.Eventually(t, 30*time.Second, func() bool { return s.state(last[2]) == "succeeded" }, "the batch's last job never succeeded")
+
+		// From stdin, the lines again: replays of the same jobs.
+		r = s.cli(lines[0]+"\n"+lines[1000], "submit", "--batch", "-", "-o", "json")
+		var answer struct{ Jobs []struct{ Status int } }
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &answer) != nil || len(answer.Jobs) != 2 || answer.Jobs[0].Status != 200 {
+			t.Fatalf("replayed from stdin: exit %d %s %s", r.code, r.stdout, r.stderr)
+		}
+		for _, bad := range [][]string{{"submit", "--batch", file, "echo"}, {"submit", "--batch", file, "--queue", "slow"}} {
+			if r := s.cli("", bad...); r.code != 2 {
+				t.Errorf("%v: exit %d, want 2", bad, r.code)
+			}
+		}
+		if r := s.cli("{not json\n", "submit", "--batch", "-"); r.code != 2 || !strings.Contains(r.stderr, "line 1") {
+			t.Errorf("a line that is not JSON: exit %d %s", r.code, r.stderr)
 		}
 	})
 

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -107,9 +111,10 @@ func jobCommand(ctx context.Context, name, method, suffix string, args []string,
 	return printJob(c.stdout, j)
 }
 
-// leasehold submit KIND
+// leasehold submit KIND, or leasehold submit --batch FILE.jsonl
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("submit", stdout, stderr)
+	batch := c.fs.String("batch", "", "instead of KIND: submit each line of this JSON Lines file (- reads stdin), a POST /v1/jobs body with an optional idempotency_key, 1000 a request")
 	input := c.fs.String("input", "", "the job's input, JSON (default {})")
 	inputFile := c.fs.String("input-file", "", "read the input from this file; - reads it from stdin")
 	queue := c.fs.String("queue", "", "queue (default: the API's default)")
@@ -125,9 +130,15 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var ckeys keyList
 	c.fs.Var(&ckeys, "ckey", "a concurrency key (repeat for several)")
 	follow := c.fs.Bool("watch", false, "follow the job until it ends, as leasehold watch does")
-	pos, err := c.parse(args, 1, "KIND")
+	pos, err := c.parse(args, -1, "KIND")
 	if err != nil {
 		return err
+	}
+	if *batch != "" {
+		return submitBatch(ctx, c, pos, *batch)
+	}
+	if len(pos) != 1 {
+		return usagef("usage: %s [flags] KIND, or %s [--url --key -o] --batch FILE.jsonl", c.fs.Name(), c.fs.Name())
 	}
 	body := map[string]any{"kind": pos[0]}
 	raw, err := readInput(*input, *inputFile)
@@ -192,6 +203,116 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	return printJob(stdout, j)
+}
+
+// submitBatch submits the jobs of file, one JSON object a line (blank
+// lines skipped), through POST /v1/jobs/batch, job.MaxBatch a request,
+// and prints what became of each line. Every line is checked to be JSON
+// before anything is sent. It fails (exit 1) when any line was refused,
+// after printing every answer.
+func submitBatch(ctx context.Context, c *command, pos []string, file string) error {
+	var stray []string
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name != "batch" && f.Name != "url" && f.Name != "key" && f.Name != "o" {
+			stray = append(stray, "--"+f.Name)
+		}
+	})
+	if len(pos) > 0 || len(stray) > 0 {
+		return usagef("--batch takes every job from its file: no KIND, and no %s", strings.Join(append(pos, stray...), ", "))
+	}
+	lines, numbers, err := readJSONLines(file)
+	if err != nil {
+		return err
+	}
+	var entries []batchEntry
+	for len(lines) > 0 {
+		n := min(len(lines), job.MaxBatch)
+		var answer struct {
+			Jobs []batchEntry `json:"jobs"`
+		}
+		err := c.get(ctx, http.MethodPost, "/v1/jobs/batch", map[string][]json.RawMessage{"jobs": lines[:n]}, &answer)
+		if err == nil && len(answer.Jobs) != n {
+			err = fmt.Errorf("the API answered %d entries for %d jobs", len(answer.Jobs), n)
+		}
+		if err != nil {
+			if len(entries) > 0 {
+				err = fmt.Errorf("lines from %d on: %w (the lines before were submitted)", numbers[len(entries)], err)
+			}
+			return errors.Join(err, c.printBatch(entries, numbers))
+		}
+		entries, lines = append(entries, answer.Jobs...), lines[n:]
+	}
+	return c.printBatch(entries, numbers)
+}
+
+// batchEntry is one job's answer in a batch.
+type batchEntry struct {
+	Status  int             `json:"status"`
+	Job     *job.Job        `json:"job"`
+	Problem json.RawMessage `json:"problem"`
+}
+
+// printBatch prints, in table form, each line's status and job id or
+// problem (with -o json, c.get printed the API's answers), and returns an
+// error when any was refused.
+func (c *command) printBatch(entries []batchEntry, numbers []int) error {
+	refused := 0
+	t := table(c.stdout)
+	if !c.json() {
+		fmt.Fprintln(t, "LINE\tSTATUS\tJOB")
+	}
+	for i, e := range entries {
+		what := ""
+		if e.Job != nil {
+			what = e.Job.ID
+		} else {
+			refused++
+			what = strings.ReplaceAll(problemOf(e.Status, e.Problem).Error(), "\n", ";")
+		}
+		if !c.json() {
+			fmt.Fprintf(t, "%d\t%d\t%s\n", numbers[i], e.Status, what)
+		}
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if refused > 0 {
+		return fmt.Errorf("%d of %d jobs refused", refused, len(entries))
+	}
+	return nil
+}
+
+// readJSONLines reads the non-blank lines of file ("-": stdin), each of
+// which must be JSON, with their line numbers.
+func readJSONLines(file string) (lines []json.RawMessage, numbers []int, err error) {
+	var r io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 16<<20) // a line is one job, which the API takes up to its body limit
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if !json.Valid(line) {
+			return nil, nil, usagef("%s line %d: not JSON", file, n)
+		}
+		lines, numbers = append(lines, json.RawMessage(slices.Clone(line))), append(numbers, n)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	if len(lines) == 0 {
+		return nil, nil, usagef("%s: no jobs", file)
+	}
+	return lines, numbers, nil
 }
 
 // keyList is a repeated string flag.

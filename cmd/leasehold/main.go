@@ -44,6 +44,7 @@ const usage = `usage: leasehold <command> [flags] [args]
 
   dev                          start API, worker, NATS and Redis on defaults (make run)
   submit KIND                  submit a job (--input JSON, --input-file FILE or - for stdin; --webhook URL; --watch to follow it)
+  submit --batch FILE.jsonl    submit one job per line of FILE (- for stdin), 1000 a request
   get JOB_ID                   show a job
   watch JOB_ID                 follow a job live: states, progress, output text on stdout
   cancel JOB_ID                cancel a job

@@ -83,6 +83,11 @@ func decodeInto(body []byte, v any) (given map[string]bool, err error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeMembers(raw, v)
+}
+
+// decodeMembers is decodeInto of an object already split into its members.
+func decodeMembers(raw map[string]json.RawMessage, v any) (given map[string]bool, err error) {
 	targets := jsonFields(v)
 	given = make(map[string]bool, len(raw))
 	var fields []job.FieldError

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -52,9 +53,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	j, created, err := s.store.SubmitWithin(ctx, c.tenant, sub, idemKey, job.Cap{Max: s.tenantCap, Queues: s.queues})
-	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
-		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
-	}
+	s.countRejection(ctx, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -63,10 +62,18 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeJSON(w, http.StatusOK, s.shown(c, j)) // an idempotent replay
 		return
 	}
-	s.countSubmitted(ctx, j)
+	s.countSubmitted(ctx, c.tenant, j)
 	s.wake(r, j.Queue)
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	writeJSON(w, http.StatusCreated, s.shown(c, j))
+}
+
+// countRejection counts a submission refused with err because a
+// concurrency key was full (on_busy "reject"); any other err is not one.
+func (s *server) countRejection(ctx context.Context, err error) {
+	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
+		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
+	}
 }
 
 // idempotencyKey returns the request's Idempotency-Key, "" when it has
@@ -105,44 +112,110 @@ var errRateUnavailable = errors.New("httpapi: the rate limiter did not answer")
 // errRateLimited is a submission over its tenant's rate: 429.
 var errRateLimited = errors.New("httpapi: tenant over its submission rate")
 
-// limit spends one unit of tenant's submission rate, and sets the RateLimit
-// headers of the answer. It returns errRateLimited when the limiter refuses
-// (Retry-After is then set too), and an error wrapping errRateUnavailable
-// when the limiter could not decide.
-//
-// It runs after the request is decoded and validated, so a request the API
-// refuses anyway (400, 413, 415) spends nothing, and a client is told what
-// to fix before it is told to wait. An idempotent replay spends nothing
-// either: when the request's Idempotency-Key already has a record for the
-// tenant, it creates no job, so the limiter is not asked (and the replay
-// carries no RateLimit headers). Concurrent first requests with one key
-// all find no record, so each may spend a unit although only one job is
-// created. A replay whose body differs (422) is also not counted.
+// limit spends one unit of tenant's submission rate for a request with
+// idempotency key idemKey ("" = none), and sets the RateLimit headers of
+// the answer; it returns errRateLimited when the limiter refuses (see
+// admit).
 func (s *server) limit(ctx context.Context, w http.ResponseWriter, tenant, idemKey string) error {
+	ok, err := s.admit(ctx, w, tenant, []string{idemKey})
+	if err == nil && !ok[0] {
+		err = errRateLimited
+	}
+	return err
+}
+
+// admit spends one unit of tenant's submission rate for each new job of
+// requests with idempotency keys idemKeys ("" = none), in order, as far as
+// the rate allows, and sets the RateLimit headers of the answer (with
+// Retry-After when it refused one). ok[i] says whether the i-th may go
+// ahead. An error wrapping errRateUnavailable means the limiter could not
+// decide.
+//
+// It runs after the requests are decoded and validated, so a request the
+// API refuses anyway (400, 413, 415) spends nothing, and a client is told
+// what to fix before it is told to wait. An idempotent replay spends
+// nothing either: when a request's Idempotency-Key already has a record
+// for the tenant, it creates no job, so it goes ahead free (and a replay
+// alone carries no RateLimit headers). Concurrent first requests with one
+// key all find no record, so each may spend a unit although only one job
+// is created. A replay whose body differs (422) is also not counted.
+//
+// The limiter grants n units at once or none: admit asks for one, then
+// for as many more as the decision says remain, and so on, a few round
+// trips however many jobs; a shadowed limit (which refuses nothing) is
+// asked for up to its whole limit at a time.
+func (s *server) admit(ctx context.Context, w http.ResponseWriter, tenant string, idemKeys []string) (ok []bool, err error) {
+	ok = make([]bool, len(idemKeys))
 	if s.rate == nil {
+		for i := range ok {
+			ok[i] = true
+		}
+		return ok, nil
+	}
+	var fresh []int // the requests that would create a job
+	replays, err := s.recorded(ctx, tenant, idemKeys)
+	if err != nil {
+		return nil, err
+	}
+	for i := range idemKeys {
+		if replays[i] {
+			ok[i] = true // a replay: the store answers with the first job
+		} else {
+			fresh = append(fresh, i)
+		}
+	}
+	granted, ask := 0, 1
+	var d ratelimit.Decision
+	for granted < len(fresh) {
+		d, err = s.allow(ctx, tenant, ask)
+		switch {
+		case errors.Is(err, ratelimit.ErrInvalid):
+			return nil, fmt.Errorf("httpapi: rate limit: %w", err) // a bug: 500
+		case err != nil:
+			return nil, fmt.Errorf("%w: %w", errRateUnavailable, err)
+		}
+		if !d.Allowed {
+			if ask == 1 {
+				break
+			}
+			ask = max(1, min(ask-1, d.Remaining)) // others took some meanwhile
+			continue
+		}
+		for _, i := range fresh[granted : granted+ask] {
+			ok[i] = true
+		}
+		granted += ask
+		next := max(1, d.Remaining)
+		if d.Shadowed {
+			next = d.Limit
+		}
+		ask = min(len(fresh)-granted, next)
+	}
+	if len(fresh) > 0 {
+		ratelimit.Headers(w.Header(), d)
+	}
+	return ok, nil
+}
+
+// recorded reports, in one round trip, which of idemKeys ("" = none)
+// already have a record for tenant: those requests may be replays.
+func (s *server) recorded(ctx context.Context, tenant string, idemKeys []string) ([]bool, error) {
+	found := make([]bool, len(idemKeys))
+	cmds := make([]*redis.IntCmd, len(idemKeys))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range idemKeys {
+			if k != "" {
+				cmds[i] = p.Exists(ctx, s.space.Idempotency(tenant, k))
+			}
+		}
 		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("httpapi: read idempotency records: %w", err)
 	}
-	if idemKey != "" {
-		n, err := s.rdb.Exists(ctx, s.space.Idempotency(tenant, idemKey)).Result()
-		if err != nil {
-			return fmt.Errorf("httpapi: read idempotency record: %w", err)
-		}
-		if n > 0 {
-			return nil // a replay: the store answers with the first job
-		}
+	for i, cmd := range cmds {
+		found[i] = cmd != nil && cmd.Val() > 0
 	}
-	d, err := s.allow(ctx, tenant)
-	switch {
-	case errors.Is(err, ratelimit.ErrInvalid):
-		return fmt.Errorf("httpapi: rate limit: %w", err) // a bug: 500
-	case err != nil:
-		return fmt.Errorf("%w: %w", errRateUnavailable, err)
-	}
-	ratelimit.Headers(w.Header(), d)
-	if !d.Allowed {
-		return errRateLimited
-	}
-	return nil
+	return found, nil
 }
 
 // GET /v1/jobs/{id}

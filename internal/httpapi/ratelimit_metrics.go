@@ -53,11 +53,11 @@ func newRateInstruments(mp metric.MeterProvider) (*rateInstruments, error) {
 	return &in, err
 }
 
-// allow asks the rate limiter for one unit of tenant's submission rate, and
+// allow asks the rate limiter for n units of tenant's submission rate, and
 // records the decision and how long it took.
-func (s *server) allow(ctx context.Context, tenant string) (ratelimit.Decision, error) {
+func (s *server) allow(ctx context.Context, tenant string, n int) (ratelimit.Decision, error) {
 	start := time.Now()
-	d, err := s.rate.Allow(ctx, tenant, 1)
+	d, err := s.rate.Allow(ctx, tenant, n)
 	elapsed := time.Since(start).Seconds()
 	decision := decisionAllowed
 	switch {

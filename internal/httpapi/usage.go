@@ -16,16 +16,23 @@ import (
 // hold the answer long.
 const usageTimeout = time.Second
 
-// countSubmitted counts new job j in its tenant's usage, the job id as the
-// event id: a replayed submission creates no job and reaches no count, and
-// a count written twice adds once. A failed count is logged; the job
-// stands and the client gets its 201, and the job's claims count it too
-// (execution.Worker), under the same event id.
-func (s *server) countSubmitted(ctx context.Context, j job.Job) {
+// countSubmitted counts new jobs, all of tenant, in its usage, each job
+// id as the event id, in one round trip: a replayed submission creates no
+// job and reaches no count, and a count written twice adds once. A failed
+// count is logged; the jobs stand and the client gets its 201s, and the
+// jobs' claims count them too (execution.Worker), under the same event ids.
+func (s *server) countSubmitted(ctx context.Context, tenant string, jobs ...job.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	events := make([]usage.Event, len(jobs))
+	for i, j := range jobs {
+		events[i] = usage.Event{ID: j.ID, At: j.CreatedAt}
+	}
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer stop()
-	if _, err := s.usage.Add(ctx, j.Tenant, usage.JobsSubmitted, 1, j.ID, j.CreatedAt); err != nil {
-		s.log.WarnContext(ctx, "usage not counted", attrJobID, j.ID, attrErr, err)
+	if err := s.usage.AddEach(ctx, tenant, usage.JobsSubmitted, 1, events); err != nil {
+		s.log.WarnContext(ctx, "usage not counted", attrJobID, jobs[0].ID, "jobs", len(jobs), attrErr, err)
 	}
 }
 

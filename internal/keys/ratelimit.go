@@ -45,8 +45,9 @@ func (s Space) UsageDay(tenant string, day time.Time) string {
 	return s.key("usage:"+tenant, "day:"+day.UTC().Format(time.DateOnly))
 }
 
-// UsageMark records that eventID has been counted in counter, so a retried
-// write is not counted twice.
-func (s Space) UsageMark(tenant, counter, eventID string) string {
-	return s.key("usage:"+tenant, "seen:"+counter+":"+eventID)
+// UsageSeen is the hash of a tenant's marks of the events counted with a
+// time on the UTC day of day (field: "<counter>:<event id>", value: the n
+// counted), so a retried write is not counted twice.
+func (s Space) UsageSeen(tenant string, day time.Time) string {
+	return s.key("usage:"+tenant, "seen:"+day.UTC().Format(time.DateOnly))
 }

@@ -41,15 +41,26 @@ local function fair_place(ready, set, lane, start)
   end
 end
 
--- fair_push makes job id (of priority) wait in lane, whose sorted set is
--- set. A lane already waiting keeps its turn; a new one takes the clock's
--- next turn.
-local function fair_push(fair, ready, set, lane, id, priority)
-  local arrival = redis.call('HINCRBY', fair, 'arrival', 1)
-  redis.call('ZADD', set, fair_int((100 - tonumber(priority)) * FAIR_BAND + arrival), id)
-  redis.call('HINCRBY', fair, '#' .. lane, 1)
+-- fair_push_all makes jobs ids (of priorities, one each) wait in lane,
+-- whose sorted set is set, in order: what fair_push does for each, in a
+-- few commands for all. A lane already waiting keeps its turn; a new one
+-- takes the clock's next turn.
+local function fair_push_all(fair, ready, set, lane, ids, priorities)
+  local arrival = redis.call('HINCRBY', fair, 'arrival', #ids) - #ids
+  local members = {}
+  for i, id in ipairs(ids) do
+    members[2 * i - 1] = fair_int((100 - tonumber(priorities[i])) * FAIR_BAND + arrival + i)
+    members[2 * i] = id
+  end
+  redis.call('ZADD', set, unpack(members))
+  redis.call('HINCRBY', fair, '#' .. lane, #ids)
   local turn = redis.call('ZSCORE', ready, lane)
   fair_place(ready, set, lane, turn and fair_start(tonumber(turn)) or fair_clock(fair) + 1)
+end
+
+-- fair_push makes job id (of priority) wait in lane (see fair_push_all).
+local function fair_push(fair, ready, set, lane, id, priority)
+  fair_push_all(fair, ready, set, lane, {id}, {priority})
 end
 
 -- fair_remove takes job id out of lane (claimed, cancelled, expired): the

@@ -1,82 +1,104 @@
--- Creates a job, unless it already exists: its first move (transition.lua).
--- KEYS[1] job hash      KEYS[2] ready       KEYS[3] scheduled   KEYS[4] deadlines
--- KEYS[5] fair (fair.lua)   KEYS[6] stats (stats.lua)   KEYS[7] events   KEYS[8] tenant index
--- KEYS[9] all index   KEYS[10] the job's lane (fair.lua)
--- KEYS[11] the job's deletion mark (job_delete.lua)
--- ARGV[1] id            ARGV[2] tenant      ARGV[3] queue       ARGV[4] kind
--- ARGV[5] priority (-100..100)              ARGV[6] max_attempts
--- ARGV[7] concurrency_keys (JSON array)     ARGV[8] input (JSON)
--- ARGV[9] metadata (JSON or "")             ARGV[10] timeout_ms
--- ARGV[11] max_wait_ms (0 = unlimited)      ARGV[12] on_busy
--- ARGV[13] delay_ms     ARGV[14] events stream MAXLEN
--- ARGV[15] traceparent of the submit span ("" when tracing is off)
--- ARGV[16] nonce of this call (the same when the client resends it)
--- ARGV[17] how many of the tenant's jobs not ended this queue may hold
--- before this one ("" = no cap)
--- ARGV[18] the name of the schedule that fires it ("" = none)
--- ARGV[19] the tokens the job is estimated to spend of its keys' tpm
--- budgets ("" = none)
--- ARGV[20] the URL its ends are POSTed to ("" = none)
--- Returns {1, HGETALL of the job} when created (also to a resent call that
--- had created it: its nonce is the job's), {0, HGETALL} when it existed,
--- {-1, n} when the queue holds n >= ARGV[17] of the tenant's jobs not
--- ended (nothing written), {-2, 0} when the job was deleted (nothing
--- written: a replay does not bring it back).
-local job, ready, scheduled, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local fair, stats, events, tenant_index, all_index = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local id, priority, max_wait, delay = ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[11]), tonumber(ARGV[13])
-
--- A retried idempotent request and a crashed winner's successor both land
--- here with the same id: only the first creates. A client that lost the
--- reply and resent this very call finds its own nonce: it created the job.
-if redis.call('EXISTS', job) == 1 then
-  local created = 0
-  if redis.call('HGET', job, 'nonce') == ARGV[16] then
-    created = 1
-  end
-  return {created, redis.call('HGETALL', job)}
-end
-if redis.call('EXISTS', KEYS[11]) == 1 then
-  return {-2, 0}
-end
-
-if ARGV[17] ~= '' then
-  local n = unended(stats, ARGV[2])
-  if n >= tonumber(ARGV[17]) then
-    return {-1, n}
-  end
-end
+-- Creates jobs of one tenant in one queue, each unless it already exists:
+-- each job's first move (transition.lua). One call takes a batch of n
+-- jobs (n >= 1), created in order; each is answered on its own.
+-- Shared by the batch:
+-- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] deadlines   KEYS[4] fair (fair.lua)
+-- KEYS[5] stats (stats.lua)   KEYS[6] all index   KEYS[7] tenant index
+-- ARGV[1] tenant   ARGV[2] queue   ARGV[3] events stream MAXLEN
+-- ARGV[4] how many of the tenant's jobs not ended this queue may hold
+-- before the batch's first job ("" = no cap)
+-- Then per job i (from 0): KEYS[8 + 4i + k] and ARGV[5 + 16i + k]:
+-- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
+-- k=3 the job's deletion mark (job_delete.lua)
+-- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
+-- k=4 concurrency_keys (JSON array)   k=5 input (JSON)   k=6 metadata (JSON or "")
+-- k=7 timeout_ms   k=8 max_wait_ms (0 = unlimited)   k=9 on_busy
+-- k=10 delay_ms   k=11 traceparent of the submit span ("" when tracing is off)
+-- k=12 nonce of this call (the same when the client resends it)
+-- k=13 the name of the schedule that fires it ("" = none)
+-- k=14 the tokens the job is estimated to spend of its keys' tpm budgets ("" = none)
+-- k=15 the URL its ends are POSTed to ("" = none)
+-- Returns a flat list, two values per job in order: 1, HGETALL of the job
+-- when created (also to a resent call that had created it: its nonce is
+-- the job's); 0, HGETALL when it existed; -1, n when the queue holds n >=
+-- the cap of the tenant's jobs not ended (nothing written); -2, 0 when the
+-- job was deleted (nothing written: a replay does not bring it back).
+local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local tenant, queue, maxlen, room = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local n = (#ARGV - 4) / 16
 
 local now = redis_now()
-local tx = transitions(stats, nil, now, nil, ARGV[14])
+local tx = transitions(stats, nil, now, nil, maxlen)
+local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
+local out, listed = {}, {} -- listed: score, id of each job created, for the listings
+local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
--- A small hash is a listpack that Redis searches from the front: the
--- fields claims and finishes read come first (each field HMGET reads costs
--- a scan up to it: what both read, then the execution's fields a finish's
--- event carries, then what only claims read), then those only written, and
--- those only due work, cancels and reads use come last.
--- The move writes state first. (The fields: transition.lua.)
-move(tx, {key = job, events = events, id = id, tenant = ARGV[2], state = ''}, 'queued', {
-  'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
-  'started_at', '', 'error', '', 'tenant', ARGV[2], 'exec_worker', '', 'exec_attempt', '',
-  'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[11], 'concurrency_keys', ARGV[7],
-  'kind', ARGV[4], 'input', ARGV[8], 'timeout_ms', ARGV[10], 'trace', ARGV[15], 'exec_trace', '',
-  'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[6], 'priority', ARGV[5],
-  'id', id, 'queue', ARGV[3], 'created_at', int(now), 'metadata', ARGV[9], 'on_busy', ARGV[12],
-  'nonce', ARGV[16], 'schedule', ARGV[18], 'cost', ARGV[19], 'webhook', ARGV[20]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
+for i = 0, n - 1 do
+  local k, a = 8 + 4 * i, 5 + 16 * i
+  local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
+  -- A retried idempotent request and a crashed winner's successor both land
+  -- here with the same id: only the first creates. A client that lost the
+  -- reply and resent this very call finds its own nonce: it created the job.
+  if redis.call('EXISTS', job) == 1 then
+    local created = 0
+    if redis.call('HGET', job, 'nonce') == nonce then
+      created = 1
+    end
+    out[#out + 1], out[#out + 2] = created, redis.call('HGETALL', job)
+  elseif redis.call('EXISTS', KEYS[k + 3]) == 1 then
+    out[#out + 1], out[#out + 2] = -2, 0
+  elseif held and held >= room then
+    out[#out + 1], out[#out + 2] = -1, held
+  else
+    local priority, max_wait, delay = ARGV[a + 2], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 10])
+    -- A small hash is a listpack that Redis searches from the front: the
+    -- fields claims and finishes read come first (each field HMGET reads costs
+    -- a scan up to it: what both read, then the execution's fields a finish's
+    -- event carries, then what only claims read), then those only written, and
+    -- those only due work, cancels and reads use come last.
+    -- The move writes state first. (The fields: transition.lua.)
+    move(tx, {key = job, events = events, id = id, tenant = tenant, state = ''}, 'queued', {
+      'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
+      'started_at', '', 'error', '', 'tenant', tenant, 'exec_worker', '', 'exec_attempt', '',
+      'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4],
+      'kind', ARGV[a + 1], 'input', ARGV[a + 5], 'timeout_ms', ARGV[a + 7], 'trace', ARGV[a + 11], 'exec_trace', '',
+      'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[a + 3], 'priority', priority,
+      'id', id, 'queue', queue, 'created_at', tx.now_s, 'metadata', ARGV[a + 6], 'on_busy', ARGV[a + 9],
+      'nonce', nonce, 'schedule', ARGV[a + 13], 'cost', ARGV[a + 14], 'webhook', ARGV[a + 15]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
 
-if delay > 0 then
-  redis.call('ZADD', scheduled, now + delay, id)
-else
-  fair_push(fair, ready, KEYS[10], ARGV[7], id, priority)
+    if delay > 0 then
+      redis.call('ZADD', scheduled, now + delay, id)
+    else
+      local lane = ARGV[a + 4]
+      local p = pushed[lane]
+      if not p then
+        p = {set = KEYS[k + 2], ids = {}, priorities = {}}
+        pushed[lane], lanes[#lanes + 1] = p, lane
+      end
+      p.ids[#p.ids + 1], p.priorities[#p.priorities + 1] = id, priority
+    end
+    -- max_wait counts from when the job may first run, so a delay does not eat it.
+    if max_wait > 0 then
+      redis.call('ZADD', deadlines, now + delay + max_wait, id)
+    end
+    listed[#listed + 1], listed[#listed + 2] = tx.now_s, id
+    if held then
+      held = held + 1
+    end
+    out[#out + 1], out[#out + 2] = 1, redis.call('HGETALL', job)
+  end
 end
--- max_wait counts from when the job may first run, so a delay does not eat it.
-if max_wait > 0 then
-  redis.call('ZADD', deadlines, now + delay + max_wait, id)
+-- Each lane's jobs wait in it in the order they came, pushed at once; the
+-- lanes take their turns in the order of their first job.
+for _, lane in ipairs(lanes) do
+  local p = pushed[lane]
+  fair_push_all(fair, ready, p.set, lane, p.ids, p.priorities)
 end
-
-redis.call('ZADD', tenant_index, now, id)
-redis.call('ZADD', all_index, now, id)
+if #listed > 0 then
+  redis.call('ZADD', tenant_index, unpack(listed))
+  redis.call('ZADD', all_index, unpack(listed))
+end
 settle(tx)
 
-return {1, redis.call('HGETALL', job)}
+return out

@@ -2,15 +2,22 @@
 // used) per UTC day, counting each event exactly once however often its
 // write is retried.
 //
-// Counters.Add takes an event id along with the amount. One script checks
-// the event's mark, adds the amount to the tenant's hash for the event's
-// UTC day and sets the mark: a retry (the reply was lost, a job ran twice, a
-// queue redelivered) finds the mark and adds nothing. No interleaving of
-// concurrent duplicates can count one twice, since the check and the write
-// cannot be split.
+// Counters.Add takes an event id along with the amount (AddEach many
+// events, in one script). One script checks the event's mark, adds the
+// amount to the tenant's hash for the event's UTC day and sets the mark: a
+// retry (the reply was lost, a job ran twice, a queue redelivered) finds
+// the mark and adds nothing. No interleaving of concurrent duplicates can
+// count one twice, since the check and the write cannot be split.
 //
-//	<prefix>{usage:<tenant>}:seen:<counter>:<event id>   mark, value n, expires after MarkTTL
-//	<prefix>{usage:<tenant>}:day:2026-03-01              hash counter → count, dropped Retention after the day
+//	<prefix>{usage:<tenant>}:seen:2026-03-01   hash "<counter>:<event id>" → n: the marks of the day's events, kept MarkTTL after the last
+//	<prefix>{usage:<tenant>}:day:2026-03-01    hash counter → count, dropped Retention after the day
+//
+// A mark is a field of its day's hash, not a key of its own: a job's
+// handful of events (submitted, started, ended, tokens) cost a few dozen
+// bytes each and no key. A retry is found by a mark of its event's day or
+// of the days either side, so a caller whose retry takes the time of the
+// retry rather than of the event, or another process's clock, still
+// counts once across a midnight.
 //
 // # What is exact and what is not
 //
@@ -21,7 +28,8 @@
 // Approximate, by what is stated here and nothing more:
 //
 //   - A retry that arrives more than MarkTTL after the first Add finds no mark
-//     and is counted again. Pick MarkTTL longer than the longest time anything
+//     and is counted again, and so does one whose time is more than a day
+//     away from the first Add's. Pick MarkTTL longer than the longest time anything
 //     may retry (client backoff, queue redelivery, a job's attempts).
 //   - A Redis failover with asynchronous replication can lose the last writes.
 //     Mark and increment are one script and replicate together, so both are
@@ -30,9 +38,9 @@
 //   - Redis evicting keys would drop marks and counts: Leasehold requires
 //     maxmemory-policy noeviction.
 //
-// A mark costs one key per (counter, event id) for MarkTTL: at 100 events a
-// second, about 70 million keys over 8 days, several GB. Size MarkTTL to the
-// retry window, not longer.
+// A mark costs a hash field per (counter, event id) for MarkTTL: at 100
+// events a second, about 70 million fields over 8 days, a few GB. Size
+// MarkTTL to the retry window, not longer.
 //
 // Days are UTC: an event at 23:30 in New York on March 1 counts on March 2.
 // All of a tenant's keys share one hash tag, so one tenant is one Redis

@@ -91,49 +91,94 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 // eventID: the mark that eventID was counted and the increment are one
 // script, so a retried Add (the reply was lost, the job ran twice) adds
 // nothing and returns added false. at is when the usage happened; a retry
-// passes the same at and lands on the same day. The same eventID may count
+// passes the same at, or one at most a day away (a mark of the days either
+// side of at's is found too), and the event is counted on the first at's
+// day. The same eventID may count
 // once in each of several counters. An eventID counted before with another
 // n gets ErrConflict. A day whose counts are past Retention is refused.
 func (c *Counters) Add(ctx context.Context, tenant, counter string, n int64, eventID string, at time.Time) (added bool, err error) {
+	done, err := c.add(ctx, tenant, counter, n, []Event{{ID: eventID, At: at}})
+	return len(done) == 1 && done[0], err
+}
+
+// Event is one event that AddEach counts: its id and when it happened.
+type Event struct {
+	ID string
+	At time.Time
+}
+
+// AddEach adds n to tenant's counter once for each of events, as Add does
+// for each, in one script: what a batch of jobs submitted at once counts.
+// It returns the first error; the events before it were counted.
+func (c *Counters) AddEach(ctx context.Context, tenant, counter string, n int64, events []Event) error {
+	_, err := c.add(ctx, tenant, counter, n, events)
+	return err
+}
+
+// add counts events and says which were added.
+func (c *Counters) add(ctx context.Context, tenant, counter string, n int64, events []Event) ([]bool, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	for _, e := range events {
+		if err := c.check(tenant, counter, n, e); err != nil {
+			return nil, err
+		}
+	}
+	keys := make([]string, 0, 4*len(events))
+	args := append(make([]any, 0, 3+2*len(events)), counter, n, c.markTTL.Milliseconds())
+	for _, e := range events {
+		day := utcDay(e.At)
+		keys = append(keys, c.keys.UsageSeen(tenant, day), c.keys.UsageSeen(tenant, day.AddDate(0, 0, -1)),
+			c.keys.UsageSeen(tenant, day.AddDate(0, 0, 1)), c.keys.UsageDay(tenant, day))
+		args = append(args, e.ID, day.Add(24*time.Hour).Add(c.retention).UnixMilli())
+	}
+	res, err := addScript.Run(ctx, c.rdb, keys, args...).Slice()
+	if err == nil && len(res) != 2*len(events) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(events))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, events[0].ID, err)
+	}
+	added := make([]bool, len(events))
+	for i, e := range events {
+		switch res[2*i] {
+		case int64(1):
+			added[i] = true
+		case int64(0):
+			if first, _ := res[2*i+1].(string); first != strconv.FormatInt(n, 10) {
+				return added, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, e.ID, first, n)
+			}
+		default:
+			return added, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
+		}
+	}
+	return added, nil
+}
+
+// check refuses what Add refuses before any Redis work.
+func (c *Counters) check(tenant, counter string, n int64, e Event) error {
 	if err := validName("tenant", tenant); err != nil {
-		return false, err
+		return err
 	}
 	if err := validName("counter", counter); err != nil {
-		return false, err
+		return err
 	}
 	if strings.Contains(counter, ":") {
-		// The mark is "seen:<counter>:<event id>": a colon in the counter
+		// The mark is "<counter>:<event id>": a colon in the counter
 		// would let two pairs share a mark.
-		return false, fmt.Errorf("%w: counter %q: colons are not allowed", ErrInvalid, counter)
+		return fmt.Errorf("%w: counter %q: colons are not allowed", ErrInvalid, counter)
 	}
-	if err := validName("event id", eventID); err != nil {
-		return false, err
+	if err := validName("event id", e.ID); err != nil {
+		return err
 	}
 	if n < 1 {
-		return false, fmt.Errorf("%w: n %d: must be at least 1", ErrInvalid, n)
+		return fmt.Errorf("%w: n %d: must be at least 1", ErrInvalid, n)
 	}
-	if at.IsZero() {
-		return false, fmt.Errorf("%w: no time: at picks the day, so a retry must repeat it", ErrInvalid)
+	if e.At.IsZero() {
+		return fmt.Errorf("%w: no time: at picks the day, so a retry must repeat it", ErrInvalid)
 	}
-	day := utcDay(at)
-	dropAt := day.Add(24 * time.Hour).Add(c.retention)
-	res, err := addScript.Run(ctx, c.rdb,
-		[]string{c.keys.UsageMark(tenant, counter, eventID), c.keys.UsageDay(tenant, day)},
-		counter, n, c.markTTL.Milliseconds(), dropAt.UnixMilli()).Slice()
-	if err != nil {
-		return false, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, eventID, err)
-	}
-	switch res[0].(int64) {
-	case 1:
-		return true, nil
-	case 0:
-		if first := res[1].(string); first != strconv.FormatInt(n, 10) {
-			return false, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, eventID, first, n)
-		}
-		return false, nil
-	default:
-		return false, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, day.Format(time.DateOnly), c.retention)
-	}
+	return nil
 }
 
 // Get returns tenant's counts for every UTC day from the day of from to the

@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,12 +199,12 @@ func TestRetryAfterMarkTTLCountsAgain(t *testing.T) {
 		c, ks := newCounters(t, rdb, usage.Config{MarkTTL: 100 * time.Millisecond})
 		at := today().Add(time.Hour)
 		add(t, c, "acme", "jobs", 1, "evt-1", at)
-		pttl := rdb.PTTL(t.Context(), ks.UsageMark("acme", "jobs", "evt-1")).Val()
+		pttl := rdb.PTTL(t.Context(), ks.UsageSeen("acme", at)).Val()
 		if pttl <= 0 || pttl > 100*time.Millisecond {
 			t.Fatalf("mark pttl %v, want within (0, 100ms]", pttl)
 		}
 		testenv.Eventually(t, 5*time.Second, func() bool {
-			return rdb.Exists(t.Context(), ks.UsageMark("acme", "jobs", "evt-1")).Val() == 0
+			return rdb.Exists(t.Context(), ks.UsageSeen("acme", at)).Val() == 0
 		}, "mark never expired")
 		if !add(t, c, "acme", "jobs", 1, "evt-1", at) {
 			t.Fatal("retry after the mark expired not applied")
@@ -231,7 +232,7 @@ func TestDayCountsExpireAfterRetention(t *testing.T) {
 		if added || !errors.Is(err, usage.ErrInvalid) || !strings.Contains(err.Error(), "retention") {
 			t.Fatalf("add to a day past retention: %v, %v; want ErrInvalid", added, err)
 		}
-		if n := rdb.Exists(t.Context(), ks.UsageMark("acme", "jobs", "evt-old")).Val(); n != 0 {
+		if n := rdb.Exists(t.Context(), ks.UsageSeen("acme", old)).Val(); n != 0 {
 			t.Fatal("a refused add left a mark")
 		}
 	})
@@ -274,4 +275,38 @@ func TestBadInputIsRefused(t *testing.T) {
 	if _, err := usage.New(rdb, usage.Config{MarkTTL: -time.Second}); !errors.Is(err, usage.ErrInvalid) {
 		t.Errorf("negative MarkTTL: %v, want ErrInvalid", err)
 	}
+}
+
+// AddEach counts each of many events once, in one script, and their marks
+// are fields of one hash per tenant and day, not a key each; a retry
+// whose time crossed a midnight finds its mark of the day either side.
+//
+// Fails when a mark is looked up in its own day alone (the retry after
+// midnight counts again).
+func TestAddEachMarksInOneHashPerDay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newCounters(t, rdb, usage.Config{})
+		at := today().Add(time.Hour)
+		events := make([]usage.Event, 500)
+		for i := range events {
+			events[i] = usage.Event{ID: fmt.Sprintf("evt-%d", i), At: at}
+		}
+		for range 2 { // the second time: every one a retry
+			if err := c.AddEach(t.Context(), "acme", "jobs", 3, events); err != nil {
+				t.Fatal(err)
+			}
+			if n := count(t, c, "acme", "jobs", at); n != 1500 {
+				t.Fatalf("count %d, want 500 events of 3", n)
+			}
+		}
+		if n := rdb.HLen(t.Context(), ks.UsageSeen("acme", at)).Val(); n != 500 {
+			t.Fatalf("%d marks in the day's hash, want 500", n)
+		}
+		if add(t, c, "acme", "jobs", 3, "evt-7", at.Add(24*time.Hour)) || add(t, c, "acme", "jobs", 3, "evt-8", at.Add(-24*time.Hour)) {
+			t.Fatal("a retry a day away counted again")
+		}
+		if err := c.AddEach(t.Context(), "acme", "jobs", 4, events[:1]); !errors.Is(err, usage.ErrConflict) {
+			t.Fatalf("a retry with another n: %v, want ErrConflict", err)
+		}
+	})
 }

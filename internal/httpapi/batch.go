@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// batchItemTime is how much longer than RedisTimeout a batch may take for
+// each of its items: a batch is a few round trips, but the Redis work of
+// each of its jobs.
+const batchItemTime = 5 * time.Millisecond
+
+// batchEntry is one item's answer in a batch: 201 or 200 with its job, or
+// a 4xx with the problem its own POST /v1/jobs would have answered.
+type batchEntry struct {
+	Status  int             `json:"status"`
+	Job     *job.Job        `json:"job,omitempty"`
+	Problem json.RawMessage `json:"problem,omitempty"`
+}
+
+// batchBody is the body of POST /v1/jobs/batch, in and out.
+type batchBody[T any] struct {
+	Jobs []T `json:"jobs"`
+}
+
+// POST /v1/jobs/batch: each item is submitted as its own POST /v1/jobs
+// would be, in a few round trips for the whole batch (job.Store.SubmitBatch).
+func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
+	body, err := readJSONBody(w, r, s.maxBatchBody)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	raws, err := decodeBatch(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	entries := make([]batchEntry, len(raws))
+	var items []job.BatchItem
+	var at []int // the index of each of items in the batch
+	for i, raw := range raws {
+		it, err := s.decodeItem(c.tenant, raw)
+		if err == nil {
+			items, at = append(items, it), append(at, i)
+			continue
+		}
+		if entries[i], err = s.itemProblem(r, err); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+
+	ctx, stop := s.redisContext(r.Context(), time.Duration(len(raws))*batchItemTime)
+	defer stop()
+	idemKeys := make([]string, len(items))
+	for k, it := range items {
+		idemKeys[k] = it.IdempotencyKey
+	}
+	admitted, err := s.admit(ctx, w, c.tenant, idemKeys)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var limited []int // the items over the rate
+	items, at = slices.Clone(items), slices.Clone(at)
+	for k := len(items) - 1; k >= 0; k-- {
+		if !admitted[k] {
+			limited = append(limited, at[k])
+			items, at = slices.Delete(items, k, k+1), slices.Delete(at, k, k+1)
+		}
+	}
+	for _, i := range limited {
+		if entries[i], err = s.itemProblem(r, errRateLimited); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	var results []job.BatchResult
+	if len(items) > 0 {
+		results, err = s.store.SubmitBatch(ctx, c.tenant, items, job.Cap{Max: s.tenantCap, Queues: s.queues})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	var created []job.Job
+	for k, res := range results {
+		i := at[k]
+		switch {
+		case res.Err != nil:
+			s.countRejection(ctx, res.Err)
+			if entries[i], err = s.itemProblem(r, res.Err); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+		case res.Created:
+			j := s.shown(c, res.Job)
+			entries[i] = batchEntry{Status: http.StatusCreated, Job: &j}
+			created = append(created, res.Job)
+		default:
+			j := s.shown(c, res.Job)
+			entries[i] = batchEntry{Status: http.StatusOK, Job: &j} // an idempotent replay
+		}
+	}
+	s.countSubmitted(ctx, c.tenant, created...)
+	var woken []string
+	for _, j := range created {
+		if !slices.Contains(woken, j.Queue) {
+			woken = append(woken, j.Queue)
+			s.wake(r, j.Queue)
+		}
+	}
+	writeJSON(w, http.StatusOK, batchBody[batchEntry]{Jobs: entries})
+}
+
+// decodeBatch reads {"jobs": [...]}: one object whose one member is an
+// array of 1 to job.MaxBatch items, each left for decodeItem.
+func decodeBatch(body []byte) ([]json.RawMessage, error) {
+	raw, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	var fields []job.FieldError
+	for name := range raw {
+		if name != "jobs" {
+			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
+		}
+	}
+	if len(fields) > 0 {
+		return nil, &badRequest{detail: "a batch is {\"jobs\": [...]}: see errors", fields: fields}
+	}
+	var items []json.RawMessage
+	if t := bytes.TrimSpace(raw["jobs"]); len(t) == 0 || t[0] != '[' || json.Unmarshal(t, &items) != nil {
+		return nil, fieldError("jobs", "is required: an array of submissions")
+	}
+	if len(items) < 1 || len(items) > job.MaxBatch {
+		return nil, fieldError("jobs", fmt.Sprintf("must hold 1 to %d submissions, not %d", job.MaxBatch, len(items)))
+	}
+	return items, nil
+}
+
+// decodeItem reads and checks one item of a batch as submitJob reads its
+// body, with the idempotency key that its header would carry in its
+// "idempotency_key" member.
+func (s *server) decodeItem(tenant string, raw json.RawMessage) (job.BatchItem, error) {
+	var it job.BatchItem
+	if int64(len(raw)) > s.maxBody {
+		return it, &http.MaxBytesError{Limit: s.maxBody}
+	}
+	members, err := decodeObject(raw)
+	if err != nil {
+		return it, err
+	}
+	if k, ok := members["idempotency_key"]; ok {
+		delete(members, "idempotency_key")
+		if json.Unmarshal(k, &it.IdempotencyKey) != nil || !printableASCII(it.IdempotencyKey, 255) {
+			return it, fieldError("idempotency_key", "must be a string of 1 to 255 printable ASCII characters")
+		}
+	}
+	given, err := decodeMembers(members, &it.Submission)
+	if err == nil {
+		err = it.Submission.ValidateGiven(given)
+	}
+	if err == nil {
+		err = s.checkQueue(it.Submission)
+	}
+	if err == nil {
+		err = s.checkInput(tenant, it.Submission)
+	}
+	return it, err
+}
+
+// itemProblem is the entry of an item refused with err: the problem that
+// fail answers for it, which must be the client's fault (4xx); any other
+// is returned, for the whole batch to fail with.
+func (s *server) itemProblem(r *http.Request, err error) (batchEntry, error) {
+	rec := &recorded{header: http.Header{}}
+	s.fail(rec, r, err)
+	if rec.status < 400 || rec.status >= 500 {
+		return batchEntry{}, err
+	}
+	return batchEntry{Status: rec.status, Problem: bytes.TrimSpace(rec.body.Bytes())}, nil
+}
+
+// recorded is a ResponseWriter that keeps what fail wrote, so that an
+// item's problem is the one its own request would get.
+type recorded struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *recorded) Header() http.Header         { return w.header }
+func (w *recorded) Write(b []byte) (int, error) { return w.body.Write(b) }
+func (w *recorded) WriteHeader(status int)      { w.status = status }

@@ -1,0 +1,632 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// MaxBatch is the most submissions one SubmitBatch takes.
+const MaxBatch = 1000
+
+// BatchItem is one submission of a batch, with its own idempotency key.
+type BatchItem struct {
+	Submission     Submission
+	IdempotencyKey string // "" = none
+}
+
+// BatchResult is what became of one item of a batch: its job, created or
+// (Created false) the one an earlier request with its idempotency key
+// created; or Err, why it was refused, in which case nothing of it was
+// written.
+type BatchResult struct {
+	Job     Job
+	Created bool
+	Err     error
+}
+
+// Submit validates sub and creates the job for tenant. With an
+// idempotency key ("" = none) a repeated request returns the job the first
+// one created, with created false. Invalid input returns a
+// *ValidationError and writes nothing.
+func (s *Store) Submit(ctx context.Context, tenant string, sub Submission, idemKey string) (j Job, created bool, err error) {
+	return s.SubmitWithin(ctx, tenant, sub, idemKey, Cap{})
+}
+
+// SubmitWithin is Submit under limit, a cap on tenant's jobs not ended: a
+// new job that would take the tenant to more than limit.Max is refused
+// with a *CapError. A replay of an idempotent request is answered with the
+// job it created, whatever the count.
+//
+// The job's own queue is counted atomically with its creation, so
+// concurrent submissions to one queue never pass the cap. The other
+// queues live in other Redis Cluster slots: their counts are read in one
+// round trip before, so concurrent submissions to different queues may
+// pass it by as many as are in flight at once.
+func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission, idemKey string, limit Cap) (j Job, created bool, err error) {
+	res, err := s.SubmitBatch(ctx, tenant, []BatchItem{{Submission: sub, IdempotencyKey: idemKey}}, limit)
+	if err != nil {
+		return Job{}, false, err
+	}
+	return res[0].Job, res[0].Created, res[0].Err
+}
+
+// SubmitBatch submits 1 to MaxBatch items for tenant under limit, each as
+// its own SubmitWithin would: each item is created, replayed or refused
+// on its own (BatchResult.Err), and a refused item writes nothing. It
+// does in a few round trips what as many SubmitWithin calls do in one
+// each: the rules of every item's keys are read at once, the idempotency
+// keys claimed and the tenant's counts read at once, and each queue's
+// items are created by one pipeline of submit scripts, queue after queue
+// in the order of their first item. Within a queue the items are created
+// in order, each counted against the cap after the ones before it; a
+// queue's items count against the cap in the queues after it.
+//
+// An error (Redis failed) means the batch stopped: the items before the
+// failure may have been created, which resending them with idempotency
+// keys finds.
+func (s *Store) SubmitBatch(ctx context.Context, tenant string, items []BatchItem, limit Cap) ([]BatchResult, error) {
+	if err := ValidateTenant(tenant); err != nil {
+		return nil, err
+	}
+	if len(items) < 1 || len(items) > MaxBatch {
+		return nil, &ValidationError{Errors: []FieldError{{Field: "jobs", Message: fmt.Sprintf("must hold 1 to %d submissions, not %d", MaxBatch, len(items))}}}
+	}
+	b := &batch{s: s, tenant: tenant, limit: limit, out: make([]BatchResult, len(items))}
+	if err := b.prepare(ctx, items); err != nil {
+		return nil, err
+	}
+	if err := b.claim(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.checkRoom(ctx); err != nil {
+		return nil, err
+	}
+	err := b.create(ctx)
+	return b.out, errors.Join(err, b.cleanUp(ctx))
+}
+
+// batch is one SubmitBatch on its way.
+type batch struct {
+	s      *Store
+	tenant string
+	limit  Cap
+	out    []BatchResult
+	live   []*submitting    // the items not refused yet, in order
+	counts map[string]int64 // the tenant's jobs not ended per queue (when limit.Max > 0)
+	// refused are the items refused after their idempotency key was
+	// claimed, whose record and lookup cleanUp drops.
+	refused []*submitting
+	created map[string]bool // the ids created by this batch
+}
+
+// submitting is one item of a batch not refused yet.
+type submitting struct {
+	at    int        // its index in the batch
+	sub   Submission // as given
+	n     Submission // normalized
+	idem  string
+	rules *keyRules
+	fresh string // the id this request made up
+	id    string // the job's: fresh, or the one its idempotency key stands for
+	span  trace.Span
+	// claimed: this batch wrote the idempotency record; registered: the
+	// id → queue lookup.
+	claimed, registered bool
+}
+
+// replay says whether an earlier request with the item's idempotency key
+// made its id: the item is answered with that request's job.
+func (p *submitting) replay() bool { return p.id != p.fresh }
+
+// refuse records err as item p's answer. Only an item whose id is its
+// own has anything to drop: a replay of a record whose first request is
+// still in flight leaves it to that one.
+func (b *batch) refuse(p *submitting, err error) {
+	b.out[p.at].Err = err
+	if p.span != nil {
+		endSpan(p.span, err)
+		p.span = nil
+	}
+	if !p.replay() && (p.claimed || p.registered) {
+		b.refused = append(b.refused, p)
+	}
+}
+
+// keep keeps the items of b.live that ok keeps, refusing the others with
+// the error it returns.
+func (b *batch) keep(ok func(p *submitting) error) {
+	b.live = slices.DeleteFunc(b.live, func(p *submitting) bool {
+		if err := ok(p); err != nil {
+			b.refuse(p, err)
+			return true
+		}
+		return false
+	})
+}
+
+// prepare normalizes and validates every item, and checks each against
+// its keys' rules, read once for all the items that need them.
+func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
+	var ruled []string // keys whose rules an item needs
+	for i, it := range items {
+		p := &submitting{at: i, sub: it.Submission, idem: it.IdempotencyKey}
+		p.fresh = uuid.Must(uuid.NewV7()).String()
+		p.id = p.fresh
+		var err error
+		if p.idem != "" && !validIdempotencyKey(p.idem) {
+			err = &ValidationError{Errors: []FieldError{{
+				Field: "Idempotency-Key", Message: "must be 1 to 255 printable ASCII characters"}}}
+		} else {
+			p.n, err = p.sub.normalize(b.tenant)
+		}
+		if err != nil {
+			b.out[i].Err = err
+			continue
+		}
+		if b.s.needsRules(p.sub, p.n) {
+			p.rules = &keyRules{named: b.s.limited && len(p.sub.ConcurrencyKeys) > 0}
+			ruled = append(ruled, p.n.ConcurrencyKeys...)
+		}
+		b.live = append(b.live, p)
+	}
+	if len(ruled) > 0 {
+		slices.Sort(ruled)
+		l, bu, err := b.s.limitsOf(ctx, slices.Compact(ruled))
+		if err != nil {
+			return err
+		}
+		for _, p := range b.live {
+			if p.rules != nil {
+				p.rules.limits, p.rules.budgets = l, bu
+			}
+		}
+	}
+	b.keep(func(p *submitting) error { return p.rules.check(b.tenant, p.sub, p.n) })
+	return nil
+}
+
+// claim claims the items' idempotency keys and, under a cap, reads the
+// tenant's counts, in one round trip. SET NX GET decides the winner of
+// each key and reads its record in one atomic step: an item that loses
+// takes the id the record holds, and the submit script completes a
+// winner that crashed before creating its job. Two items of the batch
+// with one key are the first request and its replay, in order.
+//
+// An item already over the cap is refused before anything else is
+// written, unless it is a replay.
+func (b *batch) claim(ctx context.Context) error {
+	s := b.s
+	claims := make([]*redis.StatusCmd, len(b.live))
+	bodies := make([]string, len(b.live))
+	var counts map[string]*redis.SliceCmd
+	fields := countedFields(b.tenant)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, it := range b.live {
+			if it.idem == "" {
+				continue
+			}
+			body, err := it.n.hash()
+			if err != nil {
+				return err
+			}
+			rec, err := json.Marshal(idempotencyRecord{Job: it.id, Queue: it.n.Queue, Body: body})
+			if err != nil {
+				return err
+			}
+			bodies[i] = body
+			claims[i] = p.SetArgs(ctx, s.keys.Idempotency(b.tenant, it.idem), rec, redis.SetArgs{Mode: "NX", Get: true, TTL: s.idemTTL})
+		}
+		if b.limit.Max > 0 {
+			counts = map[string]*redis.SliceCmd{}
+			for _, q := range b.capQueues() {
+				counts[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			}
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("job: idempotency keys and counts: %w", err)
+	}
+	if counts != nil {
+		b.counts = map[string]int64{}
+		for q, cmd := range counts {
+			n, err := parseCounts(cmd)
+			if err != nil {
+				return fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
+			}
+			b.counts[q] = n[0] + n[1] + n[2] + n[3]
+		}
+	}
+	for i, it := range b.live {
+		if claims[i] == nil {
+			continue
+		}
+		old, err := claims[i].Result()
+		if errors.Is(err, redis.Nil) {
+			it.claimed = true // the first request with this key
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("job: idempotency key: %w", err)
+		}
+		var prev idempotencyRecord
+		if err := json.Unmarshal([]byte(old), &prev); err != nil {
+			return fmt.Errorf("job: idempotency record: %w", err)
+		}
+		it.id = prev.Job
+		if prev.Body != bodies[i] {
+			it.id = "" // not a replay either: nothing to drop
+			b.out[it.at].Err = ErrIdempotencyConflict
+		}
+	}
+	b.live = slices.DeleteFunc(b.live, func(p *submitting) bool { return b.out[p.at].Err != nil })
+	if b.limit.Max > 0 {
+		b.keep(func(p *submitting) error {
+			if n := b.counts[p.n.Queue] + b.elsewhere(p.n.Queue); n >= b.limit.Max && !p.replay() {
+				return &CapError{Jobs: n, Max: b.limit.Max}
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// capQueues are the queues whose counts the cap reads: its own, and each
+// item's.
+func (b *batch) capQueues() []string {
+	qs := slices.Clone(b.limit.Queues)
+	for _, p := range b.live {
+		qs = append(qs, p.n.Queue)
+	}
+	slices.Sort(qs)
+	return slices.Compact(qs)
+}
+
+// elsewhere is how many of the tenant's jobs not ended the cap's queues
+// other than q hold: as read, plus those this batch has created since.
+func (b *batch) elsewhere(q string) int64 {
+	var n int64
+	for _, other := range slices.Compact(slices.Sorted(slices.Values(b.limit.Queues))) {
+		if other != q {
+			n += b.counts[other]
+		}
+	}
+	return n
+}
+
+// checkRoom refuses the new items with on_busy "reject" whose keys have no
+// room now. A replay returns the job its first request created, room or
+// not.
+func (b *batch) checkRoom(ctx context.Context) error {
+	var err error
+	b.keep(func(p *submitting) error {
+		if err != nil || p.n.OnBusy != OnBusyReject || p.replay() {
+			return nil
+		}
+		var busy *BusyError
+		rerr := b.s.room(ctx, p.rules, p.n.ConcurrencyKeys, p.n.tokens())
+		if errors.As(rerr, &busy) {
+			return rerr
+		}
+		err = rerr
+		return nil
+	})
+	return err
+}
+
+// create writes the lookups, then runs the submit script per queue:
+// without a cap, once for all the items of each queue; under a cap, once
+// for each run of consecutive items of one queue,
+// so that each item is counted after every item before it, in whichever
+// queue.
+func (b *batch) create(ctx context.Context) error {
+	if len(b.live) == 0 {
+		return nil
+	}
+	s := b.s
+	var queues []string
+	var groups [][]*submitting
+	for _, p := range b.live {
+		k := slices.Index(queues, p.n.Queue)
+		switch {
+		case k < 0:
+			queues = append(queues, p.n.Queue)
+			groups = append(groups, []*submitting{p})
+		case b.limit.Max > 0 && p.n.Queue != groups[len(groups)-1][0].n.Queue:
+			groups = append(groups, []*submitting{p})
+		case b.limit.Max > 0:
+			groups[len(groups)-1] = append(groups[len(groups)-1], p)
+		default:
+			groups[k] = append(groups[k], p)
+		}
+		_, p.span = s.startSubmit(ctx, b.tenant, p.n.Queue, p.id)
+	}
+	// Both writes are idempotent and come before the jobs, so a crash here
+	// leaves nothing a client can see, and the retry writes them again.
+	if _, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.SAdd(ctx, s.keys.Queues(), anys(queues)...)
+		for _, p := range b.live {
+			pipe.Set(ctx, s.keys.JobQueue(p.id), p.n.Queue, s.retention+lookupSlack)
+			p.registered = true
+		}
+		return nil
+	}); err != nil {
+		b.endSpans(err)
+		return fmt.Errorf("job: register %d jobs: %w", len(b.live), err)
+	}
+	b.created = map[string]bool{}
+	for _, g := range groups {
+		if err := b.createIn(ctx, g); err != nil {
+			b.endSpans(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// createIn runs the submit script once for items, all of one queue, and
+// reads their answers.
+func (b *batch) createIn(ctx context.Context, in []*submitting) error {
+	s, q := b.s, in[0].n.Queue
+	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
+	if b.limit.Max > 0 {
+		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
+	}
+	keys, args := s.submitCall(b.tenant, q, room, in)
+	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
+	if err == nil && len(res) != 2*len(in) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(in))
+	}
+	if err != nil {
+		return fmt.Errorf("job: submit %d jobs to %s: %w", len(in), q, err)
+	}
+	for i, p := range in {
+		status, reply := res[2*i], res[2*i+1]
+		switch status {
+		case int64(-1):
+			own, _ := reply.(int64)
+			b.refuse(p, &CapError{Jobs: b.elsewhere(q) + own, Max: b.limit.Max})
+			continue
+		case int64(-2):
+			b.out[p.at].Err = ErrDeleted
+			endSpan(p.span, ErrDeleted)
+			p.span = nil
+			// The lookup written above points at nothing again.
+			b.refused = append(b.refused, &submitting{id: p.id, fresh: p.id, registered: true})
+			continue
+		}
+		j, err := parseReply(reply)
+		if err != nil {
+			return err
+		}
+		b.out[p.at].Job, b.out[p.at].Created = j, status == int64(1)
+		endSpan(p.span, nil)
+		p.span = nil
+		if b.out[p.at].Created {
+			b.created[p.id] = true
+			if b.counts != nil {
+				b.counts[q]++
+			}
+		}
+	}
+	return nil
+}
+
+// endSpans ends the spans of the items a failure left unanswered.
+func (b *batch) endSpans(err error) {
+	for _, p := range b.live {
+		if p.span != nil && b.out[p.at].Err == nil && b.out[p.at].Job.ID == "" {
+			endSpan(p.span, err)
+			p.span = nil
+		}
+	}
+}
+
+// cleanUp drops the lookups and idempotency records that the items
+// refused had written, in one round trip: a refusal leaves
+// nothing behind, and a retry with the same key is a new request. An id
+// that another item of the batch created (its replay) keeps both.
+func (b *batch) cleanUp(ctx context.Context) error {
+	s := b.s
+	var dels []string
+	for _, p := range b.refused {
+		if b.created[p.id] {
+			continue
+		}
+		if p.registered {
+			dels = append(dels, s.keys.JobQueue(p.id))
+		}
+		if p.claimed {
+			dels = append(dels, s.keys.Idempotency(b.tenant, p.idem))
+		}
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	// One DEL per key: on a Cluster they live in slots of their own.
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range dels {
+			p.Del(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("job: submit: drop the lookups of refused jobs: %w", err)
+	}
+	return nil
+}
+
+// submitCall is the KEYS and ARGV of one run of the submit script
+// (internal/scripts/job_submit.lua) for items, all of queue q.
+func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []string, args []any) {
+	keys = make([]string, 0, 7+4*len(items))
+	args = make([]any, 0, 4+16*len(items))
+	keys = append(keys, s.keys.QueueReady(q), s.keys.QueueScheduled(q), s.keys.QueueDeadlines(q),
+		s.keys.QueueFair(q), s.keys.QueueStats(q), s.keys.QueueAllJobs(q), s.keys.QueueTenantJobs(q, tenant))
+	args = append(args, tenant, q, scripts.EventsMaxLen, room)
+	for _, p := range items {
+		n, id := p.n, p.id
+		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
+		keys = append(keys, s.keys.Job(q, id), s.keys.JobEvents(q, id), s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id))
+		args = append(args,
+			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
+			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),
+			telemetry.Encode(p.span.SpanContext()),
+			// go-redis resends a script whose reply it lost; the nonce lets
+			// the script tell that resend (created) from a replay (existed).
+			uuid.NewString(),
+			n.Schedule, cost(n.tokens()), n.Webhook.url())
+	}
+	return keys, args
+}
+
+// anys converts strings for a variadic command.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// cost is a job's estimated tokens as the job hash keeps them: "" for none.
+func cost(tokens int64) string {
+	if tokens == 0 {
+		return ""
+	}
+	return strconv.FormatInt(tokens, 10)
+}
+
+// Unended returns how many of tenant's jobs have not ended in queues:
+// what a cap on them counts (see SubmitWithin).
+func (s *Store) Unended(ctx context.Context, tenant string, queues []string) (int64, error) {
+	fields := countedFields(tenant)
+	counts := map[string]*redis.SliceCmd{}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range queues {
+			if counts[q] == nil {
+				counts[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			}
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("job: count jobs not ended: %w", err)
+	}
+	var total int64
+	for q, cmd := range counts {
+		n, err := parseCounts(cmd)
+		if err != nil {
+			return 0, fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
+		}
+		total += n[0] + n[1] + n[2] + n[3]
+	}
+	return total, nil
+}
+
+// keyRules are the limits and budgets of a submission's keys, read once for
+// the checks that need them: which keys a tenant may name, a cost larger
+// than a whole budget, and on_busy "reject".
+type keyRules struct {
+	limits  map[string]int64
+	budgets map[string]lease.Budget
+	named   bool // check the keys the submitter named (Config.OnlyLimitedKeys)
+}
+
+// needsRules says whether a check needs the rules of n's keys: a key of
+// the submitter's choice to check, a cost, or a job rejected when busy.
+func (s *Store) needsRules(sub, n Submission) bool {
+	return s.limited && len(sub.ConcurrencyKeys) > 0 || sub.Cost != nil || n.OnBusy == OnBusyReject
+}
+
+// check refuses what the keys' rules do not allow. A tenant may name a key
+// that has a limit or a budget (exact or by its prefix's wildcard), or a
+// key under its own prefix tenant:<tenant>:; the keys added for it
+// (tenant:<tenant>, model:<model> for llm.chat) always. Any other key would
+// let a tenant hold slots nobody limits, or fill Redis with keys nobody
+// configured. A cost larger than a key's whole tpm could never run.
+func (r *keyRules) check(tenant string, sub, n Submission) error {
+	if r == nil {
+		return nil
+	}
+	var v ValidationError
+	own := "tenant:" + tenant
+	model, _ := chatModel(n)
+	for i, k := range sub.ConcurrencyKeys {
+		if !r.named {
+			break
+		}
+		_, limited := scripts.Lookup(r.limits, k)
+		_, budgeted := scripts.Lookup(r.budgets, k)
+		if !limited && !budgeted && k != own && !strings.HasPrefix(k, own+":") && k != "model:"+model {
+			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "%s has no limit or budget: name a key that has one, or one under %s:", k, own)
+		}
+	}
+	if sub.Cost != nil {
+		for _, k := range n.ConcurrencyKeys {
+			if b, ok := scripts.Lookup(r.budgets, k); ok && b.TPM > 0 && sub.Cost.Tokens > b.TPM {
+				v.add("cost.tokens", "%d is more than the whole tpm of %s (%d): the job could never run", sub.Cost.Tokens, k, b.TPM)
+			}
+		}
+	}
+	return v.err()
+}
+
+// room returns a *BusyError when one of keys has no room now (on_busy
+// "reject"): its limit (an adaptive key's effective limit) is full, or its
+// budget has no room for the job's tokens, or the upstream throttled it.
+// It only looks: each key's lease set is in a slot of its own, and room now
+// may be gone before a worker claims.
+func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int64) error {
+	for _, k := range keys {
+		l := scripts.LimitOf(r.limits, k)
+		b, budgeted := scripts.Lookup(r.budgets, k)
+		if budgeted {
+			var reading lease.BudgetReading
+			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				reading = s.leases.BudgetIn(ctx, p, k)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("job: room in %s: %w", k, err)
+			}
+			st, err := reading.State()
+			if err != nil {
+				return fmt.Errorf("job: room in %s: %w", k, err)
+			}
+			var limit Optional
+			if l >= 0 {
+				limit = Some(l)
+			}
+			switch {
+			case !st.ThrottledUntil.IsZero():
+				return &BusyError{Key: k, RetryAfter: time.Until(st.ThrottledUntil)}
+			case b.RPM > 0 && st.Requests >= b.RPM, b.TPM > 0 && st.Tokens+min(tokens, b.TPM) > b.TPM:
+				return &BusyError{Key: k, RetryAfter: time.Second}
+			case b.Adaptive:
+				l = effectiveLimit(st.Effective, limit)
+			}
+		}
+		if l < 0 {
+			continue
+		}
+		ok, wait, err := s.leases.Room(ctx, k, int(l))
+		if err != nil {
+			return fmt.Errorf("job: room in %s: %w", k, err)
+		}
+		if !ok {
+			return &BusyError{Key: k, RetryAfter: wait}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package kinds
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/ratelimit/usage"
+)
+
+// Memory per retained finished job, asserted: not a timed test. An
+// llm.chat job that streamed 30 deltas, with its usage counted (submitted,
+// started, succeeded, its prompt and completion tokens), on a Redis of its
+// own, with the stream-node-max-bytes that docs/operations.md advises and
+// with the server's default. Every key in that Redis is summed (MEMORY
+// USAGE) and divided by the jobs: the shared ones (a queue's sets, the
+// usage hashes) are the jobs' too. Keys per job counts the keys named
+// after one job or its execution.
+//
+// Fails when each usage mark is a key of its own again (5 more keys per
+// job), or when a job's memory grows past today's (the bounds below).
+func TestMemoryPerFinishedChatJob(t *testing.T) {
+	t.Parallel()
+	const jobs = 200
+	for _, c := range []struct {
+		name     string
+		args     []string
+		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
+	}{
+		{"stream-node-max-bytes 1024", nil, 6500},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 9500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := testenv.StartRedis(t, c.args...).Client(t)
+			counters, err := usage.New(rdb, usage.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := startKindsOn(t, rdb, fakellm.New(fakellm.Config{Tokens: 30}), SleepConfig{},
+				LLMConfig{Usage: counters}, execution.Config{Usage: counters}, nil)
+			ids := make([]string, jobs)
+			for i := range ids {
+				ids[i] = f.submit(t, hello, job.Submission{}).ID
+			}
+			named := slices.Clone(ids) // the ids a key of one job is named after: its own, its execution's
+			for _, id := range ids {
+				j := f.wait(t, id, job.StateSucceeded, job.StateFailed)
+				if j.State != job.StateSucceeded || j.Execution == nil {
+					t.Fatalf("job %s: %s %+v", id, j.State, j.Error)
+				}
+				named = append(named, j.Execution.ID)
+			}
+			ctx := t.Context()
+			var total, own int64
+			kinds := map[string]int64{}
+			it := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+			for it.Next(ctx) {
+				key := it.Val()
+				n, err := rdb.MemoryUsage(ctx, key, 0).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += n
+				for _, id := range named {
+					if strings.Contains(key, id) {
+						own++
+						kind := key[strings.LastIndex(key, "}")+1:]
+						kind = strings.Replace(kind, id, "<id>", 1)
+						kinds[kind] += n
+						break
+					}
+				}
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+			perJob, keys := total/jobs, float64(own)/jobs
+			for k := range kinds {
+				kinds[k] /= jobs
+			}
+			t.Logf("%d bytes and %.1f keys per finished llm.chat job; bytes per job of its keys: %v", perJob, keys, kinds)
+			if keys > 3 {
+				t.Errorf("%.1f keys per job, want at most 3", keys)
+			}
+			if perJob > c.maxBytes {
+				t.Errorf("%d bytes per job, want at most %d", perJob, c.maxBytes)
+			}
+		})
+	}
+}
