@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -189,18 +190,25 @@ func (c *RedisCluster) MasterOf(t testing.TB, key string) (master, replica *Redi
 		t.Fatal(err)
 	}
 	Eventually(t, 10*time.Second, func() bool {
-		slots, err := client.ClusterSlots(ctx).Result()
+		shards, err := client.ClusterShards(ctx).Result()
 		if err != nil {
 			return false
 		}
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) {
-				master, replica = c.Node(t, s.Nodes[0].Addr), nil
-				if len(s.Nodes) > 1 {
-					replica = c.Node(t, s.Nodes[1].Addr)
-				}
-				return replica != nil || len(c.nodes) == 3
+		for _, sh := range shards {
+			if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+				continue
 			}
+			master, replica = nil, nil
+			for _, n := range sh.Nodes {
+				addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				switch {
+				case n.Role == "master":
+					master = c.Node(t, addr)
+				case n.Health == "online":
+					replica = c.Node(t, addr)
+				}
+			}
+			return master != nil && (replica != nil || len(c.nodes) == 3)
 		}
 		return false
 	}, "no node, or no replica, serves slot %d", slot)
