@@ -35,8 +35,9 @@ func key(t testing.TB) []byte {
 	return k
 }
 
-// fixture is a job store, a worker serving the kinds "ok", "fail" and
-// "block" (which runs until its context ends), and a drainer config, on a
+// fixture is a job store, a worker serving the kinds "ok", "fail", "wait"
+// (which waits for a signal) and "block" (which runs until its context
+// ends), and a drainer config, on a
 // key prefix of their own.
 type fixture struct {
 	rdb    redis.UniversalClient
@@ -77,6 +78,9 @@ func (fx *fixture) worker(t *testing.T, cfg execution.Config) *execution.Worker 
 	w.Handle("ok", func(context.Context, *execution.Execution) (any, error) { return map[string]bool{"ok": true}, nil })
 	w.Handle("fail", func(context.Context, *execution.Execution) (any, error) {
 		return nil, &job.Error{Code: job.CodeHandlerError, Message: "no"}
+	})
+	w.Handle("wait", func(context.Context, *execution.Execution) (any, error) {
+		return nil, execution.Wait("approval", time.Hour)
 	})
 	w.Handle("block", func(ctx context.Context, _ *execution.Execution) (any, error) {
 		<-ctx.Done()

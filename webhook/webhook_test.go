@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -241,7 +242,8 @@ func TestRefusedURLIsNeverCalledAndTheWindowEndsInFailed(t *testing.T) {
 }
 
 // Every way a job ends adds exactly one delivery to the outbox, in the
-// step that ends it: succeeded, failed, cancelled while queued, expired at
+// step that ends it: succeeded, failed, cancelled while queued or while
+// waiting (the wait itself adds none), expired at
 // max_wait, failed with its lease lost. A job without a webhook adds none;
 // a retried job that ends again has a new delivery, with a new id.
 func TestEveryTerminalPathAddsOneDelivery(t *testing.T) {
@@ -290,13 +292,23 @@ func TestEveryTerminalPathAddsOneDelivery(t *testing.T) {
 
 	succeeded := ended(fx.submit(t, "acme", withWebhook("ok", url)), job.StateSucceeded)
 	ended(fx.submit(t, "acme", withWebhook("fail", url)), job.StateFailed)
+	// Cancelled while waiting: the wait is not an end, the cancel is.
+	waiting := fx.submit(t, "acme", withWebhook("wait", url))
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, waiting.ID).State == job.StateWaiting }, "never waited")
+	if _, err := fx.rdb.ZScore(ctx, outbox, "acme/"+waiting.ID).Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("a waiting job is in the outbox (%v): a wait is not an end", err)
+	}
+	if _, err := fx.jobs.Cancel(ctx, "acme", waiting.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	ended(waiting, job.StateCancelled)
 	plain := fx.submit(t, "acme", job.Submission{Kind: "ok"})
 	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, plain.ID).State.Terminal() }, "never ended")
 	if j := fx.get(t, plain.ID); j.Webhook != nil {
 		t.Errorf("a job without a webhook shows %+v", j.Webhook)
 	}
-	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 5 {
-		t.Errorf("%d deliveries in the outbox, want 5", n)
+	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 6 {
+		t.Errorf("%d deliveries in the outbox, want 6", n)
 	}
 
 	if _, err := fx.jobs.Retry(ctx, "acme", succeeded.ID, false); err == nil {
@@ -310,8 +322,8 @@ func TestEveryTerminalPathAddsOneDelivery(t *testing.T) {
 	if w := fx.get(t, again.ID).Webhook; !strings.HasSuffix(w.ID, "_2") || w.State != job.WebhookPending {
 		t.Errorf("retried job: webhook %+v, want its second delivery", w)
 	}
-	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 5 {
-		t.Errorf("%d deliveries in the outbox after the retry, want 5 (one per job)", n)
+	if n := fx.rdb.ZCard(ctx, outbox).Val(); n != 6 {
+		t.Errorf("%d deliveries in the outbox after the retry, want 6 (one per job)", n)
 	}
 }
 
