@@ -84,10 +84,14 @@ for i = 4, #ARGV, 5 do
       -- (the capacity rose, by how much nobody knows): x1.4 a round.
       a.eff = a.eff + 0.4
     elseif a.eff + 1 < a.ceil or now >= a.untl then
-      a.eff = a.eff + 1 / a.eff -- a slot a round
+      -- A success with the limit full at the last pushback's level: the
+      -- capacity grew. (Reaching the level is only the probe, which a
+      -- steady capacity refuses: growing x1.4 from there would flood a
+      -- steady upstream.)
       if a.eff >= a.ceil then
-        a.ceil, a.hold = cap + 1, 0 -- past the last pushback's level: the capacity grew
+        a.ceil, a.hold = cap + 1, 0
       end
+      a.eff = a.eff + 1 / a.eff -- a slot a round
     end
     a.eff = math.min(a.eff, cap)
     changed = true
