@@ -85,18 +85,25 @@ bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed on
 	$(GO) test -run '^$$' -bench '^BenchmarkUtilisation$$' -benchtime 1x -timeout 30m ./kinds/
 
 # Wall-clock figures on shared machines move by a third from run to run;
-# instruction counts do not. This runs BenchmarkThroughput at concurrency
-# 200 with its redis-server under callgrind (through a wrapper first in
-# PATH) and counts Redis's instructions from the clock's start to its stop,
-# per job (the benchmark's 20 000): compare two commits with it.
+# instruction counts do not. These run a benchmark with its redis-server
+# under callgrind (through a wrapper first in PATH) and count Redis's
+# instructions from the clock's start to its stop, per job: compare two
+# commits with them. bench/instructions: BenchmarkThroughput at
+# concurrency 200 (20 000 jobs); bench/instructions/wait: BenchmarkWaitCycle
+# (2 000 jobs run once, then 2 000 that wait and are signalled; a dump
+# each, in that order).
 REDIS_SERVER = $(shell command -v redis-server)
+CALLGRIND_REDIS = test -n "$(REDIS_SERVER)" || { echo "redis-server not found: apt-get install -y redis-server"; exit 1; }; \
+	mkdir -p .bench/bin && rm -f .bench/callgrind.* && \
+	printf '\#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=$(CURDIR)/.bench/callgrind.%%p $(REDIS_SERVER) "$$@"\n' > .bench/bin/redis-server && \
+	chmod +x .bench/bin/redis-server && \
+	PATH="$(CURDIR)/.bench/bin:$$PATH" LEASEHOLD_BENCH_CALLGRIND=1
 
-.PHONY: bench/instructions
+.PHONY: bench/instructions bench/instructions/wait
 bench/instructions: ## Count Redis instructions per job (valgrind), to compare commits.
-	@test -n "$(REDIS_SERVER)" || { echo "redis-server not found: apt-get install -y redis-server"; exit 1; }
-	mkdir -p .bench/bin && rm -f .bench/callgrind.*
-	printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=$(CURDIR)/.bench/callgrind.%%p $(REDIS_SERVER) "$$@"\n' > .bench/bin/redis-server
-	chmod +x .bench/bin/redis-server
-	PATH="$(CURDIR)/.bench/bin:$$PATH" LEASEHOLD_BENCH_CALLGRIND=1 \
-		$(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=200$$' -benchtime 1x ./execution/
+	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=200$$' -benchtime 1x ./execution/
 	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
+
+bench/instructions/wait: ## Count Redis instructions of a wait-and-resume cycle against one plain run (valgrind).
+	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkWaitCycle$$' -benchtime 1x ./execution/
+	@ls -tr .bench/callgrind.*.1 | xargs awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 2000}'
