@@ -2,9 +2,11 @@ package execution_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,5 +233,34 @@ func TestClaimReservesAtLeastEachJobsCost(t *testing.T) {
 	}
 	if reserved[3] != 900 {
 		t.Errorf("the last job reserved %d, want its lane's last cost, 900 (asked for before it was read)", reserved[3])
+	}
+}
+
+// The 50th pushback in a row fails a job with upstream_limited; a retry
+// then gives it a fresh row of 50, not one try.
+func TestPushbacksInARowFailTheJobAndARetryStartsAFreshRow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var refuse atomic.Int32 // how many calls the upstream still refuses
+	refuse.Store(50)
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{
+		"llm": func(context.Context, *execution.Execution) (any, error) {
+			if refuse.Add(-1) >= 0 {
+				return nil, execution.Pushback(errors.New("429 Too Many Requests"), time.Millisecond)
+			}
+			return "ok", nil
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "llm", MaxAttempts: 1})
+	failed := f.waitState(t, j.ID, 30*time.Second, job.StateFailed, job.StateSucceeded)
+	if errCode(failed) != job.CodeUpstreamLimited {
+		t.Fatalf("after 50 pushbacks: %s, error %+v; want failed, upstream_limited", failed.State, failed.Error)
+	}
+	refuse.Store(3)
+	if _, err := f.store.Retry(t.Context(), "acme", j.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waitState(t, j.ID, 30*time.Second, job.StateSucceeded, job.StateFailed); got.State != job.StateSucceeded {
+		t.Fatalf("retried after upstream_limited, then 3 pushbacks: %s, error %+v; want succeeded", got.State, got.Error)
 	}
 }

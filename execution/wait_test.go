@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -236,7 +237,8 @@ func TestSignalRacesTheWait(t *testing.T) {
 // after a new execution owns the job, the old one's checkpoint is refused,
 // and the new one's stands. Every later execution starts from it.
 //
-// Fails when the checkpoint script skips its token check.
+// Fails when the checkpoint script skips its token and identity check
+// (the stale execution has another id too: neither alone is tested here).
 func TestStaleCheckpointRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -277,7 +279,7 @@ func TestStaleCheckpointRefused(t *testing.T) {
 }
 
 // A signal of another name is kept for a later wait; a job keeps at most
-// job.MaxKeptSignals of them; an ended job takes none.
+// job.MaxKeptSignals of them, and job.MaxKeptSignalBytes of their data.
 func TestSignalsKeptAndBounded(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -299,6 +301,15 @@ func TestSignalsKeptAndBounded(t *testing.T) {
 	}
 	if _, _, err := f.store.Signal(t.Context(), "other", a.ID, false, "x", nil); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("another tenant's signal: %v, want ErrNotFound", err)
+	}
+
+	b := f.submit(t, job.Submission{Kind: "nobody-serves-this", Delay: job.Duration(time.Hour)})
+	big := `"` + strings.Repeat("x", job.MaxSignalData-2) + `"`
+	for i := range job.MaxKeptSignalBytes / job.MaxSignalData {
+		f.signal(t, b.ID, fmt.Sprintf("big%d", i), big)
+	}
+	if _, _, err := f.store.Signal(t.Context(), "acme", b.ID, false, "one-more", raw(`1`)); !errors.Is(err, job.ErrSignalsFull) {
+		t.Fatalf("a signal past the bytes bound: %v, want ErrSignalsFull", err)
 	}
 }
 

@@ -40,7 +40,7 @@ var signalName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.:-]{0,63}$`)
 // waits for.
 func ValidateSignalName(name string) error {
 	if !signalName.MatchString(name) {
-		return fmt.Errorf(`job: signal name %q must match ^[a-z0-9][a-z0-9_.:-]{0,63}$`, name)
+		return fmt.Errorf("job: signal name %q must match %s", name, signalName)
 	}
 	return nil
 }
@@ -64,7 +64,7 @@ const EventSignal = "signal"
 // that keeps too many signals already with ErrSignalsFull.
 func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name string, data json.RawMessage) (j Job, resumed bool, err error) {
 	if err := ValidateSignalName(name); err != nil {
-		return Job{}, false, &ValidationError{Errors: []FieldError{{Field: "name", Message: "must match ^[a-z0-9][a-z0-9_.:-]{0,63}$"}}}
+		return Job{}, false, &ValidationError{Errors: []FieldError{{Field: "name", Message: "must match " + signalName.String()}}}
 	}
 	if len(data) == 0 {
 		data = json.RawMessage("null")

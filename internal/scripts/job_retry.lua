@@ -34,7 +34,7 @@ for i = 1, #ARGV - 3 do
   local id = ARGV[3 + i]
   local key = KEYS[3 + 3 * i]
   local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
-    'max_attempts', 'retries')
+    'max_attempts', 'retries', 'pushbacks')
   local state = f[1]
   local outcome
   if not state or (tenant ~= '' and f[2] ~= tenant) then
@@ -44,6 +44,9 @@ for i = 1, #ARGV - 3 do
     local retries = f[8] or ''
     local original = retries:match('^[^:]*:(%d+)') or f[7]
     local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
+    if f[9] and f[9] ~= '0' then
+      fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- a fresh row of pushbacks
+    end
     local events = KEYS[4 + 3 * i]
     move(tx, {key = key, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[6],
       with(shown_of(key), fields))

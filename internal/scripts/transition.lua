@@ -11,13 +11,14 @@
 --   state              see may_move                            move
 --   token              the latest execution's fencing token    submit ("0"), claim
 --   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
---                                                              finish (-1 on a hand-off)
+--                                                              finish (-1 on a hand-off,
+--                                                              a pushback or a wait)
 --   max_attempts       the attempts it may spend in all        submit, retry (attempt + the original)
 --   retries            "<state event id>:<max_attempts before
 --                      it>" per retry, comma-separated          retry
 --   exec_id            the latest execution's id               claim
 --   exec_state         running | succeeded | failed | timed_out | cancelled
---                      | handed_off | pushback | lost          claim, finish, reap
+--                      | handed_off | pushback | waiting | lost claim, finish, reap
 --   exec_worker, exec_attempt, exec_started_at                 claim
 --   exec_heartbeat_at  its last renewal                        claim, heartbeat
 --   exec_finished_at                                           claim (""), finish, reap
@@ -27,11 +28,13 @@
 --   finished_at        when it became terminal                 move ("" when it leaves one)
 --   result             JSON, on success only                   finish
 --   error              JSON {code, message}: why it ended, or
---                      the last attempt's error                finish, reap, expire, cancel
+--                      the last attempt's error                finish, reap, expire, cancel,
+--                                                              promote (a wait's timeout)
 --   cancel_requested   "1": a cancel asked it to stop          cancel (running), retry ("0")
---   pushbacks          pushbacks in a row (absent: none)       finish
+--   pushbacks          pushbacks in a row (absent: none)       finish, retry ("0")
+--   schedule           the schedule that fired it ("": none)   submit only
 --   cost               the tokens it is estimated to spend
---                      of its keys' tpm budgets (absent: none) submit only
+--                      of its keys' tpm budgets ("": none)     submit only
 --   webhook            the URL its ends are POSTed to ("" or
 --                      absent: none)                           submit only
 --   webhook_id         the delivery of its last end: its
