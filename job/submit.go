@@ -544,6 +544,23 @@ type keyRules struct {
 	named   bool // check the keys the submitter named (Config.OnlyLimitedKeys)
 }
 
+// Check refuses what Submit would refuse of sub for tenant before it
+// writes anything: sub's validity and its keys' rules (a schedule's job is
+// checked when the schedule is created, not at its first fire). It writes
+// nothing, and cannot know what only the moment of a submit decides: room
+// under the tenant's cap and the rate.
+func (s *Store) Check(ctx context.Context, tenant string, sub Submission) error {
+	n, err := sub.normalize(tenant)
+	if err != nil || !s.needsRules(sub, n) {
+		return err
+	}
+	r := &keyRules{named: s.limited && len(sub.ConcurrencyKeys) > 0}
+	if r.limits, r.budgets, err = s.limitsOf(ctx, n.ConcurrencyKeys); err != nil {
+		return err
+	}
+	return r.check(tenant, sub, n)
+}
+
 // needsRules says whether a check needs the rules of n's keys: a key of
 // the submitter's choice to check, a cost, or a job rejected when busy.
 func (s *Store) needsRules(sub, n Submission) bool {

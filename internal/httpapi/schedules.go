@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -26,17 +27,17 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		s.fail(w, r, err)
 		return
 	}
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
 	var b scheduleBody
+	var sub job.Submission
 	if _, err = decodeInto(body, &b); err == nil {
-		err = s.decodeScheduledJob(c.tenant, b.Job)
+		sub, err = s.decodeScheduledJob(ctx, c.tenant, b.Job)
 	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sub, _, _ := decodeSubmission(b.Job)
-	ctx, stop := s.redisContext(r.Context(), 0)
-	defer stop()
 	sch, created, err := s.schedules.Create(ctx, c.tenant, schedule.Spec{
 		Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Job: sub, Overlap: b.Overlap,
 	})
@@ -54,11 +55,12 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	}
 }
 
-// decodeScheduledJob checks a schedule's job as POST /v1/jobs checks a
-// submission, naming each field at fault as job.<field>.
-func (s *server) decodeScheduledJob(tenant string, raw json.RawMessage) error {
+// decodeScheduledJob decodes a schedule's job and checks it as POST
+// /v1/jobs checks a submission, its keys' rules included, naming each
+// field at fault as job.<field>.
+func (s *server) decodeScheduledJob(ctx context.Context, tenant string, raw json.RawMessage) (job.Submission, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return fieldError("job", "is required: the submission each fire creates")
+		return job.Submission{}, fieldError("job", "is required: the submission each fire creates")
 	}
 	sub, given, err := decodeSubmission(raw)
 	if err == nil {
@@ -70,6 +72,9 @@ func (s *server) decodeScheduledJob(tenant string, raw json.RawMessage) error {
 	if err == nil {
 		err = s.checkInput(tenant, sub)
 	}
+	if err == nil {
+		err = s.store.Check(ctx, tenant, sub)
+	}
 	var bad *badRequest
 	var invalid *job.ValidationError
 	switch {
@@ -78,14 +83,14 @@ func (s *server) decodeScheduledJob(tenant string, raw json.RawMessage) error {
 			bad.fields[i].Field = "job." + bad.fields[i].Field
 		}
 		if len(bad.fields) == 0 {
-			return fieldError("job", bad.detail)
+			return sub, fieldError("job", bad.detail)
 		}
 	case errors.As(err, &invalid):
 		for i := range invalid.Errors {
 			invalid.Errors[i].Field = "job." + invalid.Errors[i].Field
 		}
 	}
-	return err
+	return sub, err
 }
 
 // GET /v1/schedules

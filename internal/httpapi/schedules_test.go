@@ -49,6 +49,10 @@ func TestSchedulesCreateConflictAndFieldErrors(t *testing.T) {
 		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo", "max_attempts": 0}}`, "job.max_attempts"},
 		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo", "colour": "red"}}`, "job.colour"},
 		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo", "queue": "elsewhere"}}`, "job.queue"},
+		// Keys a tenant may not name (no limit, another tenant's): refused
+		// at create, as a submit is, not left to fail at every fire.
+		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo", "concurrency_keys": ["anything:x"]}}`, "job.concurrency_keys[0]"},
+		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo", "concurrency_keys": ["tenant:globex"]}}`, "job.concurrency_keys[0]"},
 		{`{"name": "a", "cron": "@hourly", "job": {"kind": "echo"}, "every": "1s"}`, "every"},
 	} {
 		expectProblem(t, f.postBody(acmeKey, "/v1/schedules", c.body), http.StatusBadRequest, c.field)
