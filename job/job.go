@@ -1,6 +1,9 @@
 package job
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -208,6 +211,24 @@ func (w WaitingFor) MarshalJSON() ([]byte, error) {
 		plain
 		Until stamp `json:"until"`
 	}{plain(w), stamp(w.Until)})
+}
+
+// WithOpaqueWorker is j with its execution's worker (a host name and pid)
+// replaced by the name a tenant sees: a keyed hash under key, which no
+// tenant knows, stable for one worker and key, including the tenant so
+// that two tenants cannot match their workers up.
+func (j Job) WithOpaqueWorker(key []byte) Job {
+	if j.Execution == nil || j.Execution.Worker == "" {
+		return j
+	}
+	e := *j.Execution
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(j.Tenant))
+	mac.Write([]byte{0})
+	mac.Write([]byte(e.Worker))
+	e.Worker = "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
+	j.Execution = &e
+	return j
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +98,7 @@ type Drainer struct {
 	wg    sync.WaitGroup
 
 	tried *testsignal.Signal // fired after each try is recorded (tests)
+	names []byte             // the key of the opaque worker names (loadNames); set before the first try
 }
 
 // New returns a Drainer of cfg's queues.
@@ -166,6 +168,13 @@ func (d *Drainer) Run(ctx context.Context) error {
 // runOnce takes as many due deliveries as it has room for and starts a
 // try of each; it returns how many it started.
 func (d *Drainer) runOnce(ctx context.Context) (int, error) {
+	if d.names == nil {
+		names, err := d.loadNames(ctx)
+		if err != nil {
+			return 0, err
+		}
+		d.names = names
+	}
 	started := 0
 	var errs []error
 	for _, q := range d.cfg.Queues {
@@ -220,11 +229,16 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 		skipped = nil // the head moves on by itself
 	}
 	var ks []string
-	args := []any{d.hold().Milliseconds(), deferFor.Milliseconds(), len(tried) + len(skipped)}
-	for k, m := range append(tried, skipped...) {
+	taken := append(tried, skipped...)
+	args := []any{d.hold().Milliseconds(), deferFor.Milliseconds(), len(taken)}
+	for k, m := range taken {
 		_, id, _ := strings.Cut(m, "/")
 		ks = append(ks, d.keys.Job(q, id))
-		args = append(args, m, map[bool]string{true: "1", false: "0"}[k < len(tried)])
+		try := "0" // skipped: deferred
+		if k < len(tried) {
+			try = "1"
+		}
+		args = append(args, m, try)
 	}
 	if len(ks) == 0 {
 		return 0, nil
@@ -244,7 +258,7 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 		}
 		j, err := job.ParseRecord(pairs(h))
 		if err != nil || j.Webhook == nil {
-			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", args[3+2*i], "err", err)
+			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", taken[i], "err", err)
 			continue
 		}
 		d.slots <- struct{}{}
@@ -253,9 +267,29 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 		d.mu.Unlock()
 		d.wg.Add(1)
 		started++
-		go d.try(ctx, q, args[3+2*i].(string), j)
+		// A try runs to its end (Timeout bounds it) when Run stops: cut
+		// short, it would count as failed what the receiver may have done.
+		go d.try(context.WithoutCancel(ctx), q, taken[i], j)
 	}
 	return started, nil
+}
+
+// loadNames reads the key of the opaque worker names that delivered job
+// objects carry, the first drainer making it: a tenant sees no host names
+// in a webhook's body, as in the API's answers. (Not the API's key, which
+// is made of API keys that workers do not have: a worker's name in a
+// webhook body is stable, but not the one the API shows.)
+func (d *Drainer) loadNames(ctx context.Context) ([]byte, error) {
+	key := make([]byte, 32)
+	crand.Read(key)
+	old, err := d.rdb.SetArgs(ctx, d.keys.WebhookNames(), key, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return key, nil
+	case err != nil:
+		return nil, fmt.Errorf("webhook: names key: %w", err)
+	}
+	return []byte(old), nil
 }
 
 // pairs reads an HGETALL reply.
@@ -348,7 +382,7 @@ func (d *Drainer) call(ctx context.Context, j job.Job) (int, error) {
 	if err := d.cfg.Policy.Check(j.Tenant, j.Webhook.URL); err != nil {
 		return 0, err
 	}
-	body, err := json.Marshal(j)
+	body, err := json.Marshal(j.WithOpaqueWorker(d.names))
 	if err != nil {
 		return 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -113,6 +114,11 @@ func TestDeliveryIsSignedAsAnIndependentVerifierChecks(t *testing.T) {
 	}
 	if _, ok := m["input"]; ok {
 		t.Errorf("body %s shows the input, which the job object does not", body)
+	}
+	// The worker as a tenant sees it: an opaque name, not its host and pid.
+	if e, _ := m["execution"].(map[string]any); e == nil || e["worker"] == j.Execution.Worker ||
+		!strings.HasPrefix(fmt.Sprint(e["worker"]), "worker-") {
+		t.Errorf("body's execution %v names the worker %q, want an opaque name", m["execution"], j.Execution.Worker)
 	}
 	if j.Webhook.Attempts != 1 || len(j.Webhook.Tries) != 1 || j.Webhook.Tries[0].Status != http.StatusNoContent {
 		t.Errorf("webhook %+v, want one try answered 204", j.Webhook)

@@ -51,7 +51,13 @@ func (w WebhookFlags) Policy(loopback bool) (webhook.Policy, error) {
 // Drainer returns the run.Group actor that delivers the webhooks of
 // queues' jobs (webhook.Drainer) until the group stops. Every API, worker
 // and dev process runs one: any of them may die, and the others deliver.
+// A process given no secrets delivers none: it could sign nothing, and
+// would spend the deliveries' tries that the processes with them can make.
 func (w WebhookFlags) Drainer(ctx context.Context, rdb redis.UniversalClient, prefix string, queues []string, policy webhook.Policy, meters metric.MeterProvider, log *slog.Logger) (func() error, func(error), error) {
+	if len(policy.Secrets) == 0 {
+		ctx, stop := context.WithCancel(ctx)
+		return func() error { <-ctx.Done(); return nil }, func(error) { stop() }, nil
+	}
 	d, err := webhook.New(rdb, webhook.Config{Prefix: prefix, Queues: queues, Policy: policy, Timeout: *w.timeout, Logger: log, MeterProvider: meters})
 	if err != nil {
 		return nil, nil, err

@@ -18,6 +18,7 @@ const AdminTenant = "admin"
 // Keys maps API keys to tenants. The zero value holds no key.
 type Keys struct {
 	entries []keyEntry
+	names   []byte // the key of the opaque worker names tenants see (shown.go)
 }
 
 // keyEntry keeps a key's SHA-256, not the key: comparing digests of one
@@ -80,6 +81,7 @@ func ParseKeys(s string) (Keys, error) {
 	if len(k.entries) == 0 {
 		return Keys{}, errors.New("api keys: none given; want tenant:key[,tenant:key...]")
 	}
+	k.names = namesKey(k.entries)
 	return k, nil
 }
 

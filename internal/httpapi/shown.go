@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 
 	"github.com/leasehold/leasehold/job"
@@ -18,29 +16,21 @@ import (
 // through here: answers, listings and event streams (the console reads
 // those).
 func (s *server) shown(c caller, j job.Job) job.Job {
-	if c.admin || j.Execution == nil || j.Execution.Worker == "" {
+	if c.admin {
 		return j
 	}
-	e := *j.Execution
-	e.Worker = s.keys.workerName(c.tenant, e.Worker)
-	j.Execution = &e
-	return j
+	return j.WithOpaqueWorker(s.keys.names)
 }
 
-// workerName is the opaque name tenant sees for worker: a keyed hash, keyed
-// by the configured API keys' digests, which every replica shares and no
-// tenant knows, so a tenant cannot test guesses of host names against it.
-// It includes the tenant, so two tenants cannot match their workers up.
-func (k Keys) workerName(tenant, worker string) string {
-	sums := make([][]byte, len(k.entries))
-	for i, e := range k.entries {
+// namesKey is the key of the opaque worker names: a digest of the
+// configured API keys' digests, which every replica shares and no tenant
+// knows, so a tenant cannot test guesses of host names against a name.
+func namesKey(entries []keyEntry) []byte {
+	sums := make([][]byte, len(entries))
+	for i, e := range entries {
 		sums[i] = e.sum[:]
 	}
 	slices.SortFunc(sums, bytes.Compare) // the order of LEASEHOLD_API_KEYS does not matter
 	key := sha256.Sum256(bytes.Join(sums, nil))
-	mac := hmac.New(sha256.New, key[:])
-	mac.Write([]byte(tenant))
-	mac.Write([]byte{0})
-	mac.Write([]byte(worker))
-	return "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
+	return key[:]
 }

@@ -73,6 +73,10 @@ func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all
 // adds its delivery in the same script (internal/scripts/transition.lua).
 func (s Space) QueueWebhooks(queue string) string { return s.key("q:"+queue, "webhooks") }
 
+// WebhookNames holds the key of the opaque worker names in the job objects
+// webhooks deliver (webhook.Drainer), made by the first drainer to run.
+func (s Space) WebhookNames() string { return s.key("webhooks", "names") }
+
 // RetryLock is held while a bulk retry of tenant's jobs runs: one at a
 // time per tenant, fleet-wide (job.Store.RetryAll).
 func (s Space) RetryLock(tenant string) string { return s.key("retry:"+tenant, "lock") }
