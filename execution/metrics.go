@@ -77,7 +77,7 @@ type metrics struct {
 }
 
 // outcomes are the states an outcome may have.
-var outcomes = []State{StateSucceeded, StateFailed, StateTimedOut, StateCancelled, StateHandedOff, StatePushback}
+var outcomes = []State{StateSucceeded, StateFailed, StateTimedOut, StateCancelled, StateHandedOff, StatePushback, StateWaiting}
 
 // queueAttrs are a queue's measurement options, as the variadic arguments
 // the instruments take, so that recording allocates nothing.

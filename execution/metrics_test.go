@@ -61,6 +61,9 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 			return "ok", nil
 		},
 		"block": blockStarted,
+		"wait": func(context.Context, *execution.Execution) (any, error) {
+			return nil, execution.Wait("approval", time.Hour)
+		},
 		// stubborn's first attempt outlives its lease and then writes.
 		"stubborn": func(ctx context.Context, e *execution.Execution) (any, error) {
 			if e.Attempt() > 1 {
@@ -97,6 +100,7 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	for range 3 {
 		wait(f.submit(t, job.Submission{Kind: "echo"}).ID, job.StateSucceeded)
 	}
+	wait(f.submit(t, job.Submission{Kind: "wait"}).ID, job.StateWaiting)
 	if j := wait(f.submit(t, job.Submission{Kind: "flaky", MaxAttempts: 2}).ID, job.StateSucceeded); j.Attempt != 2 {
 		t.Fatalf("flaky job succeeded on attempt %d, want 2", j.Attempt)
 	}
@@ -190,6 +194,9 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	}
 	// A claim slower than the TTL (one sent as Redis came back) hands its
 	// job back unrun, too.
+	if got := counterValue(end, "leasehold.worker.executions", queue, attribute.String("outcome", "waiting")); got != 1 {
+		t.Errorf("executions with outcome waiting: %d, want 1", got)
+	}
 	if got := counterValue(end, "leasehold.worker.executions", queue, attribute.String("outcome", "handed_off")); got < 1 {
 		t.Errorf("executions with outcome handed_off: %d, want at least 1", got)
 	}

@@ -10,7 +10,10 @@
 // attempt at running it; a job shows its latest. A job's State moves so:
 //
 //	submit ─► queued ──► running ──► succeeded | failed | cancelled
-//	            ▲  │        │
+//	            ▲  │        │  │
+//	            │  │        │  └───► waiting ──► cancelled
+//	            │  │        │           │ (signal, timeout)
+//	            ├──┼────────┼───────────┘
 //	            │  │        ▼
 //	            │  │     retrying ──► cancelled | expired
 //	            │  │        │
@@ -62,7 +65,8 @@
 //	{q:Q}:fair            hash: the virtual clock, the arrival counter and
 //	                      each waiting lane's count of jobs
 //	{q:Q}:scheduled       zset of ids waiting for a time (delay, retry
-//	                      backoff), score = unix ms when they become ready
+//	                      backoff, a wait's timeout), score = unix ms when
+//	                      they become ready
 //	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
 //	                      they expire unless started: created_at + delay +
 //	                      max_wait (a delay does not eat into max_wait)

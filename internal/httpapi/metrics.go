@@ -52,7 +52,7 @@ func newInstruments(mp metric.MeterProvider, counts func(ctx context.Context, ob
 	}
 	jobs, err := m.Int64ObservableGauge("leasehold.jobs",
 		metric.WithUnit("{job}"),
-		metric.WithDescription("Jobs per queue in the states that still move (queued, running, retrying)."))
+		metric.WithDescription("Jobs per queue in the states that still move (queued, running, retrying, waiting)."))
 	if err != nil {
 		return nil, err
 	}

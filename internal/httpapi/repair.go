@@ -42,7 +42,8 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 // tenant at its cap of jobs not ended it returns a *job.CapError, over its
 // submission rate errRateLimited (one unit per call). Otherwise it returns
 // how many jobs the call may move, the room under the cap (0: no cap).
-// The admin's retries, like its submissions, are not capped.
+// The admin's retries are neither capped nor counted (its submissions
+// are capped like any tenant's).
 func (s *server) admitRetry(ctx context.Context, w http.ResponseWriter, c caller) (int, error) {
 	if c.admin {
 		return 0, nil

@@ -100,8 +100,8 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
-	// TenantMaxJobs caps each tenant's jobs not ended (queued, running or
-	// retrying), summed over Queues; default 0: no cap. A submission over
+	// TenantMaxJobs caps each tenant's jobs not ended (queued, running,
+	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
 	// answered with its job. Concurrent submissions to different queues may
 	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).

@@ -24,8 +24,8 @@
 -- docs/architecture.md, "Adaptive limits"). A success while the limit is
 -- in use grows it: by 0.4 of a slot (x1.4 a round) until the first pushback,
 -- the slow start; after, by a slot a round, except just below the level
--- of the last pushback, where it waits out a hold first; growing past
--- that level forgets it. A pushback cuts it to the holders still in
+-- of the last pushback, where it waits out a hold first; a success with
+-- the limit full at that level forgets it, and the slow start resumes. A pushback cuts it to the holders still in
 -- flight (the upstream refused one more than those), and one below its
 -- value if the refused holder started after the last cut: fresh news. A
 -- fresh cut at the same level as the last one doubles the hold (1 s, then

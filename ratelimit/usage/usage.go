@@ -249,7 +249,7 @@ const (
 )
 
 // ExecutionsEnded is the counter of executions that ended with outcome:
-// succeeded, failed, timed_out, cancelled, handed_off (recorded by their
-// worker) or lost (found by a claim after its lease expired). The event id
+// succeeded, failed, timed_out, cancelled, handed_off, pushback, waiting
+// (recorded by their worker) or lost (found by a claim after its lease expired). The event id
 // is the execution id.
 func ExecutionsEnded(outcome string) string { return "executions_" + outcome }
