@@ -131,8 +131,8 @@ else
     redis.call('ZADD', window, unpack(starts))
     redis.call('PEXPIRE', window, minute + ttl)
     if tpm >= 0 then
+      sums[#sums + 1], sums[#sums + 2] = '#', tokens
       redis.call('HSET', spent, unpack(sums))
-      redis.call('HSET', spent, '#', tokens)
       redis.call('PEXPIRE', spent, minute + ttl)
     end
   end
