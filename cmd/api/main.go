@@ -169,7 +169,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", opsLn.Addr().String(), "tenants", keys.Len())
 
-	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, *retention, nc, schedule.Limits{
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, schedule.Limits{
 		Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}, log, meters)
 	if err != nil {
 		return err

@@ -251,7 +251,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	g.Add(cli.Serve(ctx, opsLn, ops, log))
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
-	fire, stopFiring, err := cli.Scheduler(ctx, rdb, "", 0, nc, schedule.Limits{}, log, meters)
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, "", nc, schedule.Limits{}, log, meters)
 	if err != nil {
 		return err
 	}

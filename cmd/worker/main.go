@@ -115,7 +115,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
 		}
 	}
-	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, *retention, nc, limits, log, meters)
+	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, limits, log, meters)
 	if err != nil {
 		return err
 	}

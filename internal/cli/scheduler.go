@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
@@ -17,15 +16,15 @@ import (
 // Scheduler returns the run.Group actor that fires due schedules
 // (schedule.Scheduler) until the group stops. Every API and worker
 // process runs one: there is no leader, and any of them may die.
-// Fired jobs are held to the API's rules (the keys a tenant may name)
-// and kept for retention (0: job's default), and count in the tenants'
-// usage, as submissions do; meters gets how late each fire was.
-func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, retention time.Duration, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
+// Fired jobs are held to the API's rules (the keys a tenant may name),
+// and count in the tenants' usage, as submissions do; meters gets how late
+// each fire was.
+func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
 	counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
 	if err != nil {
 		return nil, nil, err
 	}
-	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix, Retention: retention, OnlyLimitedKeys: true})
+	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix, OnlyLimitedKeys: true})
 	if err != nil {
 		return nil, nil, err
 	}
