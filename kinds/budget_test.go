@@ -92,8 +92,11 @@ func keyLimit(t *testing.T, store *job.Store, key string) job.Limit {
 // TestAdaptiveLimitLearnsTheUpstreamsCapacity: a limit of 20 before an
 // upstream that serves 5 at once, three worker processes, 40 one-second
 // jobs with one attempt each. The effective limit starts low and finds the
-// capacity: every job succeeds, 429s stay within 10 % of the calls, and the
-// jobs take at most 1.5× the ideal. Then the capacity doubles, and the
+// capacity: every job succeeds, 429s stay within 15 % of the calls, and the
+// jobs take at most 1.5× the ideal. (A limit that did not learn would see
+// about 75 % refused. A phase is 40 to 60 calls, so each of the law's few
+// probes is 2 %: measured 3 to 11 % on an idle machine. The long-run rate
+// is make bench/utilisation's, in docs/benchmarks.md.) Then the capacity doubles, and the
 // effective limit grows back to it; then a worker is killed mid-run, and
 // its jobs run again on another (after their lease's TTL, which that
 // phase's bound allows for).
@@ -144,8 +147,8 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 		t.Logf("%s: %d jobs in %v (ideal %v, %.2fx); %d calls, %d refused (%.1f %%); effective limit %d",
 			name, jobs, took.Round(10*time.Millisecond), ideal, took.Seconds()/ideal.Seconds(), calls, refused,
 			100*float64(refused)/float64(calls), l.EffectiveLimit.Value)
-		if float64(refused) > 0.1*float64(calls) {
-			t.Errorf("%s: %d of %d calls refused, want at most 10 %%", name, refused, calls)
+		if float64(refused) > 0.15*float64(calls) {
+			t.Errorf("%s: %d of %d calls refused, want at most 15 %%", name, refused, calls)
 		}
 		if took > ideal*3/2+slack {
 			t.Errorf("%s: %v, want at most 1.5x the ideal %v (+%v)", name, took, ideal, slack)
