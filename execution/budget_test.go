@@ -46,11 +46,18 @@ func budgetAndLimit(t *testing.T, rdb redis.UniversalClient) {
 	var mu sync.Mutex
 	running, peak, started := 0, 0, 0
 	var over []string
+	// The first jobs hold until the limit is full, so that the peak shows
+	// the limit is reached however slowly a loaded machine claims.
+	full := make(chan struct{})
 	work := func(ctx context.Context, e *execution.Execution) (any, error) {
 		mu.Lock()
 		running++
 		started++
+		first := started <= limit
 		peak = max(peak, running)
+		if running == limit && first {
+			close(full)
+		}
 		if running > limit || started > fits {
 			over = append(over, fmt.Sprintf("%d running, %d started", running, started))
 		}
@@ -60,8 +67,16 @@ func budgetAndLimit(t *testing.T, rdb redis.UniversalClient) {
 			running--
 			mu.Unlock()
 		}()
+		var held <-chan struct{}
+		var ran <-chan time.Time
+		if first {
+			held = full
+		} else {
+			ran = time.After(50 * time.Millisecond)
+		}
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-held:
+		case <-ran:
 		case <-ctx.Done():
 		}
 		return nil, nil
