@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -206,7 +207,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // submitBatch submits the jobs of file, one JSON object a line (blank
-// lines skipped), through POST /v1/jobs/batch, job.MaxBatch a request,
+// lines skipped), through POST /v1/jobs/batch, batchOf them a request,
 // and prints what became of each line. Every line is checked to be JSON
 // before anything is sent. It fails (exit 1) when any line was refused,
 // after printing every answer.
@@ -226,7 +227,7 @@ func submitBatch(ctx context.Context, c *command, pos []string, file string) err
 	}
 	var entries []batchEntry
 	for len(lines) > 0 {
-		n := min(len(lines), job.MaxBatch)
+		n := batchOf(lines)
 		var answer struct {
 			Jobs []batchEntry `json:"jobs"`
 		}
@@ -243,6 +244,20 @@ func submitBatch(ctx context.Context, c *command, pos []string, file string) err
 		entries, lines = append(entries, answer.Jobs...), lines[n:]
 	}
 	return c.printBatch(entries, numbers)
+}
+
+// batchOf is how many of lines the next request sends: at most
+// job.MaxBatch, and no more than fit the API's default batch body
+// (httpapi.DefaultMaxBatchBody), so that a file of large jobs is not
+// refused 413 as a whole; a line alone is always sent.
+func batchOf(lines []json.RawMessage) int {
+	size := len(`{"jobs":[]}`)
+	for n, l := range lines[:min(len(lines), job.MaxBatch)] {
+		if size += len(l) + 1; n > 0 && size > httpapi.DefaultMaxBatchBody {
+			return n
+		}
+	}
+	return min(len(lines), job.MaxBatch)
 }
 
 // batchEntry is one job's answer in a batch.
