@@ -3,7 +3,7 @@
 // runs a worker with the same defaults, metrics and traces as the worker
 // command, and submits, reads and cancels jobs, the way the HTTP API does.
 //
-//	c, err := leasehold.NewClient(rdb, leasehold.Config{NATS: nc, Queues: []string{"default"}})
+//	c, err := leasehold.NewClient(rdb, leasehold.Config{Worker: execution.Config{NATS: nc}})
 //	c.Handle("summarize", summarize) // an execution.Handler
 //	go c.Run(ctx)                    // claims and runs jobs until ctx ends
 //	j, err := c.Submit(ctx, "acme", job.Submission{Kind: "summarize", Input: in})
@@ -23,13 +23,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
@@ -43,29 +39,12 @@ import (
 // Config configures a Client. Zero values mean the documented defaults,
 // which are the worker command's.
 type Config struct {
-	// Prefix starts every Redis key; default "leasehold:". Every process of
-	// one deployment must agree on it.
-	Prefix string
-	// NATS carries wake-ups and fast cancels; nil means polling alone
-	// (cancels then wait for a heartbeat, new jobs for a poll).
-	NATS *nats.Conn
-	// Queues the worker claims from; default ["default"].
-	Queues []string
-	// Concurrency is how many executions run at once; default 32.
-	Concurrency int
-	// Heartbeat is the lease heartbeat interval; default 2s.
-	Heartbeat time.Duration
-	// LeaseTTL is how long a lease lives without a heartbeat; default 10s.
-	LeaseTTL time.Duration
-	// ShutdownGrace is how long running executions may finish once Run's
-	// context is done, before they are handed back; default 30s.
-	ShutdownGrace time.Duration
-	// Retention is how long a job is kept after it ends; default
-	// job.DefaultRetention (LEASEHOLD_RETENTION).
-	Retention time.Duration
-	// MaxEvents caps the events of one execution; default
-	// execution.DefaultMaxEvents.
-	MaxEvents int
+	// Worker configures the Client's worker. Its Prefix (every process of
+	// one deployment must agree on it), NATS (wake-ups and fast cancels;
+	// nil means polling alone), Logger and TracerProvider serve the whole
+	// Client. Usage defaults to counters on the same Redis, so that the
+	// tenants' usage counts these executions, as the worker command's do.
+	Worker execution.Config
 	// Handlers are remote kinds: kind → handler URL (see package
 	// kinds/remote, and remote.ParseHandlers for LEASEHOLD_HANDLERS).
 	// Default none.
@@ -76,13 +55,6 @@ type Config struct {
 	// Sleep configures the built-in "sleep" kind: the URL prefixes its
 	// notify_url may start with (none by default).
 	Sleep kinds.SleepConfig
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-	// MeterProvider gets the worker's metrics; default the global one.
-	MeterProvider metric.MeterProvider
-	// TracerProvider makes the spans of each job's trace; default the
-	// global one.
-	TracerProvider trace.TracerProvider
 }
 
 // Client submits, reads and cancels jobs, and runs a worker for the kinds
@@ -102,49 +74,39 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("leasehold: nil redis client")
 	}
-	counters, err := usage.New(rdb, usage.Config{Prefix: cfg.Prefix})
+	wcfg := cfg.Worker
+	if wcfg.Usage == nil {
+		counters, err := usage.New(rdb, usage.Config{Prefix: wcfg.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("leasehold: %w", err)
+		}
+		wcfg.Usage = counters
+	}
+	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, TracerProvider: wcfg.TracerProvider})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	store, err := job.NewStore(rdb, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider})
+	flags, err := cancel.New(rdb, wcfg.NATS, cancel.Config{Prefix: wcfg.Prefix, Logger: wcfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	flags, err := cancel.New(rdb, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: cfg.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("leasehold: %w", err)
-	}
-	w, err := execution.NewWorker(rdb, execution.Config{
-		Prefix:         cfg.Prefix,
-		Queues:         cfg.Queues,
-		Concurrency:    cfg.Concurrency,
-		Heartbeat:      cfg.Heartbeat,
-		LeaseTTL:       cfg.LeaseTTL,
-		ShutdownGrace:  cfg.ShutdownGrace,
-		Retention:      cfg.Retention,
-		MaxEvents:      cfg.MaxEvents,
-		NATS:           cfg.NATS,
-		Logger:         cfg.Logger,
-		Usage:          counters,
-		MeterProvider:  cfg.MeterProvider,
-		TracerProvider: cfg.TracerProvider,
-	})
+	w, err := execution.NewWorker(rdb, wcfg)
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
 	if cfg.LLM.Usage == nil {
-		cfg.LLM.Usage = counters
+		cfg.LLM.Usage = wcfg.Usage
 	}
 	if cfg.Sleep.Logger == nil {
-		cfg.Sleep.Logger = cfg.Logger
+		cfg.Sleep.Logger = wcfg.Logger
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
-	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(cfg.Concurrency, remote.DefaultMaxConns), Logger: cfg.Logger})
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: cfg.Prefix, Jobs: store, NATS: cfg.NATS, Usage: counters})
+	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS, Usage: wcfg.Usage})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{nc: cfg.NATS, prefix: cfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{nc: wcfg.NATS, prefix: wcfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in

@@ -21,10 +21,10 @@ func TestMain(m *testing.M) { testenv.Main(m, nil) }
 // job the way the API does.
 func TestClientRunsItsKindsAndCancels(t *testing.T) {
 	t.Parallel()
-	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{Worker: execution.Config{
 		Prefix: testenv.Prefix(t), NATS: testenv.NATS(t).Conn(t),
 		Heartbeat: 50 * time.Millisecond, LeaseTTL: 500 * time.Millisecond,
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestClientRunsItsKindsAndCancels(t *testing.T) {
 // A Client creates, reads, pauses, triggers and deletes schedules.
 func TestClientSchedules(t *testing.T) {
 	t.Parallel()
-	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{Prefix: testenv.Prefix(t)})
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{Worker: execution.Config{Prefix: testenv.Prefix(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,9 +121,9 @@ func run(t *testing.T, c *leasehold.Client) {
 // it created run.
 func TestClientSubmitsABatch(t *testing.T) {
 	t.Parallel()
-	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{
+	c, err := leasehold.NewClient(testenv.Redis(t).Client(t), leasehold.Config{Worker: execution.Config{
 		Prefix: testenv.Prefix(t), NATS: testenv.NATS(t).Conn(t),
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

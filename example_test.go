@@ -31,7 +31,7 @@ func ExampleClient() {
 	}
 	defer nc.Close()
 
-	c, err := leasehold.NewClient(rdb, leasehold.Config{NATS: nc, Concurrency: 8})
+	c, err := leasehold.NewClient(rdb, leasehold.Config{Worker: execution.Config{NATS: nc, Concurrency: 8}})
 	if err != nil {
 		log.Fatal(err)
 	}

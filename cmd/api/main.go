@@ -6,29 +6,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"os"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/oklog/run"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
-	"github.com/leasehold/leasehold/ratelimit"
-	"github.com/leasehold/leasehold/schedule"
 )
 
 func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], os.Stderr))) }
@@ -44,9 +37,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	maxBatchBody := fs.Int("max-batch-body", "LEASEHOLD_MAX_BATCH_BODY", httpapi.DefaultMaxBatchBody, "largest body of a batch submission (POST /v1/jobs/batch), in bytes")
 	bodyTimeout := fs.Duration("body-timeout", "LEASEHOLD_BODY_TIMEOUT", httpapi.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
-	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate <limit>/<s|m|h>[:<burst>], e.g. 50/s:100, counted in Redis and shared by every replica (default unlimited)")
-	rateMode := fs.String("rate-mode", "LEASEHOLD_RATE_MODE", "enforce", "enforce: answer 429 over the rate; observe: only log and count what would be refused")
-	rateFallback := fs.String("rate-fallback", "LEASEHOLD_RATE_FALLBACK", "", "per-process rate while Redis does not answer, local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s (default none: 503)")
+	rate := fs.Rate("submissions and schedule fires")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
@@ -67,10 +58,6 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
 	}
 	webhooks, err := webhookFlags.Policy(false)
-	if err != nil {
-		return err
-	}
-	rateSpec, err := parseRateFlags(*rateFlag, *rateMode, *rateFallback)
 	if err != nil {
 		return err
 	}
@@ -113,7 +100,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer meters.Shutdown(context.WithoutCancel(ctx))
 
-	limiter, err := rateSpec.limiter(rdb, *prefix, log, meters)
+	limiter, err := rate.Limiter(rdb, *prefix, log, meters)
 	if err != nil {
 		return err
 	}
@@ -150,14 +137,6 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		MeterProvider: meters,
 		Metrics:       metrics,
 	}
-	handler, err := httpapi.New(cfg)
-	if err != nil {
-		return err
-	}
-	ops, err := httpapi.Ops(cfg)
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -169,22 +148,10 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", opsLn.Addr().String(), "tenants", keys.Len())
 
-	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, schedule.Limits{
-		Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}, log, meters)
-	if err != nil {
-		return err
-	}
-
-	deliver, stopDelivering, err := webhookFlags.Drainer(ctx, rdb, *prefix, cli.List(*queues), webhooks, meters, log)
-	if err != nil {
-		return err
-	}
-
 	var g run.Group
-	g.Add(cli.Serve(ctx, ln, handler, log)) // graceful shutdown, then cut streams and waits
-	g.Add(cli.Serve(ctx, opsLn, ops, log))
-	g.Add(fire, stopFiring)
-	g.Add(deliver, stopDelivering) // and delivers webhooks: no process is needed for it
+	if err := cli.API(ctx, &g, ln, opsLn, cfg, webhookFlags); err != nil {
+		return err
+	}
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }
@@ -201,71 +168,4 @@ func writeLimits(ctx context.Context, store *job.Store, limits map[string]job.Ke
 		}
 	}
 	return nil
-}
-
-// rateSpec is the submission rate limit the flags ask for.
-type rateSpec struct {
-	rate     *ratelimit.Rate // nil: unlimited
-	observe  bool
-	fallback *ratelimit.Rate // nil: none, Redis down is a 503
-}
-
-// parseRateFlags reads --rate, --rate-mode and --rate-fallback.
-func parseRateFlags(rate, mode, fallback string) (rateSpec, error) {
-	var spec rateSpec
-	switch mode {
-	case "enforce":
-	case "observe":
-		spec.observe = true
-	default:
-		return spec, fmt.Errorf("LEASEHOLD_RATE_MODE (--rate-mode) %q: want enforce or observe", mode)
-	}
-	if rate != "" {
-		r, err := ratelimit.ParseRate(rate)
-		if err != nil {
-			return spec, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
-		}
-		spec.rate = &r
-	}
-	if fallback != "" {
-		local, ok := strings.CutPrefix(fallback, "local:")
-		if !ok {
-			return spec, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback) %q: want local:<limit>/<s|m|h>[:<burst>], e.g. local:10/s", fallback)
-		}
-		r, err := ratelimit.ParseRate(local)
-		if err != nil {
-			return spec, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback): %w", err)
-		}
-		spec.fallback = &r
-	}
-	if spec.rate == nil && (spec.observe || spec.fallback != nil) {
-		return spec, errors.New("LEASEHOLD_RATE_MODE=observe and LEASEHOLD_RATE_FALLBACK need LEASEHOLD_RATE (--rate)")
-	}
-	return spec, nil
-}
-
-// limiter builds the limiter spec describes: a token bucket in Redis, under
-// Fallback when a fallback rate is set, under Shadow in observe mode. It is
-// nil when no rate is set.
-func (spec rateSpec) limiter(rdb redis.UniversalClient, prefix string, log *slog.Logger, meters metric.MeterProvider) (ratelimit.Limiter, error) {
-	if spec.rate == nil {
-		return nil, nil
-	}
-	var l ratelimit.Limiter
-	l, err := ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: *spec.rate, Prefix: prefix})
-	if err != nil {
-		return nil, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
-	}
-	if spec.fallback != nil {
-		if l, err = ratelimit.Fallback(l, ratelimit.FallbackConfig{Rate: *spec.fallback, Logger: log, MeterProvider: meters}); err != nil {
-			return nil, fmt.Errorf("LEASEHOLD_RATE_FALLBACK (--rate-fallback): %w", err)
-		}
-	}
-	if spec.observe {
-		if l, err = ratelimit.Shadow(l, ratelimit.ShadowConfig{Logger: log, MeterProvider: meters}); err != nil {
-			return nil, fmt.Errorf("LEASEHOLD_RATE_MODE (--rate-mode): %w", err)
-		}
-	}
-	log.Info("submission rate limit", "rate", spec.rate.String(), "observe", spec.observe, "fallback", spec.fallback != nil)
-	return l, nil
 }

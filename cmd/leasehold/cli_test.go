@@ -496,7 +496,8 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("schedules", func(t *testing.T) {
-		r := s.ok("schedules", "create", "nightly", "0 3 * * *", "echo", "--timezone", "Europe/Berlin", "--overlap", "skip", "--input", `{"n":1}`)
+		r := s.ok("schedules", "create", "nightly", "0 3 * * *", "echo", "--timezone", "Europe/Berlin", "--overlap", "skip", "--input", `{"n":1}`,
+			"--max-attempts", "5", "--metadata", `{"team":"data"}`)
 		if !strings.Contains(r.stdout, "nightly") || !strings.Contains(r.stdout, "Europe/Berlin") || !strings.Contains(r.stdout, "skip") {
 			t.Errorf("create:\n%s", r.stdout)
 		}
@@ -506,9 +507,14 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("schedules", "pause", "nightly"); !strings.Contains(r.stdout, "true") {
 			t.Errorf("pause:\n%s", r.stdout)
 		}
-		var j struct{ ID, Schedule string }
-		if err := json.Unmarshal([]byte(s.ok("schedules", "trigger", "nightly", "-o", "json").stdout), &j); err != nil || j.Schedule != "nightly" {
-			t.Fatalf("trigger: %v %+v", err, j)
+		var j struct {
+			ID, Schedule string
+			MaxAttempts  int               `json:"max_attempts"`
+			Metadata     map[string]string `json:"metadata"`
+		}
+		if err := json.Unmarshal([]byte(s.ok("schedules", "trigger", "nightly", "-o", "json").stdout), &j); err != nil || j.Schedule != "nightly" ||
+			j.MaxAttempts != 5 || j.Metadata["team"] != "data" {
+			t.Fatalf("trigger, want the schedule's job flags on the job: %v %+v", err, j)
 		}
 		s.ok("schedules", "resume", "nightly")
 		if r := s.ok("schedules", "ls"); !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "false") {

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -115,20 +116,8 @@ func jobCommand(ctx context.Context, name, method, suffix string, args []string,
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("submit", stdout, stderr)
 	batch := c.fs.String("batch", "", "instead of KIND: submit each line of this JSON Lines file (- reads stdin), a POST /v1/jobs body with an optional idempotency_key, 1000 a request")
-	input := c.fs.String("input", "", "the job's input, JSON (default {})")
-	inputFile := c.fs.String("input-file", "", "read the input from this file; - reads it from stdin")
-	queue := c.fs.String("queue", "", "queue (default: the API's default)")
-	priority := c.fs.Int("priority", 0, "priority, -100 to 100")
-	attempts := c.fs.Int("max-attempts", 0, "attempts before the job fails (default 3)")
-	timeout := c.fs.String("timeout", "", "per execution, a Go duration (default 10m)")
-	maxWait := c.fs.String("max-wait", "", "time allowed in the queue before the job expires")
-	delay := c.fs.String("delay", "", "time before the job may first run")
-	onBusy := c.fs.String("on-busy", "", "queue or reject, when a concurrency key is full")
-	metadata := c.fs.String("metadata", "", "metadata, a JSON object")
+	jf := newJobFlags(c.fs)
 	idem := c.fs.String("idempotency-key", "", "Idempotency-Key: the same key and body return the first job")
-	hook := c.fs.String("webhook", "", "a URL to POST the job to when it ends (must start with a prefix of the API's LEASEHOLD_WEBHOOK_ALLOW)")
-	var ckeys keyList
-	c.fs.Var(&ckeys, "ckey", "a concurrency key (repeat for several)")
 	follow := c.fs.Bool("watch", false, "follow the job until it ends, as leasehold watch does")
 	pos, err := c.parse(args, -1, "KIND")
 	if err != nil {
@@ -140,36 +129,9 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return usagef("usage: %s [flags] KIND, or %s [--url --key -o] --batch FILE.jsonl", c.fs.Name(), c.fs.Name())
 	}
-	body := map[string]any{"kind": pos[0]}
-	raw, err := readInput(*input, *inputFile)
+	body, err := jf.submission(pos[0])
 	if err != nil {
 		return err
-	}
-	if raw != nil {
-		body["input"] = raw
-	}
-	if *metadata != "" {
-		if !json.Valid([]byte(*metadata)) {
-			return usagef("--metadata: not JSON")
-		}
-		body["metadata"] = json.RawMessage(*metadata)
-	}
-	for name, v := range map[string]string{"queue": *queue, "timeout": *timeout, "max_wait": *maxWait, "delay": *delay, "on_busy": *onBusy} {
-		if v != "" {
-			body[name] = v
-		}
-	}
-	if *priority != 0 {
-		body["priority"] = *priority
-	}
-	if *hook != "" {
-		body["webhook"] = map[string]string{"url": *hook}
-	}
-	if *attempts != 0 {
-		body["max_attempts"] = *attempts
-	}
-	if len(ckeys) > 0 {
-		body["concurrency_keys"] = []string(ckeys)
 	}
 	req, err := c.request(ctx, http.MethodPost, "/v1/jobs", body)
 	if err != nil {
@@ -206,7 +168,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // submitBatch submits the jobs of file, one JSON object a line (blank
-// lines skipped), through POST /v1/jobs/batch, job.MaxBatch a request,
+// lines skipped), through POST /v1/jobs/batch, batchOf them a request,
 // and prints what became of each line. Every line is checked to be JSON
 // before anything is sent. It fails (exit 1) when any line was refused,
 // after printing every answer.
@@ -226,7 +188,7 @@ func submitBatch(ctx context.Context, c *command, pos []string, file string) err
 	}
 	var entries []batchEntry
 	for len(lines) > 0 {
-		n := min(len(lines), job.MaxBatch)
+		n := batchOf(lines)
 		var answer struct {
 			Jobs []batchEntry `json:"jobs"`
 		}
@@ -243,6 +205,20 @@ func submitBatch(ctx context.Context, c *command, pos []string, file string) err
 		entries, lines = append(entries, answer.Jobs...), lines[n:]
 	}
 	return c.printBatch(entries, numbers)
+}
+
+// batchOf is how many of lines the next request sends: at most
+// job.MaxBatch, and no more than fit the API's default batch body
+// (httpapi.DefaultMaxBatchBody), so that a file of large jobs is not
+// refused 413 as a whole; a line alone is always sent.
+func batchOf(lines []json.RawMessage) int {
+	size := len(`{"jobs":[]}`)
+	for n, l := range lines[:min(len(lines), job.MaxBatch)] {
+		if size += len(l) + 1; n > 0 && size > httpapi.DefaultMaxBatchBody {
+			return n
+		}
+	}
+	return min(len(lines), job.MaxBatch)
 }
 
 // batchEntry is one job's answer in a batch.
@@ -316,6 +292,69 @@ func readJSONLines(file string) (lines []json.RawMessage, numbers []int, err err
 }
 
 // keyList is a repeated string flag.
+// jobFlags are the flags that make a submission: a job's for submit, a
+// schedule's job for schedules create.
+type jobFlags struct {
+	input, inputFile, queue, timeout, maxWait, delay, onBusy, metadata, webhook *string
+	priority, attempts                                                          *int
+	ckeys                                                                       keyList
+}
+
+func newJobFlags(fs *flag.FlagSet) *jobFlags {
+	f := &jobFlags{
+		input:     fs.String("input", "", "the job's input, JSON (default {})"),
+		inputFile: fs.String("input-file", "", "read the input from this file; - reads it from stdin"),
+		queue:     fs.String("queue", "", "queue (default: the API's default)"),
+		priority:  fs.Int("priority", 0, "priority, -100 to 100"),
+		attempts:  fs.Int("max-attempts", 0, "attempts before the job fails (default 3)"),
+		timeout:   fs.String("timeout", "", "per execution, a Go duration (default 10m)"),
+		maxWait:   fs.String("max-wait", "", "time allowed in the queue before the job expires"),
+		delay:     fs.String("delay", "", "time before the job may first run"),
+		onBusy:    fs.String("on-busy", "", "queue or reject, when a concurrency key is full"),
+		metadata:  fs.String("metadata", "", "metadata, a JSON object"),
+		webhook:   fs.String("webhook", "", "a URL to POST the job to when it ends (must start with a prefix of the API's LEASEHOLD_WEBHOOK_ALLOW)"),
+	}
+	fs.Var(&f.ckeys, "ckey", "a concurrency key (repeat for several)")
+	return f
+}
+
+// submission returns the POST /v1/jobs body of a job of kind that the
+// flags describe.
+func (f *jobFlags) submission(kind string) (map[string]any, error) {
+	body := map[string]any{"kind": kind}
+	raw, err := readInput(*f.input, *f.inputFile)
+	if err != nil {
+		return nil, err
+	}
+	if raw != nil {
+		body["input"] = raw
+	}
+	if *f.metadata != "" {
+		if !json.Valid([]byte(*f.metadata)) {
+			return nil, usagef("--metadata: not JSON")
+		}
+		body["metadata"] = json.RawMessage(*f.metadata)
+	}
+	for name, v := range map[string]string{"queue": *f.queue, "timeout": *f.timeout, "max_wait": *f.maxWait, "delay": *f.delay, "on_busy": *f.onBusy} {
+		if v != "" {
+			body[name] = v
+		}
+	}
+	if *f.priority != 0 {
+		body["priority"] = *f.priority
+	}
+	if *f.webhook != "" {
+		body["webhook"] = map[string]string{"url": *f.webhook}
+	}
+	if *f.attempts != 0 {
+		body["max_attempts"] = *f.attempts
+	}
+	if len(f.ckeys) > 0 {
+		body["concurrency_keys"] = []string(f.ckeys)
+	}
+	return body, nil
+}
+
 type keyList []string
 
 func (k *keyList) String() string     { return strings.Join(*k, ",") }

@@ -27,17 +27,16 @@ import (
 	"github.com/oklog/run"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/telemetry"
-	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
-	"github.com/leasehold/leasehold/schedule"
 )
 
 const usage = `usage: leasehold <command> [flags] [args]
@@ -204,25 +203,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	apiCfg := httpapi.Config{
-		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
-		Usage: counters, NotifyAllow: notifyAllow, Webhooks: webhooks,
-	}
-	api, err := httpapi.New(apiCfg)
-	if err != nil {
-		return err
-	}
-	ops, err := httpapi.Ops(apiCfg)
-	if err != nil {
-		return err
-	}
-	// The worker's metrics join the API's on its /metrics: one registry.
-	worker, err := execution.NewWorker(rdb, execution.Config{NATS: nc, Logger: log, Usage: counters, MeterProvider: meters})
-	if err != nil {
-		return err
-	}
 	var g run.Group
-	llm := kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey, Usage: counters}
+	llm := kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey}
 	if llm.BaseURL == "" {
 		// A fake upstream streams numbered tokens, so llm.chat can be tried
 		// without an account.
@@ -233,8 +215,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		llm.BaseURL = "http://" + fake.Addr().String() + "/v1"
 		g.Add(cli.Serve(ctx, fake, fakellm.New(fakellm.Config{Tokens: 40, Delay: 100 * time.Millisecond}), log))
 	}
-	kinds.Register(worker, kinds.SleepConfig{Allow: notifyAllow, Logger: log}, llm)
-	remote.Register(worker, remotes, remote.Config{Logger: log})
+	// The worker is the one a Go program embeds, on the worker command's
+	// defaults; its metrics join the API's on its /metrics: one registry.
+	worker, err := leasehold.NewClient(rdb, leasehold.Config{
+		Worker:   execution.Config{NATS: nc, Logger: log, Usage: counters, MeterProvider: meters},
+		Handlers: remotes,
+		Sleep:    kinds.SleepConfig{Allow: notifyAllow, Logger: log},
+		LLM:      llm,
+	})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -247,20 +238,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	banner(stdout, "http://"+ln.Addr().String(), key, adminKey, *dataDir, durable, *llmURL == "")
 	log.Info("metrics listening", "metrics_addr", opsLn.Addr().String())
 
-	g.Add(cli.Serve(ctx, ln, api, log))
-	g.Add(cli.Serve(ctx, opsLn, ops, log))
+	if err := cli.API(ctx, &g, ln, opsLn, httpapi.Config{
+		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
+		Usage: counters, NotifyAllow: notifyAllow, Webhooks: webhooks,
+	}, webhookFlags); err != nil {
+		return err
+	}
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
-	fire, stopFiring, err := cli.Scheduler(ctx, rdb, "", nc, schedule.Limits{}, log, meters)
-	if err != nil {
-		return err
-	}
-	g.Add(fire, stopFiring)
-	deliver, stopDelivering, err := webhookFlags.Drainer(ctx, rdb, "", []string{job.DefaultQueue}, webhooks, meters, log)
-	if err != nil {
-		return err
-	}
-	g.Add(deliver, stopDelivering)
 	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
 	return g.Run()
 }

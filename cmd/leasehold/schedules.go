@@ -67,28 +67,19 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return usagef("%s", schedulesUsage)
 }
 
-// leasehold schedules create NAME CRON KIND [--timezone] [--overlap] [--queue] [--input...]
+// leasehold schedules create NAME CRON KIND [--timezone] [--overlap] [the job flags of submit]
 func createSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("schedules create", stdout, stderr)
 	tz := c.fs.String("timezone", "", "IANA time zone the cron fields are read in (default UTC)")
 	overlap := c.fs.String("overlap", "", "allow (default) or skip: no fire while the last job has not ended")
-	queue := c.fs.String("queue", "", "the job's queue (default: the API's default)")
-	input := c.fs.String("input", "", "the job's input, JSON (default {})")
-	inputFile := c.fs.String("input-file", "", "read the input from this file; - reads it from stdin")
+	jf := newJobFlags(c.fs)
 	pos, err := c.parse(args, 3, "NAME CRON KIND   (CRON quoted: '0 3 * * *', @hourly, '@every 30s')")
 	if err != nil {
 		return err
 	}
-	sub := map[string]any{"kind": pos[2]}
-	raw, err := readInput(*input, *inputFile)
+	sub, err := jf.submission(pos[2])
 	if err != nil {
 		return err
-	}
-	if raw != nil {
-		sub["input"] = raw
-	}
-	if *queue != "" {
-		sub["queue"] = *queue
 	}
 	body := map[string]any{"name": pos[0], "cron": pos[1], "job": sub}
 	if *tz != "" {

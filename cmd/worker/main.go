@@ -18,12 +18,12 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
-	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -46,7 +46,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	webhookFlags := fs.Webhooks()
 	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
-	rateFlag := fs.String("rate", "LEASEHOLD_RATE", "", "per-tenant submission rate that schedule fires spend, as the API's --rate (default unlimited)")
+	rate := fs.Rate("schedule fires (as the API's)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended, as the API's; a schedule fire over it waits (default 0: no cap)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,33 +88,30 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	defer meters.Shutdown(context.WithoutCancel(ctx))
 
 	c, err := leasehold.NewClient(rdb, leasehold.Config{
-		Prefix:        *prefix,
-		NATS:          nc,
-		Queues:        cli.List(*queues),
-		Concurrency:   *concurrency,
-		Heartbeat:     *heartbeat,
-		LeaseTTL:      *leaseTTL,
-		ShutdownGrace: *grace,
-		Handlers:      remotes,
-		Sleep:         kinds.SleepConfig{Allow: notifyAllow, Logger: log},
-		LLM:           kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
-		Retention:     *retention,
-		Logger:        log,
-		MeterProvider: meters,
+		Worker: execution.Config{
+			Prefix:        *prefix,
+			NATS:          nc,
+			Queues:        cli.List(*queues),
+			Concurrency:   *concurrency,
+			Heartbeat:     *heartbeat,
+			LeaseTTL:      *leaseTTL,
+			ShutdownGrace: *grace,
+			Retention:     *retention,
+			Logger:        log,
+			MeterProvider: meters,
+		},
+		Handlers: remotes,
+		Sleep:    kinds.SleepConfig{Allow: notifyAllow, Logger: log},
+		LLM:      kinds.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
 	})
 	if err != nil {
 		return err
 	}
-	limits := schedule.Limits{Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}
-	if *rateFlag != "" {
-		r, err := ratelimit.ParseRate(*rateFlag)
-		if err != nil {
-			return fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
-		}
-		if limits.Rate, err = ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: r, Prefix: *prefix}); err != nil {
-			return fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
-		}
+	limiter, err := rate.Limiter(rdb, *prefix, log, meters)
+	if err != nil {
+		return err
 	}
+	limits := schedule.Limits{Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}
 	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, limits, log, meters)
 	if err != nil {
 		return err

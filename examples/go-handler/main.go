@@ -47,7 +47,7 @@ func run() error {
 	}
 	defer nc.Close()
 
-	c, err := leasehold.NewClient(rdb, leasehold.Config{Prefix: os.Getenv("LEASEHOLD_PREFIX"), NATS: nc})
+	c, err := leasehold.NewClient(rdb, leasehold.Config{Worker: execution.Config{Prefix: os.Getenv("LEASEHOLD_PREFIX"), NATS: nc}})
 	if err != nil {
 		return err
 	}
