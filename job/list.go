@@ -133,13 +133,16 @@ page:
 				return nil, "", err
 			}
 			for i, j := range loaded {
-				if len(jobs) == limit || (len(jobs) > 0 && bytes+sizes[i] > MaxPageBytes) {
+				// Only what the page returns counts against its bytes:
+				// a big job the filters leave out does not cut it.
+				listed := j.ID != "" && q.matches(j)
+				if len(jobs) == limit || (listed && len(jobs) > 0 && bytes+sizes[i] > MaxPageBytes) {
 					more = true // chunk[i:] is left for the next page
 					break page
 				}
 				after = &chunk[i].position
 				scanned++
-				if j.ID != "" && q.matches(j) {
+				if listed {
 					jobs = append(jobs, j)
 					bytes += sizes[i]
 				}

@@ -275,3 +275,46 @@ func TestListPageIsBoundedInBytes(t *testing.T) {
 		t.Errorf("paging listed %v, want %v", got, want)
 	}
 }
+
+// A page's byte cap counts only the jobs it returns: big jobs that the
+// filter leaves out, read between the ones it keeps, neither end the page
+// early nor count against it. The page is still cut by what it returns.
+func TestListPageBytesCountOnlyTheJobsListed(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	ctx := t.Context()
+	listed := `"` + strings.Repeat("r", 1<<20-2) + `"` // 1 MiB of JSON
+	other := `"` + strings.Repeat("o", 3<<20) + `"`    // 3 MiB, cancelled
+	var want []string
+	for range 6 {
+		for _, cancelled := range []bool{false, true} {
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+			result := listed
+			if cancelled {
+				if _, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil {
+					t.Fatal(err)
+				}
+				result = other
+			} else {
+				want = append(want, j.ID)
+			}
+			if err := fx.rdb.HSet(ctx, fx.keys.Job(j.Queue, j.ID), "result", result).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	slices.Reverse(want)
+	q := job.ListQuery{Tenant: "acme", State: job.StateQueued, Limit: 500}
+	jobs, next, err := fx.store.List(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three 1 MiB jobs and their other fields fit in MaxPageBytes, a fourth does not.
+	if len(jobs) != 3 || next == "" {
+		t.Fatalf("first page: %d queued jobs of 1 MiB, next %q; want 3 (the most that fit in %d bytes) and a cursor",
+			len(jobs), next, job.MaxPageBytes)
+	}
+	if got := listAll(t, fx, q); !slices.Equal(got, want) {
+		t.Errorf("paging listed %v, want %v", got, want)
+	}
+}

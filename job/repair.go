@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,16 @@ const scanChunk = 500
 // still cancelled (nothing sets a flag on a job that is not running), then
 // moves the job.
 func (s *Store) Retry(ctx context.Context, tenant, id string, admin bool) (Job, error) {
+	return s.RetryWithin(ctx, tenant, id, admin, Cap{})
+}
+
+// RetryWithin is Retry under limit, a cap on tenant's jobs not ended, which
+// a retry counts against like a submission (SubmitWithin): a retry that
+// would take the tenant past limit.Max is refused with a *CapError and
+// moves nothing. The job's queue is counted in the script that moves the
+// job; the other queues are read before, as for a submission. The admin's
+// retries are not capped.
+func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, limit Cap) (Job, error) {
 	queue, owner, err := s.find(ctx, tenant, id, admin)
 	if err != nil {
 		return Job{}, err
@@ -51,18 +62,27 @@ func (s *Store) Retry(ctx context.Context, tenant, id string, admin bool) (Job, 
 	if state == "" || (owner != "" && f[2] != owner) {
 		return Job{}, ErrNotFound
 	}
+	var room int64
+	if !admin {
+		if room, _, err = s.retryRoom(ctx, owner, queue, limit); err != nil {
+			return Job{}, err
+		}
+	}
 	if State(state) == StateCancelled {
 		if err := s.rdb.Del(ctx, s.keys.CancelFlag(id)).Err(); err != nil {
 			return Job{}, fmt.Errorf("job: retry %s: clear cancel flag: %w", id, err)
 		}
 	}
-	res, err := s.runRetry(ctx, queue, owner, []string{id}, []string{lane}, true)
+	res, err := s.runRetry(ctx, queue, owner, room, []string{id}, []string{lane}, true)
 	if err != nil {
 		return Job{}, err
 	}
 	r := res[0].([]any)
-	if r[0] == "missing" {
+	switch r[0] {
+	case "missing":
 		return Job{}, ErrNotFound
+	case "capped":
+		return Job{}, capped(limit, room, r)
 	}
 	j, err := parseReply(r[1])
 	if err != nil {
@@ -88,17 +108,54 @@ func (s *Store) find(ctx context.Context, tenant, id string, admin bool) (queue,
 	return queue, owner, err
 }
 
+// retryRoom returns room, how many of tenant's jobs not ended queue may
+// hold under limit: limit.Max less those of limit's other queues, read now
+// (the retry script counts queue's own with its moves); 0 when there is no
+// cap. free is how many more it may hold as read now (room less its own).
+// The tenant at the cap already is a *CapError.
+func (s *Store) retryRoom(ctx context.Context, tenant, queue string, limit Cap) (room, free int64, err error) {
+	if limit.Max <= 0 {
+		return 0, 0, nil
+	}
+	counts, err := s.unended(ctx, tenant, append(slices.Clone(limit.Queues), queue))
+	if err != nil {
+		return 0, 0, err
+	}
+	room = limit.Max
+	for q, n := range counts {
+		if q != queue {
+			room -= n
+		}
+	}
+	if free = room - counts[queue]; free <= 0 {
+		return 0, 0, &CapError{Jobs: limit.Max - free, Max: limit.Max}
+	}
+	return room, free, nil
+}
+
+// capped is the *CapError of the retry script's reply r, {'capped', n}:
+// queue held n of the tenant's jobs not ended, room under limit.
+func capped(limit Cap, room int64, r []any) error {
+	n, _ := r[1].(int64)
+	return &CapError{Jobs: limit.Max - room + n, Max: limit.Max}
+}
+
 // runRetry runs the retry script on jobs ids of queue, whose lanes (their
-// concurrency keys as stored) are lanes, and returns its reply: per job
-// {outcome} or, with records, {outcome, HGETALL}.
-func (s *Store) runRetry(ctx context.Context, queue, owner string, ids, lanes []string, records bool) ([]any, error) {
+// concurrency keys as stored) are lanes, under room (retryRoom; 0 = no
+// cap), and returns its reply: per job {outcome} or, with records,
+// {outcome, HGETALL}.
+func (s *Store) runRetry(ctx context.Context, queue, owner string, room int64, ids, lanes []string, records bool) ([]any, error) {
 	keys := []string{s.keys.QueueReady(queue), s.keys.QueueFair(queue), s.keys.QueueStats(queue),
 		s.keys.QueueRetired(queue), s.keys.QueueDeadlines(queue)}
 	flag := "0"
 	if records {
 		flag = "1"
 	}
-	args := []any{owner, scripts.EventsMaxLen, flag}
+	roomArg := "" // no cap
+	if room > 0 {
+		roomArg = strconv.FormatInt(room, 10)
+	}
+	args := []any{owner, scripts.EventsMaxLen, flag, roomArg}
 	for i, id := range ids {
 		keys = append(keys, s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueLane(queue, lanes[i]))
 		args = append(args, id)
@@ -125,6 +182,13 @@ type RetryFilter struct {
 	// Max bounds how many jobs one call moves, at most (and by default)
 	// RetryPageMax.
 	Max int
+	// Cap is the caller's cap on its jobs not ended, which a retry counts
+	// against like a submission (RetryWithin); the admin's are not capped.
+	Cap Cap
+	// Admit, when set, spends the caller's submission rate, one unit per
+	// job moved: it is called with how many jobs are about to move and
+	// returns how many may (at most n), and why when fewer.
+	Admit func(ctx context.Context, n int) (int, error)
 	// Cursor continues a bulk retry where the call before stopped (its
 	// RetryPage.Next); "" starts one.
 	Cursor string
@@ -222,6 +286,12 @@ func parseRetryCursor(c string) (retryPosition, error) {
 // expiring with its context's deadline. A second call meanwhile gets
 // ErrRetryRunning.
 //
+// A tenant's retries count like submissions: each run of the retry
+// script moves no more than f.Cap has room for, counted in the script as
+// RetryWithin does, and than f.Admit grants. When either stops the call,
+// it ends there with Next; if it had moved nothing, it returns why (a
+// *CapError, or what Admit returned).
+//
 // It reads each queue's ended jobs (its retired set, or the tenant's
 // index when that is smaller), scanChunk at a time. Cancelled jobs lose
 // their cancel flags first, as in Retry.
@@ -298,13 +368,16 @@ func (s *Store) RetryAll(ctx context.Context, f RetryFilter) (RetryPage, error) 
 			for i := 0; i < len(entries); i += 2 { // member, score pairs
 				ids = append(ids, entries[i])
 			}
-			n, cut, err := s.retryMatching(ctx, q, owner, f, at.asOf, ids, f.Max-moved)
+			n, cut, why, err := s.retryMatching(ctx, q, owner, f, at.asOf, ids, f.Max-moved)
 			moved += n
 			if n > 0 {
 				page.Moved[q] += n
 			}
 			if err != nil {
 				return page, err
+			}
+			if why != nil && moved == 0 {
+				return page, why
 			}
 			if cut {
 				// The rest of this page is read again next time: what
@@ -367,10 +440,12 @@ func (s *Store) endedIndex(ctx context.Context, queue, tenant string) (byte, err
 
 // retryMatching retries those of ids (jobs of queue) that f selects and
 // that had ended by asOf, at most room of them, and returns how many
-// moved and whether some that matched were left for want of room.
-func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryFilter, asOf int64, ids []string, room int) (int, bool, error) {
+// moved and whether some that matched were left: for want of room, or
+// because the tenant's cap or its rate stopped them (then why says so,
+// when it can).
+func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryFilter, asOf int64, ids []string, room int) (moved int, cut bool, why, err error) {
 	if len(ids) == 0 {
-		return 0, false, nil
+		return 0, false, nil, nil
 	}
 	cmds := make([]*redis.SliceCmd, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -379,10 +454,9 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		}
 		return nil
 	}); err != nil {
-		return 0, false, fmt.Errorf("job: retry in %s: %w", queue, err)
+		return 0, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
 	}
 	var match, lanes []string
-	cut := false
 	for i, cmd := range cmds {
 		v := cmd.Val()
 		tenant, _ := v[0].(string)
@@ -401,30 +475,69 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		match = append(match, ids[i])
 		lanes = append(lanes, lane)
 	}
-	if len(match) > 0 && f.State == StateCancelled {
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, id := range match {
-				p.Del(ctx, s.keys.CancelFlag(id))
-			}
-			return nil
-		}); err != nil {
-			return 0, false, fmt.Errorf("job: retry in %s: clear cancel flags: %w", queue, err)
-		}
-	}
-	moved := 0
 	for start := 0; start < len(match); start += retryChunk {
-		end := min(start+retryChunk, len(match))
-		res, err := s.runRetry(ctx, queue, owner, match[start:end], lanes[start:end], false)
+		chunk := min(retryChunk, len(match)-start)
+		n, capRoom, stopped, err := s.admitRetries(ctx, queue, owner, f, chunk)
 		if err != nil {
-			return moved, false, err
+			return moved, false, nil, err
 		}
-		for _, r := range res {
-			if r.([]any)[0] == "retried" {
-				moved++
+		moving := match[start : start+n]
+		if n > 0 && f.State == StateCancelled {
+			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, id := range moving {
+					p.Del(ctx, s.keys.CancelFlag(id))
+				}
+				return nil
+			}); err != nil {
+				return moved, false, nil, fmt.Errorf("job: retry in %s: clear cancel flags: %w", queue, err)
 			}
 		}
+		if n > 0 {
+			res, err := s.runRetry(ctx, queue, owner, capRoom, moving, lanes[start:start+n], false)
+			if err != nil {
+				return moved, false, nil, err
+			}
+			for _, r := range res {
+				switch r := r.([]any); r[0] {
+				case "retried":
+					moved++
+				case "capped":
+					stopped = capped(f.Cap, capRoom, r)
+				}
+			}
+		}
+		if stopped != nil || n < chunk {
+			return moved, true, stopped, nil
+		}
 	}
-	return moved, cut, nil
+	return moved, cut, nil, nil
+}
+
+// admitRetries returns how many of n jobs about to move into queue may:
+// no more than the caller's cap had room for when read (the retry script
+// counts again, with its moves) and than f.Admit grants, with the room to
+// give the script (retryRoom); when fewer than n, why, if it can tell.
+func (s *Store) admitRetries(ctx context.Context, queue, owner string, f RetryFilter, n int) (ok int, room int64, why, err error) {
+	if owner != "" {
+		var free int64
+		room, free, err = s.retryRoom(ctx, owner, queue, f.Cap)
+		if errors.As(err, new(*CapError)) {
+			return 0, 0, err, nil
+		}
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		if room > 0 {
+			n = int(min(int64(n), free))
+		}
+	}
+	if f.Admit != nil {
+		granted, err := f.Admit(ctx, n)
+		if granted < n {
+			return max(0, granted), room, err, nil
+		}
+	}
+	return n, room, nil, nil
 }
 
 // Delete deletes the ended job id of tenant (admin: of any tenant) with its

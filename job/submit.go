@@ -509,30 +509,30 @@ func cost(tokens int64) string {
 	return strconv.FormatInt(tokens, 10)
 }
 
-// Unended returns how many of tenant's jobs have not ended in queues:
-// what a cap on them counts (see SubmitWithin).
-func (s *Store) Unended(ctx context.Context, tenant string, queues []string) (int64, error) {
+// unended returns how many of tenant's jobs have not ended in each of
+// queues, in one round trip: what a cap on them counts (see SubmitWithin).
+func (s *Store) unended(ctx context.Context, tenant string, queues []string) (map[string]int64, error) {
 	fields := countedFields(tenant)
-	counts := map[string]*redis.SliceCmd{}
+	cmds := map[string]*redis.SliceCmd{}
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range queues {
-			if counts[q] == nil {
-				counts[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			if cmds[q] == nil {
+				cmds[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
 			}
 		}
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("job: count jobs not ended: %w", err)
+		return nil, fmt.Errorf("job: count jobs not ended: %w", err)
 	}
-	var total int64
-	for q, cmd := range counts {
+	counts := make(map[string]int64, len(cmds))
+	for q, cmd := range cmds {
 		n, err := parseCounts(cmd)
 		if err != nil {
-			return 0, fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
+			return nil, fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
 		}
-		total += n[0] + n[1] + n[2] + n[3]
+		counts[q] = n[0] + n[1] + n[2] + n[3]
 	}
-	return total, nil
+	return counts, nil
 }
 
 // keyRules are the limits and budgets of a submission's keys, read once for

@@ -84,7 +84,7 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	var results []job.BatchResult
 	if len(items) > 0 {
-		results, err = s.store.SubmitBatch(ctx, c.tenant, items, job.Cap{Max: s.tenantCap, Queues: s.queues})
+		results, err = s.store.SubmitBatch(ctx, c.tenant, items, s.capOf())
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -52,7 +52,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	j, created, err := s.store.SubmitWithin(ctx, c.tenant, sub, idemKey, job.Cap{Max: s.tenantCap, Queues: s.queues})
+	j, created, err := s.store.SubmitWithin(ctx, c.tenant, sub, idemKey, s.capOf())
 	s.countRejection(ctx, err)
 	if err != nil {
 		s.fail(w, r, err)

@@ -17,15 +17,20 @@ import (
 // since it moves only jobs that are still ended.
 const bulkRetryBudget = 30 * time.Second
 
-// POST /v1/jobs/{id}/retry
+// POST /v1/jobs/{id}/retry: a retry counts like a submission (API.md,
+// retry): it spends a unit of the tenant's submission rate and counts
+// against its cap of jobs not ended, checked with the move. The admin's
+// retries are neither counted nor capped.
 func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	if _, err := s.admitRetry(ctx, w, c); err != nil {
-		s.fail(w, r, err)
-		return
+	if !c.admin {
+		if err := s.limit(ctx, w, c.tenant, ""); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
-	j, err := s.store.Retry(ctx, c.tenant, r.PathValue("id"), c.admin)
+	j, err := s.store.RetryWithin(ctx, c.tenant, r.PathValue("id"), c.admin, s.capOf())
 	if errors.Is(err, job.ErrNotRetryable) {
 		writeConflict(w, s.shown(c, j), "the job is "+string(j.State)+"; only a failed, cancelled or expired job can be retried")
 		return
@@ -38,29 +43,8 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, http.StatusAccepted, s.shown(c, j))
 }
 
-// admitRetry counts a retry like a submission (API.md, retry): for a
-// tenant at its cap of jobs not ended it returns a *job.CapError, over its
-// submission rate errRateLimited (one unit per call). Otherwise it returns
-// how many jobs the call may move, the room under the cap (0: no cap).
-// The admin's retries are neither capped nor counted (its submissions
-// are capped like any tenant's).
-func (s *server) admitRetry(ctx context.Context, w http.ResponseWriter, c caller) (int, error) {
-	if c.admin {
-		return 0, nil
-	}
-	room := 0
-	if s.tenantCap > 0 {
-		n, err := s.store.Unended(ctx, c.tenant, s.queues)
-		if err != nil {
-			return 0, err
-		}
-		if n >= s.tenantCap {
-			return 0, &job.CapError{Jobs: n, Max: s.tenantCap}
-		}
-		room = int(s.tenantCap - n)
-	}
-	return room, s.limit(ctx, w, c.tenant, "")
-}
+// capOf is the cap on a tenant's jobs not ended (LEASEHOLD_TENANT_MAX_JOBS).
+func (s *server) capOf() job.Cap { return job.Cap{Max: s.tenantCap, Queues: s.queues} }
 
 // retryFilter is the body of POST /v1/jobs/retry.
 type retryFilter struct {
@@ -81,6 +65,9 @@ type retried struct {
 // POST /v1/jobs/retry: retry the ended jobs a filter selects, at most
 // job.RetryPageMax a call; next_cursor continues. One call per tenant at a
 // time, fleet-wide: another meanwhile is a 409 (job.ErrRetryRunning).
+// Each job a tenant's call moves counts like a submission: a unit of its
+// rate, a job against its cap; when either stops the call it answers what
+// it moved with next_cursor, or 429 when it moved none.
 func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := readJSONBody(w, r, s.maxBody)
 	if err != nil {
@@ -105,12 +92,22 @@ func (s *server) retryJobs(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		}
 	}
+	if !c.admin {
+		f.Cap = s.capOf()
+		f.Admit = func(ctx context.Context, n int) (int, error) {
+			ok, err := s.admit(ctx, w, c.tenant, make([]string, n)) // no idempotency keys: each job is new work
+			granted := 0
+			for granted < len(ok) && ok[granted] {
+				granted++
+			}
+			if err == nil && granted < n {
+				err = errRateLimited
+			}
+			return granted, err
+		}
+	}
 	ctx, stop := s.redisContext(r.Context(), bulkRetryBudget)
 	defer stop()
-	if f.Max, err = s.admitRetry(ctx, w, c); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	page, err := s.store.RetryAll(ctx, f)
 	if err != nil {
 		s.fail(w, r, err)

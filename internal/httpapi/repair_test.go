@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -436,4 +439,209 @@ func TestBulkRetryIsBoundedAndOnePerTenant(t *testing.T) {
 	}
 	expectProblem(t, bulk(`{"cursor": "not-one"}`), http.StatusBadRequest, "cursor")
 	expectProblem(t, bulk(`{"cursor": 7}`), http.StatusBadRequest, "cursor")
+}
+
+// ended submits n jobs of tenant acme to queue idle (no worker) and
+// cancels them, through the store: no rate or cap spent.
+func (f *fixture) ended(n int) []string {
+	f.t.Helper()
+	ctx := f.t.Context()
+	ids := make([]string, n)
+	for i := range ids {
+		j, _, err := f.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: "idle"}, "")
+		if err == nil {
+			_, err = f.store.Cancel(ctx, "acme", j.ID, false)
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		ids[i] = j.ID
+	}
+	return ids
+}
+
+// unended is how many of acme's jobs in queue idle have not ended, as the
+// cap counts them.
+func (f *fixture) unended(ctx context.Context) (int64, error) {
+	vals, err := f.rdb.HMGet(ctx, keys.New(f.prefix).QueueStats("idle"),
+		"queued/acme", "running/acme", "retrying/acme", "waiting/acme").Result()
+	var n int64
+	for _, v := range vals {
+		if s, ok := v.(string); ok {
+			var k int64
+			if _, err := fmt.Sscan(s, &k); err != nil {
+				return 0, err
+			}
+			n += k
+		}
+	}
+	return n, err
+}
+
+// A retry counts against the tenant's cap like a submission, checked with
+// the move: bulk retries, single retries and submissions from many
+// clients at once, while others cancel jobs to make room, never take the
+// tenant past its cap, counted after every answer and all along.
+//
+// Fails when the cap is checked before the move instead of with it (two
+// retries at the cap's last place both go ahead).
+func TestConcurrentRetriesNeverPassTheTenantCap(t *testing.T) {
+	t.Parallel()
+	const limit = 5
+	f := newFixture(t, func(c *httpapi.Config) { c.TenantMaxJobs = limit })
+	ctx := t.Context()
+	var mu sync.Mutex
+	pool := f.ended(60) // the jobs to retry and cancel
+	pick := func(i int) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return pool[(i*7919)%len(pool)]
+	}
+	var over, moved, capped atomic.Int64
+	check := func() {
+		n, err := f.unended(ctx)
+		if err != nil {
+			t.Error(err)
+		} else if n > limit {
+			over.Store(max(over.Load(), n))
+		}
+	}
+	call := func(r request) (int, []byte) {
+		resp, err := f.client.Do(f.newRequest(r))
+		if err != nil {
+			t.Error(err)
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		check()
+		return resp.StatusCode, body
+	}
+	expect := func(what string, status int, body []byte, ok ...int) {
+		if status != 0 && !slices.Contains(ok, status) {
+			t.Errorf("%s: %d %s", what, status, body)
+		}
+		if status == http.StatusTooManyRequests {
+			capped.Add(1)
+		}
+	}
+	var clients, watcher sync.WaitGroup
+	done := make(chan struct{})
+	watcher.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				check()
+			}
+		}
+	})
+	for range 2 {
+		clients.Go(func() {
+			for range 25 {
+				status, body := call(request{method: http.MethodPost, path: "/v1/jobs/retry", key: acmeKey, body: `{"state": "cancelled"}`})
+				expect("bulk retry", status, body, http.StatusOK, http.StatusConflict, http.StatusTooManyRequests)
+				if status == http.StatusOK {
+					var page struct{ Moved int }
+					if err := json.Unmarshal(body, &page); err != nil {
+						t.Error(err)
+					}
+					moved.Add(int64(page.Moved))
+				}
+			}
+		})
+	}
+	for g := range 4 {
+		clients.Go(func() {
+			for i := range 40 {
+				status, body := call(request{method: http.MethodPost, path: "/v1/jobs/" + pick(g*40+i) + "/retry", key: acmeKey})
+				expect("retry", status, body, http.StatusAccepted, http.StatusConflict, http.StatusTooManyRequests)
+				if status == http.StatusAccepted {
+					moved.Add(1)
+				}
+			}
+		})
+	}
+	for range 3 {
+		clients.Go(func() {
+			for range 30 {
+				status, body := call(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: `{"kind": "echo", "queue": "idle"}`})
+				expect("submit", status, body, http.StatusCreated, http.StatusTooManyRequests)
+				if status == http.StatusCreated {
+					var j job.Job
+					if err := json.Unmarshal(body, &j); err != nil {
+						t.Error(err)
+					}
+					mu.Lock()
+					pool = append(pool, j.ID)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for g := range 3 {
+		clients.Go(func() {
+			for i := range 60 {
+				status, body := call(request{method: http.MethodPost, path: "/v1/jobs/" + pick(g*60+i+1) + "/cancel", key: acmeKey})
+				expect("cancel", status, body, http.StatusOK, http.StatusAccepted, http.StatusConflict)
+			}
+		})
+	}
+	clients.Wait()
+	close(done)
+	watcher.Wait()
+	if n := over.Load(); n > 0 {
+		t.Errorf("the tenant had %d jobs not ended, over its cap of %d", n, limit)
+	}
+	// The test proves something only if retries moved jobs and the cap refused some.
+	if moved.Load() == 0 || capped.Load() == 0 {
+		t.Errorf("%d jobs retried, %d calls refused at the cap: the clients did not contend", moved.Load(), capped.Load())
+	}
+}
+
+// Each job a bulk retry moves spends a unit of the tenant's submission
+// rate: with 7 units, a call moves 7 jobs and answers where to go on, with
+// Retry-After; the next call moves none and is a 429, and so is a single
+// retry.
+//
+// Fails when a bulk retry spends one unit a call (it moves all 20).
+func TestBulkRetrySpendsTheRatePerJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, withRate(t, "7/h"))
+	ids := f.ended(20)
+	bulk := func(body string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/retry", key: acmeKey, body: body})
+	}
+	resp := bulk(`{"state": "cancelled"}`)
+	page := decode[struct {
+		Moved      int
+		NextCursor *string `json:"next_cursor"`
+	}](t, resp)
+	if resp.StatusCode != http.StatusOK || page.Moved != 7 || page.NextCursor == nil {
+		t.Fatalf("first call: %s %s; want 7 moved and a cursor", resp.Status, resp.body)
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("Retry-After %q on a call the rate cut short", resp.Header.Get("Retry-After"))
+	}
+	resp = bulk(`{"state": "cancelled", "cursor": "` + *page.NextCursor + `"}`)
+	expectProblem(t, resp, http.StatusTooManyRequests, "")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	queued := 0
+	for _, id := range ids {
+		if f.job(id).State == job.StateQueued {
+			queued++
+		}
+	}
+	if queued != 7 {
+		t.Errorf("%d jobs queued again, want the rate's 7", queued)
+	}
+	for _, id := range ids {
+		if f.job(id).State == job.StateCancelled {
+			expectProblem(t, f.post(acmeKey, "/v1/jobs/"+id+"/retry"), http.StatusTooManyRequests, "")
+			break
+		}
+	}
 }

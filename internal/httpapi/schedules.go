@@ -160,7 +160,7 @@ func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request, c calle
 		s.fail(w, r, err)
 		return
 	}
-	j, err := s.schedules.Trigger(ctx, c.tenant, name, job.Cap{Max: s.tenantCap, Queues: s.queues})
+	j, err := s.schedules.Trigger(ctx, c.tenant, name, s.capOf())
 	if err != nil {
 		s.failSchedule(w, r, err)
 		return

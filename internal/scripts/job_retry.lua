@@ -7,11 +7,18 @@
 -- (fair.lua) of job i (1..n)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] events stream MAXLEN   ARGV[3] "1" to return each job's record
--- ARGV[4 .. 3+n] the job ids
+-- ARGV[4] how many of the tenant's jobs not ended this queue may hold ("" =
+-- no cap; only with a tenant)   ARGV[5 .. 4+n] the job ids
 -- Returns, for each job, {outcome} or, with ARGV[3] "1", {outcome, HGETALL
 -- of the job}: outcome is 'retried' when it moved (it is queued now),
--- 'missing' when there is no such job for this caller, else the state it
--- stays in (not ended, or succeeded: nothing moved).
+-- 'missing' when there is no such job for this caller, 'capped' when it
+-- would have moved but the queue holds as many of the tenant's jobs not
+-- ended as ARGV[4] (then {'capped', that count}), else the state it stays
+-- in (not ended, or succeeded: nothing moved).
+--
+-- A retry counts like a submission (job_submit.lua): the cap is checked
+-- here, with the moves, so concurrent retries and submissions to the queue
+-- never pass it.
 --
 -- A retried job keeps its attempt number (the attempts spent), so its next
 -- execution is the attempt after the last one spent: attempt numbers never
@@ -24,23 +31,27 @@
 -- issues a higher one from the queue's fence. Its error stays too, as on
 -- any job waiting for another attempt.
 local ready, fair, stats, retired, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local tenant, maxlen, records = ARGV[1], ARGV[2], ARGV[3] == '1'
+local tenant, maxlen, records, room = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 
 local now = redis_now()
 local tx = transitions(stats, retired, now, nil, maxlen)
+local held = room and unended(stats, tenant) -- the tenant's jobs not ended, moved ones included
 
 local out = {}
-for i = 1, #ARGV - 3 do
-  local id = ARGV[3 + i]
+for i = 1, #ARGV - 4 do
+  local id = ARGV[4 + i]
   local key = KEYS[3 + 3 * i]
   local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
     'max_attempts', 'retries', 'pushbacks')
   local state = f[1]
   local outcome
+  local ended = state == 'failed' or state == 'cancelled' or state == 'expired'
   if not state or (tenant ~= '' and f[2] ~= tenant) then
     -- Another tenant's job is as absent as one that never existed.
     outcome = 'missing'
-  elseif state == 'failed' or state == 'cancelled' or state == 'expired' then
+  elseif ended and held and held >= room then
+    outcome = 'capped'
+  elseif ended then
     local retries = f[8] or ''
     local original = retries:match('^[^:]*:(%d+)') or f[7]
     local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
@@ -60,10 +71,15 @@ for i = 1, #ARGV - 3 do
       redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)
     end
     outcome = 'retried'
+    if held then
+      held = held + 1
+    end
   else
     outcome = state
   end
-  if records and outcome ~= 'missing' then
+  if outcome == 'capped' then
+    out[i] = {outcome, held}
+  elseif records and outcome ~= 'missing' then
     out[i] = {outcome, redis.call('HGETALL', key)}
   else
     out[i] = {outcome}
