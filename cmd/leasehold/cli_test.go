@@ -35,9 +35,10 @@ const (
 // system is the real binaries, built by the test: an API and a worker on
 // the test Redis and NATS, and the CLI, pointed at the API.
 type system struct {
-	t   *testing.T
-	bin string // the directory of the built binaries
-	url string // the API's
+	t      *testing.T
+	bin    string   // the directory of the built binaries
+	url    string   // the API's
+	common []string // the flags every process of the system takes
 }
 
 func startSystem(t *testing.T) *system {
@@ -57,7 +58,7 @@ func startSystem(t *testing.T) *system {
 		"--queues", "default,slow", "--metrics-addr", opsAddr, "--limits", "model:none=0")...)
 	start(t, filepath.Join(bin, "worker"), append(common, "--queues", "default,slow", "--heartbeat", "100ms", "--lease-ttl", "1s",
 		"--shutdown-grace", "1s", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--llm-base-url", llm.URL+"/v1")...)
-	s := &system{t: t, bin: bin, url: "http://" + apiAddr}
+	s := &system{t: t, bin: bin, url: "http://" + apiAddr, common: common}
 	t.Cleanup(http.DefaultClient.CloseIdleConnections) // TestMain checks for leaked goroutines
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + opsAddr + "/readyz")
@@ -418,6 +419,33 @@ func TestCLI(t *testing.T) {
 		}
 		if r := s.ok("retry", "--all", "--state", "cancelled", "--queue", "slow", "-o", "json"); !strings.Contains(r.stdout, `"moved":1001`) {
 			t.Errorf("bulk retry of %d jobs: %s", n, r.stdout)
+		}
+	})
+
+	t.Run("bulk retry waits out the rate", func(t *testing.T) {
+		// A second API spends a rate of 4 jobs a second (the first spends
+		// none): one call moves 4 of 10 and asks to wait, and the CLI waits
+		// and goes on until all 10 are moved.
+		addr, ops := "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
+		start(t, filepath.Join(s.bin, "api"), append(s.common, "--addr", addr, "--api-keys", "acme:"+acmeKey+",admin:"+adminKey,
+			"--queues", "default,slow", "--metrics-addr", ops, "--rate", "4/s:4")...)
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			resp, err := http.Get("http://" + ops + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err == nil && resp.StatusCode == http.StatusOK
+		}, "the rated API never became ready")
+		for range 10 {
+			id := s.submit("llm.chat", "--queue", "slow", "--metadata", `{"batch":"rated"}`, "--input", `{"model":"none","messages":[]}`)
+			s.ok("cancel", id)
+		}
+		cmd := s.command("retry", "--all", "--state", "cancelled", "--queue", "slow", "-o", "json")
+		cmd.Env = append(cmd.Env, "LEASEHOLD_URL=http://"+addr)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil || !strings.Contains(stdout.String(), `"moved":10`) || !strings.Contains(stderr.String(), "asks to wait") {
+			t.Errorf("bulk retry under a rate of 4/s: %v\n%s%s", err, stdout.String(), stderr.String())
 		}
 	})
 

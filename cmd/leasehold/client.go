@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -142,25 +143,36 @@ func (c *command) request(ctx context.Context, method, path string, body any) (*
 // call sends a request and returns the body of a 2xx answer; any other
 // answer is an *apiError.
 func (c *command) call(ctx context.Context, method, path string, body any) ([]byte, error) {
+	b, _, err := c.exchange(ctx, method, path, body)
+	return b, err
+}
+
+// exchange is call, with how long the answer's Retry-After asks to wait
+// (0 when it has none), on a 2xx answer as on an error.
+func (c *command) exchange(ctx context.Context, method, path string, body any) ([]byte, time.Duration, error) {
 	ctx, stop := context.WithTimeout(ctx, requestTimeout)
 	defer stop()
 	req, err := c.request(ctx, method, path, body)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	wait := time.Duration(0)
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+		wait = time.Duration(secs) * time.Second
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, problemOf(resp.StatusCode, b)
+		return nil, wait, problemOf(resp.StatusCode, b)
 	}
-	return b, nil
+	return b, wait, nil
 }
 
 // problemOf reads an error answer's problem, or names its status alone.

@@ -416,24 +416,31 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			filter[name] = v
 		}
 	}
-	// One call moves a bounded number of jobs and says where to go on.
+	// One call moves a bounded number of jobs and says where to go on. A
+	// call the tenant's rate or cap stopped asks to wait (Retry-After):
+	// the command waits and goes on, until a call after a wait moves
+	// nothing either.
 	total := struct {
 		Moved  int            `json:"moved"`
 		Queues map[string]int `json:"queues"`
 	}{Queues: map[string]int{}}
+	stalled := false
 	for {
-		b, err := c.call(ctx, http.MethodPost, "/v1/jobs/retry", filter)
+		b, wait, err := c.exchange(ctx, http.MethodPost, "/v1/jobs/retry", filter)
 		var page struct {
 			Moved      int            `json:"moved"`
 			Queues     map[string]int `json:"queues"`
 			NextCursor *string        `json:"next_cursor"`
 		}
-		if err == nil {
+		var refused *apiError
+		if errors.As(err, &refused) && refused.Status == http.StatusTooManyRequests && wait > 0 && !stalled {
+			err = nil // nothing moved: wait, then ask again from the same cursor
+		} else if err == nil {
 			err = json.Unmarshal(b, &page)
 		}
 		if err != nil {
 			if total.Moved > 0 {
-				fmt.Fprintf(stderr, "moved %d jobs back to queued before this error\n", total.Moved)
+				fmt.Fprintf(stderr, "moved %d jobs back to queued before this error; run the command again to go on\n", total.Moved)
 			}
 			return err
 		}
@@ -441,10 +448,21 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for q, n := range page.Queues {
 			total.Queues[q] += n
 		}
-		if page.NextCursor == nil {
+		if refused == nil && page.NextCursor == nil {
 			break
 		}
-		filter["cursor"] = *page.NextCursor
+		if page.NextCursor != nil {
+			filter["cursor"] = *page.NextCursor
+		}
+		stalled = page.Moved == 0 && wait > 0
+		if wait > 0 {
+			fmt.Fprintf(stderr, "moved %d jobs; the tenant's rate or cap asks to wait %v before the next (Ctrl-C stops)\n", total.Moved, wait)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("moved %d jobs back to queued, then stopped: %w", total.Moved, ctx.Err())
+			case <-time.After(wait):
+			}
+		}
 	}
 	if c.json() {
 		return json.NewEncoder(stdout).Encode(total)
