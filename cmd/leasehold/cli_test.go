@@ -60,14 +60,20 @@ func startSystem(t *testing.T) *system {
 		"--shutdown-grace", "1s", "--metrics-addr", "127.0.0.1:"+strconv.Itoa(freePort(t)), "--llm-base-url", llm.URL+"/v1")...)
 	s := &system{t: t, bin: bin, url: "http://" + apiAddr, common: common}
 	t.Cleanup(http.DefaultClient.CloseIdleConnections) // TestMain checks for leaked goroutines
+	waitReady(t, opsAddr)
+	return s
+}
+
+// waitReady waits until the API whose ops port is at addr is ready.
+func waitReady(t *testing.T, addr string) {
+	t.Helper()
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + opsAddr + "/readyz")
+		resp, err := http.Get("http://" + addr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err == nil && resp.StatusCode == http.StatusOK
-	}, "the API never became ready")
-	return s
+	}, "the API at %s never became ready", addr)
 }
 
 func freePort(t *testing.T) int {
@@ -429,13 +435,7 @@ func TestCLI(t *testing.T) {
 		addr, ops := "127.0.0.1:"+strconv.Itoa(freePort(t)), "127.0.0.1:"+strconv.Itoa(freePort(t))
 		start(t, filepath.Join(s.bin, "api"), append(s.common, "--addr", addr, "--api-keys", "acme:"+acmeKey+",admin:"+adminKey,
 			"--queues", "default,slow", "--metrics-addr", ops, "--rate", "4/s:4")...)
-		testenv.Eventually(t, 30*time.Second, func() bool {
-			resp, err := http.Get("http://" + ops + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-			}
-			return err == nil && resp.StatusCode == http.StatusOK
-		}, "the rated API never became ready")
+		waitReady(t, ops)
 		for range 10 {
 			id := s.submit("llm.chat", "--queue", "slow", "--metadata", `{"batch":"rated"}`, "--input", `{"model":"none","messages":[]}`)
 			s.ok("cancel", id)
