@@ -156,6 +156,23 @@ func RequestedAt(ctx context.Context, rdb redis.UniversalClient, prefix, id stri
 	return time.UnixMilli(v), nil
 }
 
+// Clear removes the flags of ids under prefix ("" for the default), in one
+// round trip: a job run again (retried) or forgotten (deleted) must not be
+// stopped by a request made of its earlier run. Each flag has a hash slot
+// of its own, so on a Redis Cluster the pipeline goes out to each node.
+func Clear(ctx context.Context, rdb redis.UniversalClient, prefix string, ids ...string) error {
+	ks := keys.New(prefix)
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			p.Del(ctx, ks.CancelFlag(id))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("cancel: clear flags: %w", err)
+	}
+	return nil
+}
+
 // CheckPipe queues the read of id's flag (EXISTS) into p, so a heartbeat
 // learns of a cancel request in the same round trip as its renew. After
 // p.Exec, Val() == 1 means cancellation was requested. The flag has a hash

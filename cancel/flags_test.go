@@ -46,6 +46,33 @@ func TestRequestSetsFlag(t *testing.T) {
 	}
 }
 
+// Clear removes the flags it names, on a Redis and on a Cluster (where
+// they are in different slots), and leaves the others.
+func TestClearRemovesTheFlagsItNames(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			f := e.flags(t, b.Client, nil)
+			ctx := t.Context()
+			for _, id := range []string{"job-1", "job-2", "job-3"} {
+				if err := f.Request(ctx, id, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := cancel.Clear(ctx, b.Client, e.prefix, "job-1", "job-3"); err != nil {
+				t.Fatal(err)
+			}
+			for id, want := range map[string]bool{"job-1": false, "job-2": true, "job-3": false} {
+				if set, err := f.Check(ctx, id); err != nil || set != want {
+					t.Errorf("Check(%s) after Clear = %v, %v; want %v", id, set, err, want)
+				}
+			}
+		})
+	}
+}
+
 func TestCheckPipeJoinsTheCallersRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -55,3 +55,28 @@ func TestCrashedWinnerIsCompletedByTheNextRequest(t *testing.T) {
 		})
 	}
 }
+
+// Replays finds the idempotency keys a tenant used, on a Redis and on a
+// Cluster, and no other tenant's.
+func TestReplaysFindsTheKeysATenantUsed(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo"}, "used"); err != nil {
+				t.Fatal(err)
+			}
+			for tenant, want := range map[string][]bool{"acme": {true, false, false}, "beta": {false, false, false}} {
+				got, err := s.Replays(ctx, tenant, []string{"used", "", "fresh"})
+				if err != nil || len(got) != 3 || got[0] != want[0] || got[1] || got[2] {
+					t.Errorf("Replays of %s = %v, %v; want %v", tenant, got, err, want)
+				}
+			}
+		})
+	}
+}

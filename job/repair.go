@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/scripts"
 )
 
@@ -69,8 +70,8 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 		}
 	}
 	if State(state) == StateCancelled {
-		if err := s.rdb.Del(ctx, s.keys.CancelFlag(id)).Err(); err != nil {
-			return Job{}, fmt.Errorf("job: retry %s: clear cancel flag: %w", id, err)
+		if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), id); err != nil {
+			return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
 		}
 	}
 	res, err := s.runRetry(ctx, queue, owner, room, []string{id}, []string{lane}, true)
@@ -483,13 +484,8 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		}
 		moving := match[start : start+n]
 		if n > 0 && f.State == StateCancelled {
-			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, id := range moving {
-					p.Del(ctx, s.keys.CancelFlag(id))
-				}
-				return nil
-			}); err != nil {
-				return moved, false, nil, fmt.Errorf("job: retry in %s: clear cancel flags: %w", queue, err)
+			if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), moving...); err != nil {
+				return moved, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
 			}
 		}
 		if n > 0 {
@@ -581,12 +577,11 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 		}
 		return j, ErrNotEnded
 	}
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, s.keys.JobQueue(id))
-		p.Del(ctx, s.keys.CancelFlag(id))
-		return nil
-	}); err != nil {
+	if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: drop lookup: %w", id, err)
+	}
+	if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), id); err != nil {
+		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
 	return Job{}, nil
 }

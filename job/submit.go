@@ -64,6 +64,28 @@ func (s *Store) SubmitWithin(ctx context.Context, tenant string, sub Submission,
 	return res[0].Job, res[0].Created, res[0].Err
 }
 
+// Replays reports, in one round trip, which of idemKeys ("" = none)
+// already have a record for tenant: a submission with one of them may be
+// a replay, which creates no job (the API does not charge it the rate).
+func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) ([]bool, error) {
+	cmds := make([]*redis.IntCmd, len(idemKeys))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range idemKeys {
+			if k != "" {
+				cmds[i] = p.Exists(ctx, s.keys.Idempotency(tenant, k))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("job: read idempotency records: %w", err)
+	}
+	found := make([]bool, len(idemKeys))
+	for i, cmd := range cmds {
+		found[i] = cmd != nil && cmd.Val() > 0
+	}
+	return found, nil
+}
+
 // SubmitBatch submits 1 to MaxBatch items for tenant under limit, each as
 // its own SubmitWithin would: each item is created, replayed or refused
 // on its own (BatchResult.Err), and a refused item writes nothing. It

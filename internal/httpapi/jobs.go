@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -153,7 +152,7 @@ func (s *server) admit(ctx context.Context, w http.ResponseWriter, tenant string
 		return ok, nil
 	}
 	var fresh []int // the requests that would create a job
-	replays, err := s.recorded(ctx, tenant, idemKeys)
+	replays, err := s.store.Replays(ctx, tenant, idemKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -195,27 +194,6 @@ func (s *server) admit(ctx context.Context, w http.ResponseWriter, tenant string
 		ratelimit.Headers(w.Header(), d)
 	}
 	return ok, nil
-}
-
-// recorded reports, in one round trip, which of idemKeys ("" = none)
-// already have a record for tenant: those requests may be replays.
-func (s *server) recorded(ctx context.Context, tenant string, idemKeys []string) ([]bool, error) {
-	found := make([]bool, len(idemKeys))
-	cmds := make([]*redis.IntCmd, len(idemKeys))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range idemKeys {
-			if k != "" {
-				cmds[i] = p.Exists(ctx, s.space.Idempotency(tenant, k))
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("httpapi: read idempotency records: %w", err)
-	}
-	for i, cmd := range cmds {
-		found[i] = cmd != nil && cmd.Val() > 0
-	}
-	return found, nil
 }
 
 // GET /v1/jobs/{id}
