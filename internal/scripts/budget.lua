@@ -11,11 +11,7 @@
 -- throttle string until when (ms) the upstream asked to be left alone
 -- adapt    hash   eff (the effective limit, a real number), ceil (the
 --                 level of the last pushback, +1), hold (ms), untl (no
---                 probe above ceil before it), cut (when it was last cut),
---                 probe (when a slot was first granted at ceil's level since
---                 the cut, 0: not yet), won (successes since, none refused),
---                 thr (when its last throttle ends), run (successes since
---                 the cut)
+--                 probe above ceil before it), cut (when it was last cut)
 --
 -- Every one of them expires when unused: the window and spent a minute
 -- after their last entry, the throttle when it ends, adapt an hour after
@@ -23,10 +19,6 @@
 
 local minute = 60000
 local adapt_life = 3600000
--- ramp (ms) is how long an adaptive key takes, once a throttle ends, to
--- open its effective limit again: its calls all ended meanwhile, and the
--- first to come back refused stop the rest (lease_settle.lua).
-local ramp = 250
 
 -- cap_of is the most an adaptive key's effective limit may reach: its
 -- limit, or MaxLimit (job.MaxLimit) for a key with none.
@@ -53,18 +45,16 @@ end
 -- adapt_read returns an adaptive key's state; a key new to adapting
 -- starts low (slow start): an eighth of its cap, 4 at most, 1 at least.
 local function adapt_read(adapt, cap)
-  local f = redis.call('HMGET', adapt, 'eff', 'ceil', 'hold', 'untl', 'cut', 'probe', 'won', 'thr', 'run')
+  local f = redis.call('HMGET', adapt, 'eff', 'ceil', 'hold', 'untl', 'cut')
   local eff = tonumber(f[1])
   if not eff then
-    return {eff = math.max(1, math.min(cap / 8, 4)), ceil = cap + 1, hold = 0, untl = 0, cut = 0, probe = 0, won = 0, thr = 0, run = 0}
+    return {eff = math.max(1, math.min(cap / 8, 4)), ceil = cap + 1, hold = 0, untl = 0, cut = 0}
   end
-  return {eff = eff, ceil = tonumber(f[2]), hold = tonumber(f[3]), untl = tonumber(f[4]), cut = tonumber(f[5]),
-    probe = tonumber(f[6]) or 0, won = tonumber(f[7]) or 0, thr = tonumber(f[8]) or 0,
-    run = tonumber(f[9]) or 0}
+  return {eff = eff, ceil = tonumber(f[2]), hold = tonumber(f[3]), untl = tonumber(f[4]), cut = tonumber(f[5])}
 end
 
 local function adapt_write(adapt, a)
   redis.call('HSET', adapt, 'eff', tostring(a.eff), 'ceil', tostring(a.ceil), 'hold', a.hold,
-    'untl', a.untl, 'cut', a.cut, 'probe', a.probe, 'won', a.won, 'thr', a.thr, 'run', a.run)
+    'untl', a.untl, 'cut', a.cut)
   redis.call('PEXPIRE', adapt, adapt_life)
 end

@@ -27,11 +27,9 @@
 -- fewer than rpm executions started in the last minute; the tokens of the
 -- last minute plus the holder's estimate (at most tpm: a job larger than
 -- the whole budget runs alone) fit in tpm; and, for an adaptive key, fewer
--- holders than its effective limit (reopened over a ramp once a throttle
--- ends, budget.lua; the first slot granted at the level of its last
--- pushback marks when the probe started, for lease_settle.lua). The
--- reservation is the holder's entry in the window (and its tokens in
--- spent), settled or given back by lease_settle.lua.
+-- holders than its effective limit. The reservation is the holder's entry
+-- in the window (and its tokens in spent), settled or given back by
+-- lease_settle.lua.
 --
 -- Two sides meet on a full key: these callers, which try and come back
 -- (queued jobs, Acquire), and the tickets of Wait's line
@@ -75,7 +73,6 @@ else
   local held = redis.call('ZCARD', leases)
   local requests, tokens, until_ms, reserve = 0, 0, 0, {}
   local cap = limit -- an adaptive key's limit before its effective limit
-  local a, probe = nil, false
   if budgeted then
     budget_reap(window, spent, now, tpm)
     requests = redis.call('ZCARD', window)
@@ -83,11 +80,7 @@ else
     until_ms = tonumber(redis.call('GET', throttle)) or 0
     if adaptive then
       cap = cap_of(limit)
-      a = adapt_read(adapt, cap)
-      limit = math.min(cap, math.floor(a.eff))
-      if now < a.thr + ramp then
-        limit = math.max(1, math.ceil(limit * (now - a.thr) / ramp))
-      end
+      limit = math.min(cap, math.floor(adapt_read(adapt, cap).eff))
     end
   end
   for i = 7, #ARGV, step do
@@ -116,9 +109,6 @@ else
         held = held + 1
         took = true
         lines_turn = line -- one slot for this side, then the line's turn
-        -- The first slot at the last pushback's level since: the probe
-        -- starts (lease_settle.lua).
-        probe = probe or a and a.ceil <= cap and held >= a.ceil and a.probe == 0
       end
     elseif not ok and held < cap then
       out[4] = 1 -- the effective limit refused it
@@ -131,9 +121,6 @@ else
       out[#out + 1] = false
       refused = true
     end
-  end
-  if probe then
-    redis.call('HSET', adapt, 'probe', now)
   end
   if #reserve > 0 then
     local starts, sums = {}, {}

@@ -21,23 +21,16 @@
 -- adds what it spent over its estimate, as an entry of its own, now.
 --
 -- The effective limit of an adaptive key follows the upstream (see
--- docs/architecture.md, "The control law of an adaptive key"). It grows
--- only by a success under a limit in use (claims refused lately, or the
--- limit full) of a call started since the last cut: by 0.7 of a slot (x1.7
--- a round) in the slow start, while no pushback's level is known; else by
--- a slot a round, except just below the last pushback's level, where it
--- waits out a hold first. A pushback of a call started since the last cut
--- (fresh news) cuts it, to the holders still in flight and one below its
--- value when it finds the level (in the slow start, at the probe: a call
--- lease_acquire.lua granted at the last pushback's level, or in the ramp
--- after a throttle), a cut near the last one's level doubling the hold
--- (1 s to 16 s); or, when the call was granted below that level after a
--- round of successes there (the capacity fell), to half the holders in
--- flight, and the slow start finds the level again. One launched before
--- the last cut only lowers it to the holders in flight. Half a round of
--- successes of calls started since the probe, none refused, says the
--- capacity rose: the slow start resumes. A Retry-After throttles the key
--- until it passes; the limit then reopens over a ramp (budget.lua).
+-- docs/architecture.md, "Adaptive limits"). A success while the limit is
+-- in use grows it: by 0.4 of a slot (x1.4 a round) until the first pushback,
+-- the slow start; after, by a slot a round, except just below the level
+-- of the last pushback, where it waits out a hold first; a success with
+-- the limit full at that level forgets it, and the slow start resumes. A pushback cuts it to the holders still in
+-- flight (the upstream refused one more than those), and one below its
+-- value if the refused holder started after the last cut: fresh news. A
+-- fresh cut at the same level as the last one doubles the hold (1 s, then
+-- up to 16 s), so a steady capacity is probed ever more rarely; and a
+-- Retry-After throttles the key until it passes.
 local leases, window, spent, throttle, adapt, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit, tpm, adaptive = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 
@@ -56,7 +49,7 @@ for i = 4, #ARGV, 5 do
   local holder, how, actual, est, wait = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   -- When it started, from the window: read only where it counts (a
   -- success that reports no tokens, the most common end, needs none).
-  local started = (how == 'unused' or tpm >= 0 and actual >= 0 or a and (how == 'pushback' or how == 'ok')) and
+  local started = (how == 'unused' or tpm >= 0 and actual >= 0 or a and how == 'pushback') and
     tonumber(redis.call('ZSCORE', window, holder))
   if how == 'unused' then
     if started then
@@ -80,66 +73,48 @@ for i = 4, #ARGV, 5 do
       redis.call('PEXPIRE', spent, minute)
     end
   end
-  if a and how == 'ok' and (started or 0) >= a.cut and (redis.call('EXISTS', waiting) == 1 or
+  if a and how == 'ok' and (redis.call('EXISTS', waiting) == 1 or
       redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff)) then
     -- Only a success under a limit in use says it may grow (claims were
-    -- refused lately, or it ran with the limit full), and only one that
-    -- started since the last cut: one that ran with slots to spare, or
-    -- was launched at a level since cut, tells nothing of the upstream's
-    -- capacity now.
-    a.run = a.run + 1
-    if a.probe > 0 and (started or 0) >= a.probe then
-      -- A round of successes since the probe started, none refused: the
-      -- capacity grew, by how much nobody knows.
-      a.won = a.won + 1
-      if a.won >= a.ceil / 2 then a.ceil, a.hold, a.probe, a.won = cap + 1, 0, 0, 0 end
-    end
-    if a.ceil > cap then
-      -- No pushback's level above: the slow start, x1.7 a round.
-      a.eff = a.eff + 0.7
+    -- refused lately, or it ran with the limit full): one that ran with
+    -- slots to spare tells nothing of the upstream's capacity.
+    if a.cut == 0 or a.ceil > cap then
+      -- No pushback's level above: the slow start, until the first
+      -- pushback, and again once growing past the last one's level
+      -- (the capacity rose, by how much nobody knows): x1.4 a round.
+      a.eff = a.eff + 0.4
     elseif a.eff + 1 < a.ceil or now >= a.untl then
+      -- A success with the limit full at the last pushback's level: the
+      -- capacity grew. (Reaching the level is only the probe, which a
+      -- steady capacity refuses: growing x1.4 from there would flood a
+      -- steady upstream.)
+      if a.eff >= a.ceil then
+        a.ceil, a.hold = cap + 1, 0
+      end
       a.eff = a.eff + 1 / a.eff -- a slot a round
     end
     a.eff = math.min(a.eff, cap)
     changed = true
   elseif a and how == 'pushback' then
     local others = redis.call('ZCOUNT', leases, '(' .. now, '+inf')
-    if (started or now) >= a.cut then
-      -- Fresh news: the refused call started after the last cut.
-      local eff
-      local at = started or now
-      if a.ceil <= cap and a.run >= a.eff and (a.probe == 0 or at < a.probe) and not (at >= a.thr and at < a.thr + ramp) then
-        -- Refused below the last pushback's level, which the upstream
-        -- served (the probe had not started, lease_acquire.lua): the
-        -- capacity fell, by how much nobody knows. Halve what was in
-        -- flight and find the level again by the slow start.
-        eff = math.max(1, math.floor(math.min(a.eff, others) / 2))
-        a.ceil = cap + 1
+    local fresh = (started or now) >= a.cut
+    local eff = math.max(1, math.min(a.eff - (fresh and 1 or 0), others))
+    if fresh then
+      if math.abs(a.ceil - (eff + 1)) < 1 and now - a.cut < minute then
+        a.hold = math.min(math.max(a.hold * 2, 1000), 16000)
       else
-        -- Refused one more than those in flight: the level is found.
-        eff = math.max(1, math.min(math.floor(a.eff) - 1, others))
-        if math.abs(a.ceil - (eff + 1)) <= math.max(1, a.ceil / 10) and now - a.cut < minute then
-          a.hold = math.min(math.max(a.hold * 2, 1000), 16000)
-        else
-          a.hold = 1000
-        end
-        a.untl, a.ceil = now + a.hold, eff + 1
+        a.hold = 1000
       end
-      a.eff, a.cut, a.probe, a.won, a.run = eff, now, 0, 0, 0
-      changed = true
-    elseif others < a.eff then
-      -- Launched before the last cut: not news of its own, but the
-      -- upstream served no more than those still in flight.
-      a.eff, a.ceil = math.max(1, others), math.max(1, others) + 1
-      changed = true
+      a.untl, a.cut = now + a.hold, now
     end
+    a.eff, a.ceil = eff, eff + 1
+    changed = true
   end
-  if a and how == 'pushback' and wait > 0 then
+  if adaptive and how == 'pushback' and wait > 0 then
     local until_ms = now + wait
     if (tonumber(redis.call('GET', throttle)) or 0) < until_ms then
       redis.call('SET', throttle, until_ms, 'PX', wait)
     end
-    a.thr, changed = math.max(a.thr, until_ms), true
   end
 end
 if changed then adapt_write(adapt, a) end
