@@ -79,7 +79,8 @@ bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 
 # About eight minutes: each of three modes (adaptive, fixed at the
 # capacity, fixed at 4x) steps a fake upstream's hidden capacity through
-# five 30 s phases (LEASEHOLD_BENCH_PHASE).
+# five 30 s phases (LEASEHOLD_BENCH_PHASE; LEASEHOLD_BENCH_MODES=adaptive
+# runs one mode, for quick iterations on the law).
 .PHONY: bench/utilisation
 bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed ones, before a hidden capacity that steps.
 	$(GO) test -run '^$$' -bench '^BenchmarkUtilisation$$' -benchtime 1x -timeout 30m ./kinds/

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,8 @@ var utilSteps = []int{5, 20, 100, 20, 5}
 // high).
 type utilMode struct {
 	name   string
-	factor int // 0: adaptive
+	key    string // its name in LEASEHOLD_BENCH_MODES
+	factor int    // 0: adaptive
 }
 
 func (m utilMode) limit(capacity int) job.KeyLimit {
@@ -45,12 +47,13 @@ func (m utilMode) limit(capacity int) job.KeyLimit {
 
 // utilRun is one mode's upstream, store and workers.
 type utilRun struct {
-	mode     utilMode
-	upstream *fakellm.Server
-	store    *job.Store
-	stop     func()      // stops its workers
-	eff      []effSample // the adaptive key's effective limit, sampled
-	mu       sync.Mutex
+	mode      utilMode
+	upstream  *fakellm.Server
+	store     *job.Store
+	stop      func()      // stops its workers
+	submitted int         // jobs submitted so far
+	eff       []effSample // the adaptive key's effective limit, sampled
+	mu        sync.Mutex
 }
 
 type effSample struct {
@@ -71,7 +74,10 @@ type effSample struct {
 // within 10 % (at least 1) of the new capacity. Calls take a second (10
 // tokens, 100 ms apart), as a short LLM answer does.
 //
-// Run it with make bench/utilisation; it takes about eight minutes.
+// Run it with make bench/utilisation; it takes about eight minutes. For
+// quick iterations on the law, LEASEHOLD_BENCH_MODES=adaptive runs that
+// mode alone (a comma-separated subset of adaptive, capacity and 4x), and
+// LEASEHOLD_BENCH_PHASE=10s shortens the phases.
 func BenchmarkUtilisation(b *testing.B) {
 	phase := 30 * time.Second
 	if v := os.Getenv("LEASEHOLD_BENCH_PHASE"); v != "" {
@@ -81,7 +87,14 @@ func BenchmarkUtilisation(b *testing.B) {
 		}
 		phase = d
 	}
-	modes := []utilMode{{"adaptive", 0}, {"fixed at capacity", 1}, {"fixed at 4x", 4}}
+	modes := []utilMode{{"adaptive", "adaptive", 0}, {"fixed at capacity", "capacity", 1}, {"fixed at 4x", "4x", 4}}
+	if v := os.Getenv("LEASEHOLD_BENCH_MODES"); v != "" {
+		want := strings.Split(v, ",")
+		modes = slices.DeleteFunc(modes, func(m utilMode) bool { return !slices.Contains(want, m.key) })
+		if len(modes) == 0 {
+			b.Fatalf("LEASEHOLD_BENCH_MODES %q: name adaptive, capacity or 4x", v)
+		}
+	}
 	for range b.N {
 		var out strings.Builder
 		fmt.Fprintf(&out, "phases of %v, calls of ~1s; utilisation / 429s of calls (adaptive: / settled after)\n", phase)
@@ -95,6 +108,9 @@ func BenchmarkUtilisation(b *testing.B) {
 			fmt.Fprintf(&out, "%-18s", m.name)
 			var busy, capacity time.Duration
 			var calls, refused int
+			var failed int64
+			var counts strings.Builder // refused of calls, and jobs failed, per phase
+			fmt.Fprintf(&counts, "%-18s", "  refused, failed")
 			for _, c := range utilSteps {
 				p := r.phase(b, c, phase)
 				cell := fmt.Sprintf("%.0f %% / %.1f %%", 100*p.busy.Seconds()/p.capacity.Seconds(), 100*float64(p.refused)/float64(max(p.calls, 1)))
@@ -102,11 +118,13 @@ func BenchmarkUtilisation(b *testing.B) {
 					cell += " / " + p.settle
 				}
 				fmt.Fprintf(&out, " | %-22s", cell)
-				busy, capacity, calls, refused = busy+p.busy, capacity+p.capacity, calls+p.calls, refused+p.refused
+				fmt.Fprintf(&counts, " | %-22s", fmt.Sprintf("%d of %d, %d", p.refused, p.calls, p.failed))
+				busy, capacity, calls, refused, failed = busy+p.busy, capacity+p.capacity, calls+p.calls, refused+p.refused, failed+p.failed
 			}
 			r.stop()
 			util, share := busy.Seconds()/capacity.Seconds(), float64(refused)/float64(max(calls, 1))
 			fmt.Fprintf(&out, " | %.0f %% / %.1f %%\n", 100*util, 100*share)
+			fmt.Fprintf(&out, "%s | %d of %d, %d\n", counts.String(), refused, calls, failed)
 			unit := strings.ReplaceAll(m.name, " ", "_")
 			b.ReportMetric(100*util, unit+"_util_%")
 			b.ReportMetric(100*share, unit+"_429_%")
@@ -119,6 +137,7 @@ func BenchmarkUtilisation(b *testing.B) {
 type utilPhase struct {
 	busy, capacity time.Duration // call-time served within the capacity, and the capacity's
 	calls, refused int
+	failed         int64  // jobs failed (upstream_limited: 50 pushbacks in a row)
 	settle         string // the adaptive key's time to settle
 }
 
@@ -126,6 +145,8 @@ type utilPhase struct {
 // waits d and reports what the upstream saw meanwhile.
 func (r *utilRun) phase(b *testing.B, capacity int, d time.Duration) utilPhase {
 	b.Helper()
+	r.fill(b, capacity, d)
+	failed := r.failed(b)
 	r.upstream.SetLimits(fakellm.Limits{Concurrency: capacity})
 	if r.mode.factor > 0 {
 		if err := r.store.SetKeyLimit(b.Context(), "model:fake-1", r.mode.limit(capacity)); err != nil {
@@ -138,11 +159,57 @@ func (r *utilRun) phase(b *testing.B, capacity int, d time.Duration) utilPhase {
 	p := utilPhase{
 		busy: end.Busy - start.Busy, capacity: time.Duration(capacity) * took,
 		calls: end.Calls - start.Calls, refused: end.Refused - start.Refused,
+		failed: r.failed(b) - failed,
 	}
 	if r.mode.factor == 0 {
 		p.settle = r.settled(t0, capacity)
 	}
 	return p
+}
+
+// fill tops the queue up to more jobs than a phase of d at capacity can
+// run, so that it never runs dry, even when a fixed limit 4x too high
+// fails jobs by the hundred (50 pushbacks in a row: upstream_limited).
+func (r *utilRun) fill(b *testing.B, capacity int, d time.Duration) {
+	b.Helper()
+	var pending int64
+	qs, err := r.store.Stats(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range qs {
+		pending += q.Queued + q.Retrying
+	}
+	var items []job.BatchItem
+	for range max(0, int64(capacity)*int64(math.Ceil(d.Seconds()))*12/10+100-pending) {
+		items = append(items, job.BatchItem{Submission: chatJob(r.submitted, 0, 1)})
+		r.submitted++
+	}
+	for chunk := range slices.Chunk(items, job.MaxBatch) {
+		res, err := r.store.SubmitBatch(b.Context(), "acme", chunk, job.Cap{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, x := range res {
+			if x.Err != nil {
+				b.Fatal(x.Err)
+			}
+		}
+	}
+}
+
+// failed counts the jobs that failed in the last hour.
+func (r *utilRun) failed(b *testing.B) int64 {
+	b.Helper()
+	minutes, err := r.store.Finished(b.Context(), job.DefaultQueue)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for _, m := range minutes {
+		n += m.Failed
+	}
+	return n
 }
 
 // startUtilRun starts a mode's upstream and two workers, and queues more
@@ -169,16 +236,8 @@ func startUtilRun(b *testing.B, m utilMode, phase time.Duration) *utilRun {
 	if err := store.SetKeyLimit(b.Context(), "model:fake-1", m.limit(utilSteps[0])); err != nil {
 		b.Fatal(err)
 	}
-	var calls int
-	for _, c := range utilSteps {
-		calls += c
-	}
-	jobs := calls*int(math.Ceil(phase.Seconds()))*11/10 + 100
-	for i := range jobs {
-		if _, _, err := store.Submit(b.Context(), "acme", chatJob(i, 0, 1), ""); err != nil {
-			b.Fatal(err)
-		}
-	}
+	r := &utilRun{mode: m, upstream: upstream, store: store}
+	r.fill(b, utilSteps[0], phase)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 2 {
@@ -202,7 +261,6 @@ func startUtilRun(b *testing.B, m utilMode, phase time.Duration) *utilRun {
 			}
 		})
 	}
-	r := &utilRun{mode: m, upstream: upstream, store: store}
 	if m.factor == 0 {
 		wg.Go(func() { r.sample(ctx) })
 	}
