@@ -2,6 +2,7 @@ package execution_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -13,7 +14,8 @@ import (
 	"github.com/leasehold/leasehold/job"
 )
 
-// A reaper folds the events of a job that ended into its hash: a replay,
+// A reaper folds the events of a job that ended into its hash, and drops
+// its empty fields: the job reads the same, and a replay,
 // from the start or from any event, reads the same events before and
 // after; a job with more events than a fold takes, or whose hash holds
 // short values only, keeps its stream; a
@@ -51,6 +53,10 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	f.waitState(t, short.ID, 10*time.Second, job.StateFailed)
 	stop()
 	fewEvents, manyEvents := f.allEvents(t, few.ID), f.allEvents(t, many.ID)
+	fewJob, err := json.Marshal(f.get(t, few.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(fewEvents) != 6 || len(manyEvents) != 123 {
 		t.Fatalf("%d and %d events, want 6 and 123", len(fewEvents), len(manyEvents))
 	}
@@ -63,6 +69,9 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	}, "the job's events not folded")
 	if !f.rdb.HExists(ctx, hash, "events").Val() {
 		t.Fatal("stream gone, no events in the hash")
+	}
+	if got, _ := json.Marshal(f.get(t, few.ID)); string(got) != string(fewJob) {
+		t.Fatalf("folded: %s\nwant %s", got, fewJob)
 	}
 	if got := f.allEvents(t, few.ID); !slices.EqualFunc(got, fewEvents, sameEvent) {
 		t.Fatalf("folded: %s\nwant %s", got, fewEvents)
@@ -87,8 +96,14 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 
 	// Retried, it fails again and is folded again: the old events, then
 	// those of its second run.
+	if f.rdb.HExists(ctx, hash, "trace").Val() {
+		t.Fatal("the empty field trace kept by the fold")
+	}
 	if _, err := f.store.Retry(ctx, "acme", few.ID, false); err != nil {
 		t.Fatal(err)
+	}
+	if !f.rdb.HExists(ctx, hash, "trace").Val() { // the claim reads the fields as they were
+		t.Fatal("the empty field trace not written back by the retry")
 	}
 	f.waitState(t, few.ID, 10*time.Second, job.StateFailed)
 	testenv.Eventually(t, 10*time.Second, func() bool {

@@ -35,8 +35,8 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		args     []string
 		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 5750},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 5750},
+		{"stream-node-max-bytes 1024", nil, 5450},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 5450},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -251,8 +251,16 @@ end
 -- it decode the whole field.
 local fold_max, fold_max_bytes = 100, 16384
 
+-- folded_empty are the fields a fold drops when they are "" (each costs
+-- about 65 bytes in a hashtable) and expand writes back as "": every
+-- reader of an ended job takes them as "" when absent, and those of a job
+-- running again (the claim) find them as before.
+local function folded_empty()
+  return {'trace', 'exec_trace', 'metadata', 'error', 'result', 'schedule', 'cost', 'webhook'}
+end
+
 -- fold folds the events of job j ({key, events}), which has ended, into
--- its hash, and reports whether it did: not when it has none, more than
+-- its hash, drops its empty fields (folded_empty), and reports whether it did: not when it has none, more than
 -- fold_max or fold_max_bytes, or is folded already, nor when the hash is
 -- a listpack (all its values short: hash-max-listpack-value), which the
 -- field would turn into a hashtable, costing more than the stream saves
@@ -274,12 +282,23 @@ local function fold(j)
     end
     flat[#flat + 1], flat[#flat + 2], flat[#flat + 3] = e[1], typ, data
   end
+  local names, empty = folded_empty(), {}
+  local values = redis.call('HMGET', j.key, unpack(names))
+  for k = 1, #names do
+    if values[k] == '' then
+      empty[#empty + 1] = names[k]
+    end
+  end
+  if #empty > 0 then
+    redis.call('HDEL', j.key, unpack(empty))
+  end
   redis.call('HSET', j.key, 'events', cjson.encode(flat))
   redis.call('DEL', j.events)
   return true
 end
 
--- expand puts the events fold folded into job j's hash back in its stream.
+-- expand puts the events fold folded into job j's hash back in its
+-- stream, and the fields it dropped back as "".
 local function expand(j)
   local packed = redis.call('HGET', j.key, 'events')
   if not packed then
@@ -290,6 +309,16 @@ local function expand(j)
     redis.call('XADD', j.events, flat[i], 'type', flat[i + 1], 'data', flat[i + 2])
   end
   redis.call('HDEL', j.key, 'events')
+  local names = folded_empty()
+  local values, empty = redis.call('HMGET', j.key, unpack(names)), {}
+  for k = 1, #names do
+    if not values[k] then
+      empty[#empty + 1], empty[#empty + 2] = names[k], ''
+    end
+  end
+  if #empty > 0 then
+    redis.call('HSET', j.key, unpack(empty))
+  end
 end
 
 -- move moves job j ({key, events, id, tenant, state, and optionally
