@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 )
 
-var foldScript = scripts.Load("job_compact.lua", "stats.lua", "finished.lua", "transition.lua")
+var foldScript = scripts.Load("job_fold.lua", "stats.lua", "finished.lua", "transition.lua")
 
 // DefaultFoldAfter is the default Config.FoldAfter.
 const DefaultFoldAfter = time.Minute
@@ -22,7 +22,7 @@ const DefaultFoldAfter = time.Minute
 const foldBatch = 100
 
 // fold folds the events of up to foldBatch of the queue's jobs that ended
-// at least after ago into their hashes (internal/scripts/job_compact.lua):
+// at least after ago into their hashes (internal/scripts/job_fold.lua):
 // each then keeps one key instead of two, and none of a stream's
 // preallocated node. It takes them from the retired index, whose score is
 // a job's end plus the retention, after the score the queue's jobs are

@@ -51,7 +51,7 @@
 --                      none yet)                               finish, signal, promote
 --   checkpoint         JSON, the last checkpoint (absent: none) checkpoint
 --   events             the events of an ended job, folded out
---                      of its stream (absent: in the stream)   fold (job_compact),
+--                      of its stream (absent: in the stream)   fold (job_fold),
 --                                                              expand (a move out of ended)
 --   sig:<name>         JSON data of a signal kept for a later
 --                      wait (sent before it)                   signal (add), finish (take)
