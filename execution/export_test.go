@@ -1,6 +1,11 @@
 package execution
 
-import "github.com/leasehold/leasehold/internal/testsignal"
+import (
+	"context"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/testsignal"
+)
 
 // ClaimScript is the claim script, for tests that watch for it on the wire
 // or need it cached in Redis.
@@ -14,4 +19,10 @@ var FinishScript = finishScript
 func WithIdleSignal(cfg Config, sig *testsignal.Signal) Config {
 	cfg.idle = sig
 	return cfg
+}
+
+// Fold runs one fold of w's first queue (fold.go), for benchmarks that
+// measure it alone.
+func Fold(ctx context.Context, w *Worker, after time.Duration) (bool, error) {
+	return w.queues[0].fold(ctx, after)
 }

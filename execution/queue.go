@@ -72,6 +72,9 @@ type queue struct {
 	// lane with a tpm key: the early ask reserves it for the lane's next
 	// jobs, before they are read (laneCosts).
 	costs laneCosts
+	// folds is where the reaper's next fold starts (fold.go); the reaper
+	// alone uses it.
+	folds folds
 }
 
 func (q *queue) fixedKeys() []string {

@@ -11,13 +11,15 @@ import (
 // whose lease expired (their owner is gone: the job is retried, spending an
 // attempt, or cancelled if a cancel was requested), moves due retries and
 // delayed jobs to ready, expires jobs past their max_wait, and deletes the
-// records of terminal jobs whose retention has ended. Every claim
+// records of terminal jobs whose retention has ended, and folds the events
+// of jobs that ended a while ago into their hashes (fold). Every claim
 // does the same work for the candidates it looks at; the reaper makes sure
 // it happens when nobody claims. A Worker runs one.
 type Reaper struct {
-	queues   []*queue
-	interval time.Duration
-	log      *slog.Logger
+	queues    []*queue
+	interval  time.Duration
+	foldAfter time.Duration // Config.FoldAfter
+	log       *slog.Logger
 }
 
 // Run reaps every interval, jittered so a fleet's reapers spread out,
@@ -38,6 +40,15 @@ func (r *Reaper) Run(ctx context.Context) error {
 				_, more, err := q.claim(ctx, "", 0)
 				if err != nil && ctx.Err() == nil {
 					r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
+				}
+				if err != nil || !more {
+					break
+				}
+			}
+			for ctx.Err() == nil {
+				more, err := q.fold(ctx, r.foldAfter)
+				if err != nil && ctx.Err() == nil {
+					r.log.WarnContext(ctx, "fold failed", "queue", q.name, "error", err)
 				}
 				if err != nil || !more {
 					break

@@ -52,6 +52,11 @@ type Config struct {
 	// Retention is how long terminal jobs stay readable; default
 	// job.DefaultRetention. Use the job store's value.
 	Retention time.Duration
+	// FoldAfter is how long after a job ends the reaper folds its events
+	// into its hash, one key fewer (see fold.go); default DefaultFoldAfter.
+	// Readers find the events either way; a reader still waiting for the
+	// events of a job that ended that long ago waits out its wait.
+	FoldAfter time.Duration
 	// Backoff is the wait before retry number attempt; default DefaultBackoff.
 	// A handler's RetryAfterError makes it longer, never shorter.
 	Backoff func(attempt int) time.Duration
@@ -182,6 +187,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.Retention = cmp.Or(cfg.Retention, job.DefaultRetention)
 	cfg.MaxEvents = cmp.Or(cfg.MaxEvents, DefaultMaxEvents)
+	cfg.FoldAfter = cmp.Or(cfg.FoldAfter, DefaultFoldAfter)
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
 	}
@@ -206,7 +212,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("execution: concurrency %d: must be at least 1", cfg.Concurrency)
 	case cfg.Heartbeat <= 0 || cfg.LeaseTTL < 2*cfg.Heartbeat:
 		return nil, fmt.Errorf("execution: lease TTL %v must cover at least two heartbeats of %v", cfg.LeaseTTL, cfg.Heartbeat)
-	case cfg.ShutdownGrace < 0 || cfg.Poll < 0 || cfg.Retention < 0:
+	case cfg.ShutdownGrace < 0 || cfg.Poll < 0 || cfg.Retention < 0 || cfg.FoldAfter < 0:
 		return nil, errors.New("execution: negative duration in config")
 	case cfg.MaxEvents < 0:
 		return nil, fmt.Errorf("execution: max events %d: must not be negative", cfg.MaxEvents)
@@ -247,7 +253,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			back: 2 * cfg.Poll, metrics: w.metrics})
 		w.queues[len(w.queues)-1].usage = w.usage
 	}
-	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, log: w.log}
+	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
 		watcher, err := cancel.NewWatcher(rdb, cfg.NATS, cancel.WatcherConfig{
 			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,

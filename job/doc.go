@@ -72,10 +72,15 @@
 //	                      max_wait (a delay does not eat into max_wait)
 //	{q:Q}:stats           hash: number of jobs per state name, of each
 //	                      tenant's not ended per <state>/<tenant>
-//	                      (stats.lua), and the ring of jobs ended per
-//	                      minute (finished.lua)
+//	                      (stats.lua), the ring of jobs ended per
+//	                      minute (finished.lua), and folded_to, the
+//	                      retired score Q's jobs are folded up to
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
-//	                      output, log), capped at about scripts.EventsMaxLen
+//	                      output, log), capped at about scripts.EventsMaxLen;
+//	                      a minute after the job ends, the workers' reapers
+//	                      fold them into the hash's field events and delete
+//	                      the stream (fold in transition.lua; Events reads
+//	                      either, a retry puts them back)
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms

@@ -35,7 +35,7 @@ func FuzzParseCursor(f *testing.F) {
 	})
 }
 
-var streamID = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
+var streamIDPattern = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
 
 // Last-Event-ID (an event stream id) is accepted only as Redis writes one:
 // <ms> or <ms>-<seq>, each fitting in 64 bits.
@@ -44,15 +44,15 @@ func FuzzLastEventID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		want := streamID.MatchString(id)
+		want := streamIDPattern.MatchString(id)
 		if want {
 			ms, seq, hasSeq := strings.Cut(id, "-")
 			_, err1 := strconv.ParseUint(ms, 10, 64)
 			_, err2 := strconv.ParseUint(seq, 10, 64)
 			want = err1 == nil && (!hasSeq || err2 == nil)
 		}
-		if got := validStreamID(id); got != want {
-			t.Fatalf("validStreamID(%q) = %v, want %v", id, got, want)
+		if _, err := parseStreamID(id); (err == nil) != want {
+			t.Fatalf("parseStreamID(%q) = %v, want valid %v", id, err, want)
 		}
 	})
 }

@@ -435,25 +435,11 @@ func maxAttemptsAt(now int, retries, id string) (int, error) {
 		if err != nil || nerr != nil {
 			return 0, fmt.Errorf("field retries: bad entry %q", r)
 		}
-		if retry[0] > at[0] || (retry[0] == at[0] && retry[1] > at[1]) {
+		if retry.after(at) {
 			return n, nil
 		}
 	}
 	return now, nil
-}
-
-// parseStreamID reads a stream entry id, "<ms>-<seq>".
-func parseStreamID(id string) ([2]uint64, error) {
-	ms, seq, _ := strings.Cut(id, "-")
-	m, err := strconv.ParseUint(ms, 10, 64)
-	if err != nil {
-		return [2]uint64{}, fmt.Errorf("stream id %q: %w", id, err)
-	}
-	n, err := strconv.ParseUint(seq, 10, 64)
-	if err != nil {
-		return [2]uint64{}, fmt.Errorf("stream id %q: %w", id, err)
-	}
-	return [2]uint64{m, n}, nil
 }
 
 // record decodes hash fields, keeping the first error so ParseRecord reads

@@ -262,21 +262,52 @@ const EventsPage = 100
 // the start), at most EventsPage of them. With block > 0 and nothing there yet, it waits up to block
 // for the next events, holding one Redis connection meanwhile. A malformed
 // after is ErrBadCursor.
+//
+// A job's events are in its stream, or in its hash's field events once a
+// reaper folded them there a while after the job ended (see
+// internal/scripts/transition.lua); a retry puts them back in the stream.
+// A read that finds the stream gone reads the hash again, in case the fold
+// came between its two reads.
 func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
-	if after != "" && !validStreamID(after) {
+	from, err := parseStreamID(cmp.Or(after, "0"))
+	if err != nil {
 		return nil, ErrBadCursor
 	}
 	queue, err := s.locate(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	owner, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "tenant").Result()
-	if errors.Is(err, redis.Nil) || (err == nil && !admin && owner != tenant) {
+	f, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), "tenant", "events").Result()
+	if err != nil {
+		return nil, fmt.Errorf("job: events %s: %w", id, err)
+	}
+	if owner, _ := f[0].(string); owner == "" || (!admin && owner != tenant) {
 		return nil, ErrNotFound
+	}
+	if folded, ok := f[1].(string); ok {
+		if events, err := unfold(folded, from); err != nil || len(events) > 0 || block <= 0 {
+			return events, err
+		}
+		// Nothing after after: only a retry, which puts them back in the
+		// stream, can bring more.
+	}
+	events, err := s.streamEvents(ctx, queue, id, after, block)
+	if err != nil || len(events) > 0 {
+		return events, err
+	}
+	folded, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "events").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("job: events %s: %w", id, err)
 	}
+	return unfold(folded, from)
+}
+
+// streamEvents reads the events of job id in queue from its stream, as
+// Events.
+func (s *Store) streamEvents(ctx context.Context, queue, id, after string, block time.Duration) ([]Event, error) {
 	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
 	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Count: EventsPage, Block: -1}
 	if block > 0 {
@@ -294,6 +325,27 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 		typ, _ := m.Values["type"].(string)
 		data, _ := m.Values["data"].(string)
 		events = append(events, Event{ID: m.ID, Type: typ, Data: json.RawMessage(data)})
+	}
+	return events, nil
+}
+
+// unfold returns the events after from, at most EventsPage, of a job's
+// folded events: a JSON array of strings, each event's stream id, type and
+// data (fold in internal/scripts/transition.lua).
+func unfold(folded string, from streamID) ([]Event, error) {
+	var flat []string
+	if err := json.Unmarshal([]byte(folded), &flat); err != nil || len(flat)%3 != 0 {
+		return nil, fmt.Errorf("job: folded events: malformed (%d strings, %v)", len(flat), err)
+	}
+	var events []Event
+	for i := 0; i < len(flat) && len(events) < EventsPage; i += 3 {
+		at, err := parseStreamID(flat[i])
+		if err != nil {
+			return nil, fmt.Errorf("job: folded events: %w", err)
+		}
+		if at.after(from) {
+			events = append(events, Event{ID: flat[i], Type: flat[i+1], Data: json.RawMessage(flat[i+2])})
+		}
 	}
 	return events, nil
 }
@@ -466,17 +518,28 @@ func millis(d Duration) int64 {
 	return int64((time.Duration(d) + time.Millisecond - 1) / time.Millisecond)
 }
 
-// validStreamID accepts a stream entry id, "<ms>" or "<ms>-<seq>", each part
-// a uint64, so Redis is never handed one it refuses.
-func validStreamID(id string) bool {
+// streamID is a stream entry id.
+type streamID struct{ ms, seq uint64 }
+
+// parseStreamID reads a stream entry id, "<ms>" or "<ms>-<seq>", each part
+// a uint64, so Redis is never handed one it refuses. A missing seq is 0,
+// as XREAD reads it.
+func parseStreamID(id string) (streamID, error) {
 	ms, seq, hasSeq := strings.Cut(id, "-")
-	if _, err := strconv.ParseUint(ms, 10, 64); err != nil {
-		return false
+	var at streamID
+	var err error
+	if at.ms, err = strconv.ParseUint(ms, 10, 64); err != nil {
+		return at, fmt.Errorf("bad stream id %q", id)
 	}
 	if hasSeq {
-		if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
-			return false
+		if at.seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
+			return at, fmt.Errorf("bad stream id %q", id)
 		}
 	}
-	return true
+	return at, nil
+}
+
+// after reports whether id comes after other in a stream.
+func (id streamID) after(other streamID) bool {
+	return id.ms > other.ms || (id.ms == other.ms && id.seq > other.seq)
 }

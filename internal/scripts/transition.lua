@@ -50,6 +50,9 @@
 --                      resumed it from its last wait (absent:
 --                      none yet)                               finish, signal, promote
 --   checkpoint         JSON, the last checkpoint (absent: none) checkpoint
+--   events             the events of an ended job, folded out
+--                      of its stream (absent: in the stream)   fold (job_fold),
+--                                                              expand (a move out of ended)
 --   sig:<name>         JSON data of a signal kept for a later
 --                      wait (sent before it)                   signal (add), finish (take)
 --   signals_pending, signals_bytes  how many are kept, and
@@ -186,17 +189,24 @@ local function state_event(tx, j, state, attempt, finished_at, s, wait)
     '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]' .. (wait or '') .. '}')
 end
 
+-- two_of returns the values of names a and b in flat (a list: name,
+-- value, ...), '' for one it lacks.
+local function two_of(flat, a, b)
+  local va, vb = '', ''
+  for i = 1, #flat, 2 do
+    if flat[i] == a then
+      va = flat[i + 1]
+    elseif flat[i] == b then
+      vb = flat[i + 1]
+    end
+  end
+  return va, vb
+end
+
 -- wait_of is the "wait" member of the state event of a move to waiting
 -- with fields (which hold wait_for and wait_until).
 local function wait_of(fields)
-  local name, untl = '', ''
-  for i = 1, #fields, 2 do
-    if fields[i] == 'wait_for' then
-      name = fields[i + 1]
-    elseif fields[i] == 'wait_until' then
-      untl = fields[i + 1]
-    end
-  end
+  local name, untl = two_of(fields, 'wait_for', 'wait_until')
   return ',"wait":[' .. cjson.encode(name) .. ',"' .. untl .. '"]'
 end
 
@@ -226,6 +236,91 @@ local function deliver(tx, j, fields)
   redis.call('ZADD', tx.outbox, tx.now_s, j.tenant .. '/' .. j.id)
 end
 
+-- An ended job's events may be folded into its hash (fold, run by the
+-- workers' reapers a while after the end: execution/compact.go): a stream
+-- costs a few hundred bytes of its own and, with it, a node preallocated
+-- to stream-node-max-bytes (4 KB by default), while a job that ended gets
+-- no more events until a retry. Field events then holds them all as one
+-- JSON array of strings, three per event in order: its stream id, type
+-- and data (job.Store.Events reads it); the stream is gone. A move out of
+-- the ended state puts them back first (expand), with their ids, so a
+-- replay is the same before and after and the new events follow them.
+-- fold_max and fold_max_bytes are the most events, and bytes of their
+-- data, a job may have to be folded: a long stream is mostly events, so
+-- folding it would save little, hold Redis long, and make every read of
+-- it decode the whole field.
+local fold_max, fold_max_bytes = 100, 16384
+
+-- folded_empty are the fields a fold drops when they are "" (each costs
+-- about 65 bytes in a hashtable) and expand writes back as "": every
+-- reader of an ended job takes them as "" when absent, and those of a job
+-- running again (the claim) find them as before.
+local function folded_empty()
+  return {'trace', 'exec_trace', 'metadata', 'error', 'result', 'schedule', 'cost', 'webhook'}
+end
+
+-- fold folds the events of job j ({key, events}), which has ended, into
+-- its hash, drops its empty fields (folded_empty), and reports whether it did: not when it has none, more than
+-- fold_max or fold_max_bytes, or is folded already, nor when the hash is
+-- a listpack (all its values short: hash-max-listpack-value), which the
+-- field would turn into a hashtable, costing more than the stream saves
+-- (a no-op job: 3.2 KB with its stream, 3.9 KB folded).
+local function fold(j)
+  if redis.call('OBJECT', 'ENCODING', j.key) ~= 'hashtable' then
+    return false
+  end
+  local entries = redis.call('XRANGE', j.events, '-', '+', 'COUNT', fold_max + 1)
+  if #entries == 0 or #entries > fold_max then
+    return false
+  end
+  local flat, bytes = {}, 0
+  for _, e in ipairs(entries) do
+    local typ, data = two_of(e[2], 'type', 'data')
+    bytes = bytes + #data
+    if bytes > fold_max_bytes then
+      return false
+    end
+    flat[#flat + 1], flat[#flat + 2], flat[#flat + 3] = e[1], typ, data
+  end
+  local names, empty = folded_empty(), {}
+  local values = redis.call('HMGET', j.key, unpack(names))
+  for k = 1, #names do
+    if values[k] == '' then
+      empty[#empty + 1] = names[k]
+    end
+  end
+  if #empty > 0 then
+    redis.call('HDEL', j.key, unpack(empty))
+  end
+  redis.call('HSET', j.key, 'events', cjson.encode(flat))
+  redis.call('DEL', j.events)
+  return true
+end
+
+-- expand puts the events fold folded into job j's hash back in its
+-- stream, and the fields it dropped back as "".
+local function expand(j)
+  local packed = redis.call('HGET', j.key, 'events')
+  if not packed then
+    return
+  end
+  local flat = cjson.decode(packed)
+  for i = 1, #flat, 3 do
+    redis.call('XADD', j.events, flat[i], 'type', flat[i + 1], 'data', flat[i + 2])
+  end
+  redis.call('HDEL', j.key, 'events')
+  local names = folded_empty()
+  local values, empty = redis.call('HMGET', j.key, unpack(names)), {}
+  for k = 1, #names do
+    if not values[k] then
+      empty[#empty + 1], empty[#empty + 2] = names[k], ''
+    end
+  end
+  if #empty > 0 then
+    redis.call('HSET', j.key, unpack(empty))
+  end
+end
+
 -- move moves job j ({key, events, id, tenant, state, and optionally
 -- webhook: its fields webhook and webhook_id, read with the caller's
 -- own, which spares deliver a read}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
@@ -245,6 +340,9 @@ local function move(tx, j, to, fields, attempt, shown)
   end
   if terminal(to) or terminal(from) then
     fields[#fields + 1], fields[#fields + 2] = 'finished_at', finished_at
+  end
+  if terminal(from) then
+    expand(j)
   end
   redis.call('HSET', j.key, 'state', to, unpack(fields))
   j.state = to
