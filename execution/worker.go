@@ -298,6 +298,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	bg.Go(func() { w.heartbeats(bgCtx) })
 	bg.Go(func() { w.finisher(bgCtx) })
+	if w.usage != nil {
+		w.usage.open()
+		bg.Go(func() { w.usage.run(bgCtx) })
+	}
 	bg.Go(func() { _ = w.reaper.Run(ctx) })
 	if w.watcher != nil {
 		bg.Go(func() { _ = w.watcher.Run(bgCtx) })
