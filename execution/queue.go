@@ -317,13 +317,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.
 		r.got = nil
-		return nil, busy, nil, fmt.Errorf("claim %s: %w", q.name, err)
+		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err) // conf: closed as nothing was claimed
 	}
 	res, err := decodeClaim(raw)
 	if err != nil {
 		// Jobs the script claimed are not run: their leases expire and the
 		// reaper retries them, as after a worker's crash.
-		return nil, busy, nil, fmt.Errorf("claim %s: %w", q.name, err)
+		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err)
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
