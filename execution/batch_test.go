@@ -34,7 +34,7 @@ func TestBatchesFenceEachExecutionAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	execs, _, err := q.claim(t.Context(), w.ID(), 3)
+	execs, _, _, err := q.claim(t.Context(), w.ID(), 3)
 	if err != nil || len(execs) != 3 {
 		t.Fatalf("claim: %d executions, %v; want 3 in one claim", len(execs), err)
 	}
@@ -45,7 +45,7 @@ func TestBatchesFenceEachExecutionAlone(t *testing.T) {
 	if err := rdb.ZAddXX(t.Context(), q.keys.QueueLeases(q.name), redis.Z{Score: 1, Member: lost.JobID}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := q.claim(t.Context(), "", 0); err != nil {
+	if _, _, _, err := q.claim(t.Context(), "", 0); err != nil {
 		t.Fatal(err)
 	}
 	if j, err := store.Get(t.Context(), "acme", lost.JobID, false); err != nil || j.State != job.StateRetrying {

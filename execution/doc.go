@@ -48,7 +48,13 @@
 // looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all
 // of a worker's executions there. Finishes are written in batches, one
 // script per queue for those that arrived while the last batch was being
-// written: one round trip for the batch.
+// written: one round trip for the batch. A handler that returns gives its
+// slot of Concurrency back at once (unless it holds a slot of a limited
+// key, which its finish releases): the next claim goes out beside the
+// finish, not after it. With LEASEHOLD_REDIS_MIN_REPLICAS on one primary,
+// a claim's WAIT is sent once the claim returns and its jobs start when it
+// does, while the next claim goes out; one WAIT confirms every claim made
+// while the last was out.
 //
 // # Fairness
 //

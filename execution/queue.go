@@ -75,6 +75,29 @@ type queue struct {
 	// folds is where the reaper's next fold starts (fold.go); the reaper
 	// alone uses it.
 	folds folds
+	// acked is whether its client waits for replicas (see confirmation):
+	// 0 not known yet, 1 it does, 2 it does not.
+	acked atomic.Int32
+}
+
+// waiting says whether q's client waits for replicas, asking once.
+func (q *queue) waiting(ctx context.Context) bool {
+	switch q.acked.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	waits, err := replicas.Waiting(ctx, q.rdb)
+	if err != nil {
+		return true // asked again next time; this claim waits as if it did
+	}
+	if waits {
+		q.acked.Store(1)
+	} else {
+		q.acked.Store(2)
+	}
+	return waits
 }
 
 func (q *queue) fixedKeys() []string {
@@ -119,7 +142,10 @@ func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) 
 // (reserve); then the claim, which checks each candidate again.
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
-func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, err error) {
+//
+// The claimed jobs may start once conf, when not nil, is confirmed: the
+// claim's WAIT for replicas, which the caller sends (see confirmation).
+func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, conf *confirmation, err error) {
 	// A claim's leases and slots are on LEASEHOLD_REDIS_MIN_REPLICAS
 	// replicas before its handlers start. On one primary the claim
 	// script's WAIT covers the writes of the round trips before it too
@@ -129,6 +155,12 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
 		ctx = replicas.Ack(ctx)
 	}
+	defer func() {
+		if conf != nil && len(claimed) == 0 {
+			conf.close()
+			conf = nil
+		}
+	}()
 	fixed := q.fixedKeys()
 	// While keys are full, look at more lanes, so the lanes waiting for
 	// them do not hide the ones behind that can run. Otherwise want lanes
@@ -171,13 +203,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if early != nil {
 		grants, err := early.acquiring.Grants(ctx)
 		if err != nil {
-			return nil, false, fmt.Errorf("claim %s: %w", q.name, err)
+			return nil, false, nil, fmt.Errorf("claim %s: %w", q.name, err)
 		}
 		r.add(early.asks.list, grants)
 	}
 	peeked, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
 	if err != nil {
-		return nil, false, fmt.Errorf("peek %s: %w", q.name, err)
+		return nil, false, nil, fmt.Errorf("peek %s: %w", q.name, err)
 	}
 	busy = len(peeked[0].([]any)) > 0
 	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked[2].([]any)))
@@ -206,15 +238,15 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	retired := peeked[4].([]any) // terminal jobs past their retention
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	tenants, err := q.tenantsOf(ctx, retired)
 	if err != nil {
-		return nil, busy, err
+		return nil, busy, nil, err
 	}
 	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked, ahead)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	due := len(dueIDs)
 	// Each candidate's concurrency keys, parsed once per lane: a lane's
@@ -239,7 +271,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	execIDs, err := q.reserve(ctx, &r, want, ids, lanes, ckeys, early)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	for i, id := range ids {
 		if key, ok := r.byBudget[execIDs[i]]; ok && r.held[i] == "0" {
@@ -267,18 +299,34 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	keys = append(keys, q.keys.QueueWebhooks(q.name))
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
-	raw, err := claimScript.Run(replicas.Ack(ctx), q.rdb, keys, args...).Slice()
+	var raw []any
+	if c, ok := q.rdb.(*redis.Client); ok && want > 0 && q.waiting(ctx) {
+		// On a connection of its own, resent on a new one when the
+		// connection drops (go-redis resends only on a pooled one).
+		for try := 0; try < 2; try++ {
+			if conf != nil {
+				conf.close()
+			}
+			conf = &confirmation{conn: c.Conn()}
+			raw, err = claimScript.Run(replicas.Defer(ctx, &conf.owed), conf.conn, keys, args...).Slice()
+			if _, reply := errors.AsType[redis.Error](err); err == nil || reply {
+				break
+			}
+		}
+	} else {
+		raw, err = claimScript.Run(replicas.Ack(ctx), q.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.
 		r.got = nil
-		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
+		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err) // conf: closed as nothing was claimed
 	}
 	res, err := decodeClaim(raw)
 	if err != nil {
 		// Jobs the script claimed are not run: their leases expire and the
 		// reaper retries them, as after a worker's crash.
-		return nil, busy, fmt.Errorf("claim %s: %w", q.name, err)
+		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err)
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
@@ -309,7 +357,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for _, j := range res.jobs {
 		c, ok := byID[j.id]
 		if !ok {
-			return claimed, busy, fmt.Errorf("claim %s: the script claimed %s, not a candidate", q.name, j.id)
+			return claimed, busy, conf, fmt.Errorf("claim %s: the script claimed %s, not a candidate", q.name, j.id)
 		}
 		claimed = append(claimed, &Execution{
 			JobID:   j.id,
@@ -334,8 +382,24 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if want > 0 {
 		q.left.Store(jobsLeft(heads, lanes[due:], perLane(want, len(heads)), claimed))
 	}
-	return claimed, busy, nil
+	return claimed, busy, conf, nil
 }
+
+// confirmation is the WAIT for replicas (LEASEHOLD_REDIS_MIN_REPLICAS)
+// that a claim's handlers wait for. On one primary (a single Redis, or
+// Sentinel's) the claim script runs on a connection of its own, without
+// its WAIT, and the worker sends the WAIT on that connection once the
+// claim has returned (Worker.confirmer): the next claim need not wait for
+// the replica, and one WAIT after several claims confirms them all (the
+// primary's offset after the last one's writes covers the earlier ones').
+// On a Cluster each round trip carries its WAIT, as before: the claim's
+// slots are on other shards.
+type confirmation struct {
+	owed replicas.Owed
+	conn *redis.Conn // the claim script's
+}
+
+func (c *confirmation) close() { _ = c.conn.Close() }
 
 // laneCosts holds the cost of the last job read of each lane with a tpm
 // key, at most maxLaneCosts lanes (then it starts over): the early ask

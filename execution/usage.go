@@ -11,8 +11,11 @@ import (
 )
 
 // usageTimeout bounds one usage write: it is bookkeeping, and must not hold
-// an execution's slot for long.
+// the counting of the events after it for long.
 const usageTimeout = 2 * time.Second
+
+// usageBatch is the most events one write counts.
+const usageBatch = 512
 
 // usageCounter counts executions in their tenants' usage: one start per
 // execution claimed, one outcome per execution whose finish was accepted
@@ -20,24 +23,107 @@ const usageTimeout = 2 * time.Second
 // written twice (a claim's reply resent, two reapers) adds once. A failed
 // write is logged and changes nothing else: usage never fails a job. A nil
 // *usageCounter counts nothing.
+//
+// The counts are written by run, in batches of what came while the last
+// write was out: one script per tenant and counter, all in one round
+// trip, which counts the events of a day in a few commands (a count per
+// event, three per execution, cost Redis more commands than the execution
+// itself).
 type usageCounter struct {
-	c   *usage.Counters
-	log *slog.Logger
+	c       *usage.Counters
+	log     *slog.Logger
+	events  chan usageEvent
+	stopped chan struct{} // closed when run has returned
+}
+
+// usageEvent is one event to count.
+type usageEvent struct {
+	tenant, counter string
+	event           usage.Event
+}
+
+// open readies u for a run of its worker's (Run), before anything counts.
+func (u *usageCounter) open() {
+	u.events, u.stopped = make(chan usageEvent, usageBatch), make(chan struct{})
 }
 
 func (u *usageCounter) add(ctx context.Context, tenant, counter, execID string) {
 	u.addAt(ctx, tenant, counter, execID, time.Now())
 }
 
-// addAt counts event id, which happened at at.
+// addAt counts event id, which happened at at. It waits only while the
+// counts waiting to be written are a full batch already, whatever ctx (an
+// execution's, cancelled or not: its outcome still counts).
 func (u *usageCounter) addAt(ctx context.Context, tenant, counter, id string, at time.Time) {
 	if u == nil {
 		return
 	}
+	select {
+	case u.events <- usageEvent{tenant: tenant, counter: counter, event: usage.Event{ID: id, At: at}}:
+	case <-u.stopped:
+		u.log.WarnContext(ctx, "usage not counted: the worker has stopped", "counter", counter, "tenant", tenant, "event_id", id)
+	}
+}
+
+// run writes the counts as they come until ctx is done, then those still
+// waiting, and returns. It runs as long as executions may end (the
+// worker's background context).
+func (u *usageCounter) run(ctx context.Context) {
+	defer close(u.stopped)
+	for {
+		var batch []usageEvent
+		select {
+		case e := <-u.events:
+			batch = append(batch, e)
+		case <-ctx.Done():
+			for {
+				select {
+				case e := <-u.events:
+					batch = append(batch, e)
+					if len(batch) < usageBatch {
+						continue
+					}
+				default:
+				}
+				if len(batch) == 0 {
+					return
+				}
+				u.write(ctx, batch)
+				batch = batch[:0]
+			}
+		}
+	more:
+		for len(batch) < usageBatch {
+			select {
+			case e := <-u.events:
+				batch = append(batch, e)
+			default:
+				break more
+			}
+		}
+		u.write(ctx, batch)
+	}
+}
+
+// write counts batch: one script per tenant and counter, in one round trip.
+func (u *usageCounter) write(ctx context.Context, batch []usageEvent) {
+	type group struct{ tenant, counter string }
+	groups := map[group][]usage.Event{}
+	for _, e := range batch {
+		g := group{e.tenant, e.counter}
+		groups[g] = append(groups[g], e.event)
+	}
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
 	defer stop()
-	if _, err := u.c.Add(ctx, tenant, counter, 1, id, at); err != nil {
-		u.log.WarnContext(ctx, "usage not counted", "counter", counter, "tenant", tenant, "event_id", id, "error", err)
+	adds := make([]usage.Add, 0, len(groups))
+	for g, events := range groups {
+		adds = append(adds, usage.Add{Tenant: g.tenant, Counter: g.counter, N: 1, Events: events})
+	}
+	for i, err := range u.c.AddAll(ctx, adds) {
+		if err != nil {
+			u.log.WarnContext(ctx, "usage not counted", "counter", adds[i].Counter, "tenant", adds[i].Tenant,
+				"events", len(adds[i].Events), "error", err)
+		}
 	}
 }
 

@@ -304,6 +304,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	bg.Go(func() { w.heartbeats(bgCtx) })
 	bg.Go(func() { w.finisher(bgCtx) })
+	if w.usage != nil {
+		w.usage.open()
+		bg.Go(func() { w.usage.run(bgCtx) })
+	}
 	bg.Go(func() { _ = w.reaper.Run(ctx) })
 	if w.watcher != nil {
 		bg.Go(func() { _ = w.watcher.Run(bgCtx) })
@@ -383,7 +387,13 @@ func (w *Worker) poke() {
 
 // fetch claims jobs while there are free slots, until ctx is done.
 // Handlers run under workCtx, and their finishes are written under bgCtx.
+// A claim that owes a WAIT for replicas goes to the confirmer, which
+// starts its jobs once the WAIT returns; fetch claims on meanwhile.
 func (w *Worker) fetch(ctx, workCtx, bgCtx context.Context) {
+	confirms := make(chan *confirming, w.cfg.Concurrency) // a claim holds at least a slot
+	confirmed := make(chan struct{})
+	go func() { defer close(confirmed); w.confirmer(workCtx, bgCtx, confirms) }()
+	defer func() { close(confirms); <-confirmed }()
 	next := 0 // queue to try first, in turn, so no queue starves another
 	for {
 		select {
@@ -412,13 +422,17 @@ func (w *Worker) fetch(ctx, workCtx, bgCtx context.Context) {
 				continue
 			}
 			sent := time.Now()
-			execs, more, err := q.claim(ctx, w.cfg.ID, free-claimed)
+			execs, more, conf, err := q.claim(ctx, w.cfg.ID, free-claimed)
 			w.metrics.claimed(ctx, q.name, time.Since(sent))
 			if err != nil && ctx.Err() == nil {
 				w.log.WarnContext(ctx, "claim failed", "queue", q.name, "error", err)
 			}
-			for _, e := range execs {
-				w.start(workCtx, bgCtx, e, sent)
+			if conf != nil {
+				confirms <- &confirming{conf: conf, execs: execs, sent: sent}
+			} else {
+				for _, e := range execs {
+					w.start(workCtx, bgCtx, e, sent)
+				}
 			}
 			claimed += len(execs)
 			busy = busy || more
@@ -429,6 +443,55 @@ func (w *Worker) fetch(ctx, workCtx, bgCtx context.Context) {
 		}
 		if claimed == 0 && !busy {
 			w.idle(ctx)
+		}
+	}
+}
+
+// confirming is a claim's jobs waiting for its WAIT (see confirmation).
+type confirming struct {
+	conf  *confirmation
+	execs []*Execution
+	sent  time.Time // when the claim began
+}
+
+// confirmer sends the WAITs claims owe, and starts their jobs once their
+// replicas have them, until confirms is closed and drained. The claims
+// that came while a WAIT was out share the next one: sent on the
+// connection of the last of them, it covers the writes of all (fetch
+// claims one after another, and every claim here wrote its jobs). A claim
+// not confirmed does not start its jobs: their leases expire, and the
+// reaper retries them, as after a worker's crash.
+//
+// While claims owe WAITs, the confirmer is the one caller of start.
+func (w *Worker) confirmer(workCtx, bgCtx context.Context, confirms <-chan *confirming) {
+	for c := range confirms {
+		batch := []*confirming{c}
+	more:
+		for len(batch) < cap(confirms) {
+			select {
+			case c, ok := <-confirms:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		// Claimed jobs are started even as the worker stops, as fetch's own.
+		err := batch[len(batch)-1].conf.owed.Confirm(context.WithoutCancel(bgCtx), batch[len(batch)-1].conf.conn)
+		for _, c := range batch {
+			c.conf.close()
+			if err != nil {
+				w.log.WarnContext(bgCtx, "claim not confirmed by replicas; its jobs are not run, and will be retried", "executions", len(c.execs), "error", err)
+				for range c.execs {
+					<-w.slots
+				}
+				continue
+			}
+			for _, e := range c.execs {
+				w.start(workCtx, bgCtx, e, c.sent)
+			}
 		}
 	}
 }
@@ -449,10 +512,14 @@ func (w *Worker) idle(ctx context.Context) {
 // its receive span.
 //
 // Runners are goroutines that run one execution after another, started as
-// needed up to Concurrency: an execution then costs no new goroutine, and
-// no growing of a fresh stack. Once all are started, start waits for one:
-// the slot this execution holds was freed by a runner whose execution
-// ended, and which is on its way to take the next.
+// needed up to twice Concurrency: an execution then costs no new
+// goroutine, and no growing of a fresh stack. A runner gives its slot back
+// when its handler returns (see execute), and then waits for the finish to
+// be written: the next claim's round trips overlap that write instead of
+// following it. So up to Concurrency runners run handlers and up to
+// Concurrency more wait for finishes; once all are started, start waits
+// for one of them. start is called by one goroutine: fetch, or, while
+// claims owe WAITs, the confirmer.
 func (w *Worker) start(workCtx, bgCtx context.Context, e *Execution, sent time.Time) {
 	ctx, stop := context.WithCancelCause(workCtx)
 	ctx = w.traceStart(ctx, e, sent)
@@ -461,7 +528,7 @@ func (w *Worker) start(workCtx, bgCtx context.Context, e *Execution, sent time.T
 	w.mu.Lock()
 	w.running[e] = r
 	w.mu.Unlock()
-	if w.runners == w.cfg.Concurrency {
+	if w.runners == 2*w.cfg.Concurrency {
 		w.runnable <- r
 		return
 	}
@@ -480,7 +547,6 @@ func (w *Worker) runner(bgCtx context.Context, runnable <-chan *running, r *runn
 	defer w.done.Done()
 	for ok := true; ok; r, ok = <-runnable {
 		w.execute(r.ctx, bgCtx, r)
-		<-w.slots
 	}
 }
 
@@ -524,9 +590,20 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		o = w.outcome(runCtx, result, err)
 	}
 	stopRun()
+	// The handler has returned: the next claim need not wait for this
+	// finish, unless e holds a slot of a limited key, which the finish
+	// releases (a claim sent before would find the key full, and its lane
+	// would wait for the next poll).
+	limited := w.limited(e)
+	if !limited {
+		<-w.slots
+	}
 
 	traced := w.traceFinish(ctx, e, o)
 	state, err := w.finish(bgCtx, r, o)
+	if limited {
+		<-w.slots
+	}
 	w.metrics.ended(ctx, r, o, state, err)
 	traced(state, err)
 	switch {
@@ -541,7 +618,7 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		w.usage.ended(ctx, e.Tenant, string(o.state), e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
-		if w.cfg.NATS != nil && (state == job.StateQueued || w.limited(e)) {
+		if w.cfg.NATS != nil && (state == job.StateQueued || limited) {
 			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
 		}
 	}

@@ -17,6 +17,12 @@
 // that had succeeded fails with an error wrapping ErrNotConfirmed (the
 // write itself may have been applied on the primary: an idempotent retry
 // is safe).
+//
+// A caller that can go on before its writes are confirmed marks its
+// context with Defer instead, writes on a connection of its own
+// (redis.Client.Conn), and sends the WAIT they owe later with
+// Owed.Confirm on that connection: a worker's claim, whose handlers wait
+// for the WAIT while the next claim goes out.
 package replicas
 
 import (
@@ -34,12 +40,55 @@ var ErrNotConfirmed = errors.New("replicas: the write was not confirmed by enoug
 
 type ackKey struct{}
 
+type deferKey struct{}
+
 // Ack returns ctx marked: the commands run under it wait for replicas
 // (when Require installed the hook on the client; otherwise it changes
 // nothing).
 func Ack(ctx context.Context) context.Context { return context.WithValue(ctx, ackKey{}, true) }
 
 func acked(ctx context.Context) bool { v, _ := ctx.Value(ackKey{}).(bool); return v }
+
+// Owed is a WAIT that writes made under Defer still owe, which Confirm
+// sends. The zero value owes nothing.
+type Owed struct{ h *hook }
+
+// Defer returns ctx marked: the commands run under it send no WAIT, but
+// record in o that one is owed (when Require installed the hook; otherwise
+// o stays empty). A caller that acknowledges the writes only later (a
+// claim whose handlers start once its WAIT returns) sends it then with
+// Confirm, on the same connection, and meanwhile uses other connections.
+func Defer(ctx context.Context, o *Owed) context.Context {
+	return context.WithValue(ctx, deferKey{}, o)
+}
+
+func deferred(ctx context.Context) *Owed { o, _ := ctx.Value(deferKey{}).(*Owed); return o }
+
+// Waiting reports whether the commands run on rdb under Ack wait for
+// replicas (Require installed its hook on it), by sending one TIME under
+// Defer.
+func Waiting(ctx context.Context, rdb redis.UniversalClient) (bool, error) {
+	var o Owed
+	if err := rdb.Time(Defer(ctx, &o)).Err(); err != nil {
+		return false, err
+	}
+	return o.Due(), nil
+}
+
+// Due says whether writes made under Defer owe a WAIT.
+func (o *Owed) Due() bool { return o.h != nil }
+
+// Confirm waits until enough replicas have everything conn wrote (the
+// connection the writes under Defer were made on; WAIT counts one
+// connection's writes, and a later write covers the earlier ones of every
+// connection): nil when they do or nothing was owed, an error wrapping
+// ErrNotConfirmed otherwise.
+func (o *Owed) Confirm(ctx context.Context, conn *redis.Conn) error {
+	if o.h == nil {
+		return nil
+	}
+	return o.h.confirmed(conn.Wait(ctx, o.h.n, o.h.timeout).Result())
+}
 
 // Require makes the commands run on rdb under an Ack context wait for n
 // replicas, at most timeout. n < 1 installs nothing. rdb is a *redis.Client
@@ -71,6 +120,10 @@ func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if o := deferred(ctx); o != nil && !setup(cmd) {
+			o.h = h
+			return next(ctx, cmd)
+		}
 		// XREAD BLOCK would hold the WAIT's reply back for as long as it blocks.
 		if !acked(ctx) || cmd.Name() == "xread" || setup(cmd) {
 			return next(ctx, cmd)
@@ -84,18 +137,16 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if o := deferred(ctx); o != nil && len(cmds) > 0 && !setup(cmds[0]) {
+			o.h = h
+			return next(ctx, cmds)
+		}
 		if !acked(ctx) || len(cmds) == 0 || cmds[0].Name() == "multi" || setup(cmds[0]) {
 			return next(ctx, cmds)
 		}
 		wait := redis.NewIntCmd(ctx, "wait", h.n, h.timeout.Milliseconds())
 		_ = next(ctx, append(cmds[:len(cmds):len(cmds)], wait))
-		var failed error
-		switch got, err := wait.Result(); {
-		case err != nil:
-			failed = fmt.Errorf("%w: WAIT: %w", ErrNotConfirmed, err)
-		case got < int64(h.n):
-			failed = fmt.Errorf("%w: %d of %d replicas within %v", ErrNotConfirmed, got, h.n, h.timeout)
-		}
+		failed := h.confirmed(wait.Result())
 		var first error
 		for _, cmd := range cmds {
 			if cmd.Err() == nil && failed != nil {
@@ -107,6 +158,18 @@ func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		}
 		return first
 	}
+}
+
+// confirmed reads a WAIT's reply: nil when at least n replicas confirmed,
+// an error wrapping ErrNotConfirmed otherwise.
+func (h *hook) confirmed(got int64, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT: %w", ErrNotConfirmed, err)
+	case got < int64(h.n):
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotConfirmed, got, h.n, h.timeout)
+	}
+	return nil
 }
 
 // setup reports whether cmd sets a new connection up (go-redis runs those

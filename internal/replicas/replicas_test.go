@@ -93,3 +93,58 @@ func TestAckedWritesOnAClusterWaitOnTheirNode(t *testing.T) {
 		t.Fatalf("a write not under Ack: %v", err)
 	}
 }
+
+// Under Defer a write does not wait, but owes its WAIT: Confirm on the
+// connection it was made on fails while the replica is paused and succeeds
+// once it has caught up. Without Require nothing is owed.
+//
+// Fails when Defer's writes wait (the paused replica fails the write), or
+// when Confirm sends no WAIT (it succeeds with the replica paused).
+func TestDeferredWritesAreConfirmedLater(t *testing.T) {
+	t.Parallel()
+	primary := testenv.StartRedis(t)
+	replica := testenv.StartReplica(t, primary)
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	plain := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	t.Cleanup(func() { plain.Close() })
+	const timeout = 300 * time.Millisecond
+	if err := replicas.Require(rdb, 1, timeout); err != nil {
+		t.Fatal(err)
+	}
+
+	var none replicas.Owed
+	conn := plain.Conn()
+	defer conn.Close()
+	if err := conn.Set(replicas.Defer(t.Context(), &none), "k", "0", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if none.Due() {
+		t.Fatal("a client without Require owes a WAIT")
+	}
+
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Resume() })
+	var owed replicas.Owed
+	conn = rdb.Conn()
+	defer conn.Close()
+	if err := conn.Set(replicas.Defer(t.Context(), &owed), "k", "1", 0).Err(); err != nil {
+		t.Fatalf("deferred write with its replica paused: %v, want no wait", err)
+	}
+	if !owed.Due() {
+		t.Fatal("a deferred write under Require owes no WAIT")
+	}
+	if err := owed.Confirm(t.Context(), conn); !errors.Is(err, replicas.ErrNotConfirmed) {
+		t.Fatalf("Confirm with the replica paused: %v, want ErrNotConfirmed", err)
+	}
+	if err := replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return owed.Confirm(t.Context(), conn) == nil },
+		"Confirm never succeeded with the replica resumed")
+	if got, err := replica.Client(t).Get(t.Context(), "k").Result(); err != nil || got != "1" {
+		t.Fatalf("the replica has %q (%v) once the write was confirmed, want 1", got, err)
+	}
+}

@@ -12,39 +12,67 @@
 -- ARGV[3] mark_ttl_ms   then per event ARGV[4+2i] event id
 -- ARGV[5+2i] drop_at_ms: Unix time in ms when its day's counts are dropped
 -- Returns two values per event, in order: 1, 0 when n was added; 0,
--- first_n when the event had been counted already, with the n (a string)
--- it was counted with; -1, 0 when the day's counts are dropped already, so
--- that counting into them would vanish at once.
+-- first_n when the event had been counted already (in this call too), with
+-- the n (a string) it was counted with; -1, 0 when the day's counts are
+-- dropped already, so that counting into them would vanish at once.
+--
+-- The events of one day (the same four keys: a worker's batch is mostly
+-- one day's) cost a few commands together, not a few each: one HMGET of
+-- each marks hash, one HINCRBY, one HSET of the new marks.
 local counter, n, mark_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out, marked, dropped = {}, {}, {}
+
+local days, order = {}, {}
 for i = 0, #KEYS / 4 - 1 do
-  local seen, day = KEYS[4 * i + 1], KEYS[4 * i + 4]
-  local field, drop_at = counter .. ':' .. ARGV[4 + 2 * i], tonumber(ARGV[5 + 2 * i])
-  -- Mark and increment in one step: a retried write finds the mark and adds
-  -- nothing, however the first attempt's reply was lost.
-  local first = redis.call('HGET', seen, field) or redis.call('HGET', KEYS[4 * i + 2], field) or
-    redis.call('HGET', KEYS[4 * i + 3], field)
-  if first then
-    out[#out + 1], out[#out + 2] = 0, first
-  elseif drop_at <= now then
-    out[#out + 1], out[#out + 2] = -1, 0
-  else
-    -- The increment goes first: if it fails (the count would overflow),
-    -- the script stops before the mark is set, and this event has not
-    -- changed anything.
-    redis.call('HINCRBY', day, counter, n)
-    redis.call('HSET', seen, field, n)
-    marked[seen], dropped[day] = true, drop_at
-    out[#out + 1], out[#out + 2] = 1, 0
+  local d = days[KEYS[4 * i + 1]]
+  if not d then
+    d = {base = 4 * i, events = {}, fields = {}}
+    days[KEYS[4 * i + 1]] = d
+    order[#order + 1] = d
   end
+  d.events[#d.events + 1] = i
+  d.fields[#d.fields + 1] = counter .. ':' .. ARGV[4 + 2 * i]
 end
-for seen in pairs(marked) do
-  redis.call('PEXPIRE', seen, mark_ttl)
-end
-for day, drop_at in pairs(dropped) do
-  redis.call('PEXPIRE', day, drop_at - now)
+
+local out = {}
+for _, d in ipairs(order) do
+  local seen, day = KEYS[d.base + 1], KEYS[d.base + 4]
+  local marks = {redis.call('HMGET', seen, unpack(d.fields)), redis.call('HMGET', KEYS[d.base + 2], unpack(d.fields)),
+    redis.call('HMGET', KEYS[d.base + 3], unpack(d.fields))}
+  local new, added = {}, {}
+  local drop_at = tonumber(ARGV[5 + 2 * d.events[1]]) -- one day: one drop time
+  for k, i in ipairs(d.events) do
+    local field = d.fields[k]
+    local first = marks[1][k] or marks[2][k] or marks[3][k] or added[field]
+    if first then
+      out[2 * i + 1], out[2 * i + 2] = 0, first
+    elseif drop_at <= now then
+      out[2 * i + 1], out[2 * i + 2] = -1, 0
+    else
+      added[field] = n
+      new[#new + 1], new[#new + 2] = field, n
+      out[2 * i + 1], out[2 * i + 2] = 1, 0
+    end
+  end
+  if #new > 0 then
+    -- Mark and increment in one step: a retried write finds the marks and
+    -- adds nothing, however the first attempt's reply was lost. The
+    -- increment goes first: if it fails (the count would overflow), the
+    -- script stops before the marks are set, and these events have not
+    -- changed anything.
+    local count = #new / 2
+    if tonumber(n) * count < 2 ^ 53 then
+      redis.call('HINCRBY', day, counter, string.format('%.0f', tonumber(n) * count))
+    else
+      for _ = 1, count do
+        redis.call('HINCRBY', day, counter, n)
+      end
+    end
+    redis.call('HSET', seen, unpack(new))
+    redis.call('PEXPIRE', seen, mark_ttl)
+    redis.call('PEXPIRE', day, drop_at - now)
+  end
 end
 return out

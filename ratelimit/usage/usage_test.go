@@ -310,3 +310,40 @@ func TestAddEachMarksInOneHashPerDay(t *testing.T) {
 		}
 	})
 }
+
+// AddAll does several adds in one round trip, each as AddEach: events of
+// two days in one add each count on their own day, an event repeated in
+// one add counts once, and an add refused (a bad counter) is refused alone.
+//
+// Fails when the events of one add are counted by the day of the first
+// alone, or a repeat within one script counts twice.
+func TestAddAllCountsEachAddOnItsOwn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newCounters(t, rdb, usage.Config{})
+		at := today().Add(time.Hour)
+		twoDays := []usage.Event{{ID: "a", At: at}, {ID: "b", At: at.Add(-24 * time.Hour)}, {ID: "a", At: at}, {ID: "c", At: at}}
+		errs := c.AddAll(t.Context(), []usage.Add{
+			{Tenant: "acme", Counter: "runs", N: 2, Events: twoDays},
+			{Tenant: "globex", Counter: "runs", N: 1, Events: []usage.Event{{ID: "a", At: at}}},
+			{Tenant: "acme", Counter: "bad:name", N: 1, Events: []usage.Event{{ID: "x", At: at}}},
+		})
+		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], usage.ErrInvalid) {
+			t.Fatalf("errors %v, want nil, nil, ErrInvalid", errs)
+		}
+		for _, tc := range []struct {
+			tenant string
+			day    time.Time
+			want   int64
+		}{{"acme", at, 4}, {"acme", at.Add(-24 * time.Hour), 2}, {"globex", at, 1}} {
+			if n := count(t, c, tc.tenant, "runs", tc.day); n != tc.want {
+				t.Errorf("%s on %s: %d, want %d", tc.tenant, tc.day.Format(time.DateOnly), n, tc.want)
+			}
+		}
+		if errs := c.AddAll(t.Context(), []usage.Add{{Tenant: "acme", Counter: "runs", N: 2, Events: twoDays}}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		if n := count(t, c, "acme", "runs", at); n != 4 {
+			t.Fatalf("a retried AddAll counted again: %d, want 4", n)
+		}
+	})
+}
