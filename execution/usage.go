@@ -76,21 +76,6 @@ func (u *usageCounter) run(ctx context.Context) {
 		case e := <-u.events:
 			batch = append(batch, e)
 		case <-ctx.Done():
-			for {
-				select {
-				case e := <-u.events:
-					batch = append(batch, e)
-					if len(batch) < usageBatch {
-						continue
-					}
-				default:
-				}
-				if len(batch) == 0 {
-					return
-				}
-				u.write(ctx, batch)
-				batch = batch[:0]
-			}
 		}
 	more:
 		for len(batch) < usageBatch {
@@ -101,7 +86,11 @@ func (u *usageCounter) run(ctx context.Context) {
 				break more
 			}
 		}
-		u.write(ctx, batch)
+		if len(batch) > 0 {
+			u.write(ctx, batch)
+		} else if ctx.Err() != nil {
+			return // done, and nothing is left to write
+		}
 	}
 }
 
