@@ -108,17 +108,21 @@ func (q *queue) fixedKeys() []string {
 	}
 }
 
+// peekKeys returns the peek script's KEYS, which are among the claim
+// script's fixed ones (fixedKeys).
+func peekKeys(fixed []string) []string { return append(fixed[:4:4], fixed[7]) }
+
 // tenantsOf reads the tenant of each retired job, whose listing entry
 // (the tenant's index) the claim removes with the record; "" for a record
 // already gone.
-func (q *queue) tenantsOf(ctx context.Context, retired []any) ([]string, error) {
+func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, error) {
 	if len(retired) == 0 {
 		return nil, nil
 	}
 	cmds := make([]*redis.StringCmd, len(retired))
 	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, id := range retired {
-			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id.(string)), "tenant")
+			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id), "tenant")
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
@@ -178,7 +182,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		last = *p
 	}
 	early := q.askEarly(want, last, blocked, q.left.Load())
-	peekKeys := append(fixed[:4:4], fixed[7])
+	peekKeys := peekKeys(fixed)
 	var peek *redis.Cmd
 	var ahead map[string]*redis.StringSliceCmd
 	// The leases are granted from the moment the first ask for them is
@@ -207,36 +211,25 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		r.add(early.asks.list, grants)
 	}
-	peeked, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
+	reply, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("peek %s: %w", q.name, err)
 	}
-	busy = len(peeked[0].([]any)) > 0
-	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked[2].([]any)))
+	peeked, err := decodePeek(reply)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("peek %s: %w", q.name, err)
+	}
+	busy = len(peeked.heads) > 0 || peeked.full()
+	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked.expired))
 	// Candidates with due work come first, then the first jobs of the lanes
 	// at the head of the ready set. A full batch of due work says there is
 	// more: claim (or reap) again at once.
-	seen := map[string]bool{}
-	var dueIDs []string
-	for i := 3; i > 0; i-- {
-		for _, id := range peeked[i].([]any) {
-			if s := id.(string); !seen[s] {
-				seen[s] = true
-				dueIDs = append(dueIDs, s)
-			}
-		}
-	}
-	for _, ids := range peeked[1:] {
-		busy = busy || len(ids.([]any)) == dueBatch
-	}
-	var heads []string
-	for _, lane := range peeked[0].([]any) {
-		heads = append(heads, lane.(string))
-	}
+	dueIDs := peeked.due()
+	heads := peeked.heads
 	if want > 0 {
 		q.heads.Store(&heads)
 	}
-	retired := peeked[4].([]any) // terminal jobs past their retention
+	retired := peeked.retired
 	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
 		return nil, false, nil, nil
 	}
@@ -292,10 +285,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		args = append(args, held)
 	}
 	for k, id := range retired {
-		keys = append(keys, q.keys.Job(q.name, id.(string)), q.keys.JobEvents(q.name, id.(string)),
+		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
 			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
 	}
-	args = append(append(args, len(retired)), retired...)
+	args = append(args, len(retired))
+	for _, id := range retired {
+		args = append(args, id)
+	}
 	keys = append(keys, q.keys.QueueWebhooks(q.name))
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
@@ -450,6 +446,56 @@ func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]i
 		}
 	}
 	return &left
+}
+
+// peekReply is the peek script's reply (see execution_peek.lua): the work
+// a claim may do, each list at most dueBatch long but heads.
+type peekReply struct {
+	heads     []string // lanes at the head of the ready set, best first
+	scheduled []string // scheduled jobs now due
+	expired   []string // jobs whose execution's lease expired
+	overdue   []string // jobs past their max_wait
+	retired   []string // terminal jobs past their retention
+}
+
+// decodePeek reads the peek script's reply, checking its length and every
+// value's type: a script and its caller that disagree return an error,
+// never a panic.
+func decodePeek(res []any) (peekReply, error) {
+	if len(res) != 5 {
+		return peekReply{}, fmt.Errorf("peek reply of %d values: want 5 lists", len(res))
+	}
+	var out peekReply
+	var errs [5]error
+	for i, dst := range []*[]string{&out.heads, &out.scheduled, &out.expired, &out.overdue, &out.retired} {
+		*dst, errs[i] = stringList(res[i])
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return peekReply{}, fmt.Errorf("peek reply: %w", err)
+	}
+	return out, nil
+}
+
+// due returns the jobs with due work, each once: those past their
+// max_wait, then those whose lease expired, then the scheduled ones due.
+func (p peekReply) due() []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, list := range [][]string{p.overdue, p.expired, p.scheduled} {
+		for _, id := range list {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// full says a kind of due work filled its batch: there may be more of it.
+func (p peekReply) full() bool {
+	return len(p.scheduled) == dueBatch || len(p.expired) == dueBatch || len(p.overdue) == dueBatch ||
+		len(p.retired) == dueBatch
 }
 
 // claimReply is the claim script's reply (see execution_claim.lua).

@@ -78,18 +78,21 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 	if err != nil {
 		return Job{}, err
 	}
-	r := res[0].([]any)
-	switch r[0] {
+	r, err := decodeVerdict(res[0])
+	if err != nil {
+		return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
+	}
+	switch r.outcome {
 	case "missing":
 		return Job{}, ErrNotFound
 	case "capped":
 		return Job{}, capped(limit, room, r)
 	}
-	j, err := parseReply(r[1])
+	j, err := r.job()
 	if err != nil {
 		return Job{}, err
 	}
-	if r[0] != "retried" {
+	if r.outcome != "retried" {
 		return j, ErrNotRetryable
 	}
 	return j, nil
@@ -136,8 +139,11 @@ func (s *Store) retryRoom(ctx context.Context, tenant, queue string, limit Cap) 
 
 // capped is the *CapError of the retry script's reply r, {'capped', n}:
 // queue held n of the tenant's jobs not ended, room under limit.
-func capped(limit Cap, room int64, r []any) error {
-	n, _ := r[1].(int64)
+func capped(limit Cap, room int64, r verdict) error {
+	n, err := r.count()
+	if err != nil {
+		return err
+	}
 	return &CapError{Jobs: limit.Max - room + n, Max: limit.Max}
 }
 
@@ -493,8 +499,12 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 			if err != nil {
 				return moved, false, nil, err
 			}
-			for _, r := range res {
-				switch r := r.([]any); r[0] {
+			for _, v := range res {
+				r, err := decodeVerdict(v)
+				if err != nil {
+					return moved, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
+				}
+				switch r.outcome {
 				case "retried":
 					moved++
 				case "capped":
@@ -567,11 +577,15 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
-	switch res[0] {
+	r, err := decodeVerdict(res)
+	if err != nil {
+		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
+	}
+	switch r.outcome {
 	case "missing":
 		return Job{}, ErrNotFound
 	case "live":
-		j, err := parseReply(res[1])
+		j, err := r.job()
 		if err != nil {
 			return Job{}, err
 		}

@@ -93,21 +93,24 @@ func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name 
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: signal %s: %w", id, err)
 	}
-	if len(res) == 0 || res[0] == "missing" || len(res) != 2 {
+	r, err := decodeVerdict(res)
+	if err != nil {
+		return Job{}, false, fmt.Errorf("job: signal %s: %w", id, err)
+	}
+	if r.outcome == "missing" {
 		return Job{}, false, ErrNotFound
 	}
-	outcome, _ := res[0].(string)
-	if j, err = parseReply(res[1]); err != nil {
+	if j, err = r.job(); err != nil {
 		return Job{}, false, err
 	}
-	switch outcome {
+	switch r.outcome {
 	case "ended":
 		return j, false, ErrConflict
 	case "full":
 		return j, false, ErrSignalsFull
 	}
-	s.traceSignal(ctx, j, name, outcome, start)
-	return j, outcome == "resumed", nil
+	s.traceSignal(ctx, j, name, r.outcome, start)
+	return j, r.outcome == "resumed", nil
 }
 
 // traceSignal records a signal in j's trace, as a span from start to now

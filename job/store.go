@@ -233,17 +233,21 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
 	}
-	if res[0] == "missing" {
+	r, err := decodeVerdict(res)
+	if err != nil {
+		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
+	}
+	if r.outcome == "missing" {
 		return Job{}, ErrNotFound
 	}
-	j, err := parseReply(res[1])
+	j, err := r.job()
 	if err != nil {
 		return Job{}, err
 	}
-	if res[0] == "finished" {
+	if r.outcome == "finished" {
 		return j, ErrConflict
 	}
-	s.traceCancel(ctx, j, res[0].(string), start)
+	s.traceCancel(ctx, j, r.outcome, start)
 	return j, nil
 }
 
@@ -495,6 +499,43 @@ func (s *Store) locate(ctx context.Context, id string) (string, error) {
 		}
 	}
 	return "", ErrNotFound
+}
+
+// verdict is the reply of a script that acts on one job: {outcome} or
+// {outcome, value}, value the job's record (HGETALL) or a count.
+type verdict struct {
+	outcome string
+	value   any // nil when the reply has none
+}
+
+// decodeVerdict reads such a reply, checking its length and types: a
+// script and its caller that disagree return an error, never a panic.
+func decodeVerdict(v any) (verdict, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) < 1 || len(list) > 2 {
+		return verdict{}, fmt.Errorf("job: script reply %v: want {outcome} or {outcome, value}", v)
+	}
+	outcome, ok := list[0].(string)
+	if !ok {
+		return verdict{}, fmt.Errorf("job: script reply's outcome is a %T", list[0])
+	}
+	r := verdict{outcome: outcome}
+	if len(list) == 2 {
+		r.value = list[1]
+	}
+	return r, nil
+}
+
+// job parses the job's record that r carries.
+func (r verdict) job() (Job, error) { return parseReply(r.value) }
+
+// count returns the count that r carries.
+func (r verdict) count() (int64, error) {
+	n, ok := r.value.(int64)
+	if !ok {
+		return 0, fmt.Errorf("job: script reply %q carries %T, want a count", r.outcome, r.value)
+	}
+	return n, nil
 }
 
 // parseReply parses a job hash that a script returned as HGETALL's flat
