@@ -45,7 +45,7 @@ func TestBatchesFenceEachExecutionAlone(t *testing.T) {
 	if err := rdb.ZAddXX(t.Context(), q.keys.QueueLeases(q.name), redis.Z{Score: 1, Member: lost.JobID}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := q.claim(t.Context(), "", 0); err != nil {
+	if _, err := q.reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if j, err := store.Get(t.Context(), "acme", lost.JobID, false); err != nil || j.State != job.StateRetrying {

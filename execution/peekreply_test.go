@@ -90,7 +90,7 @@ func TestPeekReplyOnRedis(t *testing.T) {
 	past(q.keys.QueueRetired(q.name), ended)
 	submit("globex", job.Submission{})
 
-	res, err := peekScript.Run(t.Context(), rdb, peekKeys(q.fixedKeys()), 10, dueBatch).Slice()
+	res, err := peekScript.Run(t.Context(), rdb, q.peekKeys(), 10, dueBatch).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,18 +100,6 @@ func (q *queue) waiting(ctx context.Context) bool {
 	return waits
 }
 
-func (q *queue) fixedKeys() []string {
-	return []string{
-		q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
-		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
-		q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name),
-	}
-}
-
-// peekKeys returns the peek script's KEYS, which are among the claim
-// script's fixed ones (fixedKeys).
-func peekKeys(fixed []string) []string { return append(fixed[:4:4], fixed[7]) }
-
 // tenantsOf reads the tenant of each retired job, whose listing entry
 // (the tenant's index) the claim removes with the record; "" for a record
 // already gone.
@@ -133,252 +121,6 @@ func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, erro
 		tenants[k] = c.Val()
 	}
 	return tenants, nil
-}
-
-// claim does the queue's due work (reaping expired leases, promoting due
-// retries, expiring jobs past max_wait) and claims up to want jobs for
-// worker. want 0 only does the due work: that is the reaper. It costs two
-// to four round trips: a read-only peek for the lanes at the head of the
-// ready set and the due work, pipelined with a read of the first jobs of
-// the lanes the last claim saw there and with slots of their keys (see
-// askEarly); a read of what that missed (the due jobs' lanes, lanes new at
-// the head), if anything; the slots the early ask did not cover, if any
-// (reserve); then the claim, which checks each candidate again.
-// busy says the peek saw ready lanes (if none were claimed, other workers
-// took them, and there may be more) or a full batch of due work.
-//
-// The claimed jobs may start once conf, when not nil, is confirmed: the
-// claim's WAIT for replicas, which the caller sends (see confirmation).
-func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, conf *confirmation, err error) {
-	// A claim's leases and slots are on LEASEHOLD_REDIS_MIN_REPLICAS
-	// replicas before its handlers start. On one primary the claim
-	// script's WAIT covers the writes of the round trips before it too
-	// (WAIT waits for the primary's offset after the connection's last
-	// write); on a Cluster the slots are on other shards, so each round
-	// trip carries its own.
-	if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
-		ctx = replicas.Ack(ctx)
-	}
-	defer func() {
-		if conf != nil && len(claimed) == 0 {
-			conf.close()
-			conf = nil
-		}
-	}()
-	fixed := q.fixedKeys()
-	// While keys are full, look at more lanes, so the lanes waiting for
-	// them do not hide the ones behind that can run. Otherwise want lanes
-	// are enough, and cheaper.
-	look := want
-	blocked := q.blocked.Load()
-	if want > 0 && blocked != nil && len(*blocked) > 0 {
-		look = min(want*4+16, 256)
-	}
-	// The lanes at the head are seldom new: the first jobs of those the
-	// last claim saw, and slots of their keys, are asked for in the peek's
-	// round trip, and what that missed in one more.
-	var last []string
-	if p := q.heads.Load(); want > 0 && p != nil {
-		last = *p
-	}
-	early := q.askEarly(want, last, blocked, q.left.Load())
-	peekKeys := peekKeys(fixed)
-	var peek *redis.Cmd
-	var ahead map[string]*redis.StringSliceCmd
-	// The leases are granted from the moment the first ask for them is
-	// sent: their trust window counts from here.
-	asked := time.Now()
-	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		peek = peekScript.EvalSha(ctx, p, peekKeys, look, dueBatch)
-		if len(last) > 0 {
-			ahead = q.readLanes(ctx, p, last, perLane(want, len(last)), blocked)
-		}
-		if early != nil {
-			early.acquiring = q.leases.AcquireIn(ctx, p, q.ttl, q.back, early.asks.list)
-		}
-		return nil
-	})
-	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}, byBudget: map[string]string{}}
-	// Slots taken for executions that are not among those claimed (no
-	// candidate used them, another key refused its candidate, the claim
-	// script did not take it) are given back. A release that fails leaves
-	// them taken until their TTL, held by nobody.
-	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
-	if early != nil {
-		grants, err := early.acquiring.Grants(ctx)
-		if err != nil {
-			return nil, false, nil, fmt.Errorf("claim %s: %w", q.name, err)
-		}
-		r.add(early.asks.list, grants)
-	}
-	reply, err := reloaded(ctx, q.rdb, peekScript, peek, peekKeys, look, dueBatch).Slice()
-	if err != nil {
-		return nil, false, nil, fmt.Errorf("peek %s: %w", q.name, err)
-	}
-	peeked, err := decodePeek(reply)
-	if err != nil {
-		return nil, false, nil, fmt.Errorf("peek %s: %w", q.name, err)
-	}
-	busy = len(peeked.heads) > 0 || peeked.full()
-	q.metrics.reapedLeases(ctx, q.name, want == 0, len(peeked.expired))
-	// Candidates with due work come first, then the first jobs of the lanes
-	// at the head of the ready set. A full batch of due work says there is
-	// more: claim (or reap) again at once.
-	dueIDs := peeked.due()
-	heads := peeked.heads
-	if want > 0 {
-		q.heads.Store(&heads)
-	}
-	retired := peeked.retired
-	if len(dueIDs) == 0 && len(heads) == 0 && len(retired) == 0 {
-		return nil, false, nil, nil
-	}
-	tenants, err := q.tenantsOf(ctx, retired)
-	if err != nil {
-		return nil, busy, nil, err
-	}
-	ids, lanes, err := q.candidates(ctx, dueIDs, heads, want, blocked, ahead)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	due := len(dueIDs)
-	// Each candidate's concurrency keys, parsed once per lane: a lane's
-	// jobs share them.
-	ckeys := make([][]string, len(ids))
-	if want > 0 { // else nothing is taken: no room to check
-		parsed := map[string][]string{}
-		for i, lane := range lanes {
-			keys, ok := parsed[lane]
-			if !ok {
-				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array ("" for a job gone)
-				parsed[lane] = keys
-			}
-			ckeys[i] = keys
-		}
-	}
-
-	if early == nil {
-		// The peek may have waited on a Redis coming back; the leases are
-		// granted only from here on.
-		asked = time.Now()
-	}
-	execIDs, err := q.reserve(ctx, &r, want, ids, lanes, ckeys, early)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	for i, id := range ids {
-		if key, ok := r.byBudget[execIDs[i]]; ok && r.held[i] == "0" {
-			q.waits.start(id, key, asked)
-		}
-	}
-	keys := fixed
-	args := []any{want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
-		q.backoff(1).Milliseconds(), due, len(ids)}
-	for i, id := range ids {
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, lanes[i]))
-		args = append(args, id)
-	}
-	for _, id := range execIDs {
-		args = append(args, id)
-	}
-	for _, held := range r.held {
-		args = append(args, held)
-	}
-	for k, id := range retired {
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
-			q.keys.QueueTenantJobs(q.name, tenants[k]), q.keys.QueueAllJobs(q.name))
-	}
-	args = append(args, len(retired))
-	for _, id := range retired {
-		args = append(args, id)
-	}
-	keys = append(keys, q.keys.QueueWebhooks(q.name))
-	// go-redis resends the script when a connection drops before the reply;
-	// the script recognises its own earlier claims by their execution ids.
-	var raw []any
-	if c, ok := q.rdb.(*redis.Client); ok && want > 0 && q.waiting(ctx) {
-		// On a connection of its own, resent on a new one when the
-		// connection drops (go-redis resends only on a pooled one).
-		for try := 0; try < 2; try++ {
-			if conf != nil {
-				conf.close()
-			}
-			conf = &confirmation{conn: c.Conn()}
-			raw, err = claimScript.Run(replicas.Defer(ctx, &conf.owed), conf.conn, keys, args...).Slice()
-			if _, reply := errors.AsType[redis.Error](err); err == nil || reply {
-				break
-			}
-		}
-	} else {
-		raw, err = claimScript.Run(replicas.Ack(ctx), q.rdb, keys, args...).Slice()
-	}
-	if err != nil {
-		// The slots stay taken until their TTL, held by nobody: the limit
-		// is never exceeded, only under-used for a while.
-		r.got = nil
-		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err) // conf: closed as nothing was claimed
-	}
-	res, err := decodeClaim(raw)
-	if err != nil {
-		// Jobs the script claimed are not run: their leases expire and the
-		// reaper retries them, as after a worker's crash.
-		return nil, busy, conf, fmt.Errorf("claim %s: %w", q.name, err)
-	}
-	// Jobs waiting for a full key are no reason to claim again at once,
-	// unless this claim only looked at the head: then look deeper now.
-	if want > 0 {
-		left := map[string]bool{}
-		for _, lane := range res.blocked {
-			left[lane] = true
-		}
-		q.blocked.Store(&left)
-		if len(left) > 0 {
-			busy = look == want
-		}
-	}
-	for lane, c := range res.costs {
-		// A job whose cost was above what its lane's last cost reserved
-		// was left: claim again at once, now that its cost is known.
-		if was, ok := q.costs.get(lane); ok && c > was {
-			busy = true
-		}
-		q.costs.set(lane, c)
-	}
-	q.usage.lost(ctx, res.lost)
-	q.metrics.expiredJobs(ctx, q.name, res.expired)
-	byID := map[string]int{}
-	for i, id := range ids {
-		byID[id] = i
-	}
-	for _, j := range res.jobs {
-		c, ok := byID[j.id]
-		if !ok {
-			return claimed, busy, conf, fmt.Errorf("claim %s: the script claimed %s, not a candidate", q.name, j.id)
-		}
-		claimed = append(claimed, &Execution{
-			JobID:   j.id,
-			ID:      j.execID,
-			token:   j.token,
-			attempt: j.attempt,
-			Kind:    j.kind,
-			Input:   j.input,
-			Timeout: j.timeout,
-			Queue:   q.name,
-			Tenant:  j.tenant,
-			keys:    ckeys[c],
-			lane:    lanes[c],
-			granted: asked,
-			cost:    r.cost[j.execID],
-			waited:  q.waits.end(j.id),
-			q:       q,
-			trace:   claimedTrace(j.trace, j.prevTrace),
-			resume:  j.resume,
-		})
-	}
-	if want > 0 {
-		q.left.Store(jobsLeft(heads, lanes[due:], perLane(want, len(heads)), claimed))
-	}
-	return claimed, busy, conf, nil
 }
 
 // confirmation is the WAIT for replicas (LEASEHOLD_REDIS_MIN_REPLICAS)
@@ -629,6 +371,9 @@ type reservation struct {
 	// of its keys ("1"), was refused one ("0", its lane waits for a full
 	// key) or was not asked for (""): the claim script's ARGV.
 	held []string
+	// execIDs holds, for each candidate, the execution id it runs under
+	// if claimed.
+	execIDs []string
 	// got lists, for each key, the execution ids it gave a slot.
 	got map[string][]string
 	// granted counts, for each execution id, the keys that gave it a slot.
@@ -757,9 +502,10 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 
 func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 
-// reserve takes, for up to want candidates, a slot of every one of their
-// concurrency keys, member the execution id each would run under, all or
-// none, and returns each candidate's execution id. A candidate whose lane
+// reserve takes, for up to want of pl's candidates, a slot of every one
+// of their concurrency keys, member the execution id each would run
+// under, all or none, and records in r each candidate's execution id and
+// what it holds. A candidate whose lane
 // has slots left of the early ask takes those; for the others it asks now,
 // one script per key, all in one round trip. On a Redis Cluster a key's
 // lease set is in a slot of its own, not the queue's, so no script can
@@ -770,14 +516,15 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 //
 // The candidates asked for are chosen as the claim script serves lanes,
 // one job of each in turn, so that a slot taken is seldom left unused.
-func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lanes []string, ckeys [][]string, early *earlyAsk) ([]string, error) {
+func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk) error {
+	ids, lanes, ckeys := pl.ids, pl.lanes, pl.ckeys
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
 	byLane := map[string][]int{}
 	var order []string
 	for i, lane := range lanes {
-		if want == 0 || lane == "" {
-			continue // the reaper takes nothing; the job is gone
+		if lane == "" {
+			continue // the job is gone
 		}
 		if _, ok := byLane[lane]; !ok {
 			order = append(order, lane)
@@ -814,7 +561,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lane
 	}
 	costs, err := q.readCosts(ctx, fresh, ids, ckeys)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var asks slotAsks
 	for _, i := range fresh {
@@ -832,7 +579,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lane
 	if len(asks.list) > 0 {
 		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks.list)
 		if err != nil {
-			return nil, fmt.Errorf("claim %s: %w", q.name, err)
+			return fmt.Errorf("claim %s: %w", q.name, err)
 		}
 		r.add(asks.list, grants)
 	}
@@ -845,7 +592,8 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, ids, lane
 			}
 		}
 	}
-	return execIDs, nil
+	r.execIDs = execIDs
+	return nil
 }
 
 // readCosts reads, in one round trip, the estimated tokens of the

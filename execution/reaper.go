@@ -37,7 +37,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 			// A full batch of due work (a burst of retries, of jobs whose
 			// retention ended) is followed by the next one at once.
 			for ctx.Err() == nil {
-				_, more, _, err := q.claim(ctx, "", 0) // want 0 hands out nothing: no confirmation
+				more, err := q.reap(ctx)
 				if err != nil && ctx.Err() == nil {
 					r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
 				}

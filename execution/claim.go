@@ -1,0 +1,429 @@
+package execution
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/scripts"
+)
+
+// claim does the queue's due work for the candidates it looks at (reaping
+// expired leases, promoting due retries, expiring jobs past max_wait,
+// deleting records past their retention) and claims up to want (at least
+// 1) jobs for worker, in four steps:
+//
+//   - peek: the peek script finds the lanes at the head of the ready set
+//     and the due work, and in its round trip go reads of the first jobs
+//     of the lanes the last claim saw at the head and slots of their keys
+//     (askEarly);
+//   - plan: the candidates, the jobs with due work first, then the first
+//     jobs of the lanes at the head, with a read of what the peek's round
+//     trip missed (the due jobs' lanes, lanes new at the head), if
+//     anything, and one of the retired records' tenants, if any;
+//   - reserve: the slots the early ask did not cover, if any;
+//   - commit: the claim script, which checks each candidate again, and
+//     what its reply tells the next claim.
+//
+// That is two to four round trips, one more when records are retired.
+// busy says the peek saw ready lanes (if none were claimed, other workers
+// took them, and there may be more) or a full batch of due work.
+//
+// The claimed jobs may start once conf, when not nil, is confirmed: the
+// claim's WAIT for replicas, which the caller sends (see confirmation).
+func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*Execution, busy bool, conf *confirmation, err error) {
+	ctx = q.ackEach(ctx)
+	defer func() {
+		if conf != nil && len(claimed) == 0 {
+			conf.close()
+			conf = nil
+		}
+	}()
+	// While keys are full, look at more lanes, so the lanes waiting for
+	// them do not hide the ones behind that can run. Otherwise want lanes
+	// are enough, and cheaper.
+	look := want
+	blocked := q.blocked.Load()
+	if blocked != nil && len(*blocked) > 0 {
+		look = min(want*4+16, 256)
+	}
+	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}, byBudget: map[string]string{}}
+	// Slots taken for executions that are not among those claimed (no
+	// candidate used them, another key refused its candidate, the claim
+	// script did not take it) are given back. A release that fails leaves
+	// them taken until their TTL, held by nobody.
+	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
+
+	p, err := q.peek(ctx, want, look, blocked, &r)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	q.metrics.reapedLeases(ctx, q.name, false, len(p.expired))
+	busy = p.busy()
+	q.heads.Store(&p.heads)
+	if p.idle() {
+		return nil, false, nil, nil
+	}
+	tenants, err := q.tenantsOf(ctx, p.retired)
+	if err != nil {
+		return nil, busy, nil, err
+	}
+	pl, err := q.plan(ctx, want, p, blocked, tenants)
+	if err != nil {
+		return nil, false, nil, err
+	}
+
+	if p.early == nil {
+		// The peek may have waited on a Redis coming back; the leases are
+		// granted only from here on.
+		p.asked = time.Now()
+	}
+	if err := q.reserve(ctx, &r, want, pl, p.early); err != nil {
+		return nil, false, nil, err
+	}
+	for i, id := range pl.ids {
+		if key, ok := r.byBudget[r.execIDs[i]]; ok && r.held[i] == "0" {
+			q.waits.start(id, key, p.asked)
+		}
+	}
+
+	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r)
+	if err != nil {
+		return nil, busy, conf, err // conf: closed as nothing was claimed
+	}
+	// Jobs waiting for a full key are no reason to claim again at once,
+	// unless this claim only looked at the head: then look deeper now.
+	left := map[string]bool{}
+	for _, lane := range res.blocked {
+		left[lane] = true
+	}
+	q.blocked.Store(&left)
+	if len(left) > 0 {
+		busy = look == want
+	}
+	for lane, c := range res.costs {
+		// A job whose cost was above what its lane's last cost reserved
+		// was left: claim again at once, now that its cost is known.
+		if was, ok := q.costs.get(lane); ok && c > was {
+			busy = true
+		}
+		q.costs.set(lane, c)
+	}
+	q.counted(ctx, res)
+	claimed, err = q.executions(res, pl, &r, p.asked)
+	if err != nil {
+		return claimed, busy, conf, err
+	}
+	q.left.Store(jobsLeft(p.heads, pl.lanes[pl.due:], perLane(want, len(p.heads)), claimed))
+	return claimed, busy, conf, nil
+}
+
+// reap does the queue's due work and claims nothing: the Reaper's pass
+// over the queue. It is a claim's peek, plan and commit without a
+// reservation: the peek finds the due work alone (no lanes), the plan's
+// candidates are the jobs with due work, and the claim script, asked for
+// no job, does their due work and deletes the records past their
+// retention. It leaves alone what each claim tells the next (the lanes at
+// the head, those blocked or left, their costs). more says a batch of due
+// work was full: reap again at once.
+func (q *queue) reap(ctx context.Context) (more bool, err error) {
+	ctx = q.ackEach(ctx)
+	p, err := q.peek(ctx, 0, 0, nil, nil)
+	if err != nil {
+		return false, err
+	}
+	q.metrics.reapedLeases(ctx, q.name, true, len(p.expired))
+	more = p.busy()
+	if p.idle() {
+		return false, nil
+	}
+	tenants, err := q.tenantsOf(ctx, p.retired)
+	if err != nil {
+		return more, err
+	}
+	pl, err := q.plan(ctx, 0, p, nil, tenants)
+	if err != nil {
+		return false, err
+	}
+	// No slots are taken: every candidate is "not asked for". The claim
+	// script's ARGV still has an execution id for each.
+	execIDs := make([]string, len(pl.ids))
+	for i := range execIDs {
+		execIDs[i] = newExecID()
+	}
+	res, _, err := q.commit(ctx, q.newClaimArgs("", 0, pl, execIDs, make([]string, len(pl.ids))), nil)
+	if err != nil {
+		return more, err
+	}
+	q.counted(ctx, res)
+	return more, nil
+}
+
+// ackEach makes every round trip of a claim carry its own WAIT for
+// replicas on a Cluster. A claim's leases and slots are on
+// LEASEHOLD_REDIS_MIN_REPLICAS replicas before its handlers start. On one
+// primary the claim script's WAIT covers the writes of the round trips
+// before it too (WAIT waits for the primary's offset after the
+// connection's last write); on a Cluster the slots are on other shards.
+func (q *queue) ackEach(ctx context.Context) context.Context {
+	if _, cluster := q.rdb.(*redis.ClusterClient); cluster {
+		return replicas.Ack(ctx)
+	}
+	return ctx
+}
+
+// peeked is what a claim's first round trip found.
+type peeked struct {
+	peekReply
+	// ahead holds the first jobs of the lanes the last claim saw at the
+	// head, read with the peek.
+	ahead map[string]*redis.StringSliceCmd
+	early *earlyAsk // the slots asked for with the peek; nil: none
+	// asked is when the first ask for slots was sent: the leases' trust
+	// window counts from there.
+	asked time.Time
+}
+
+// busy says there may be more work than the peek found room for: lanes at
+// the head (if a claim took none of them, others did), or a full batch of
+// due work.
+func (p peeked) busy() bool { return len(p.heads) > 0 || p.full() }
+
+// idle says the peek found nothing to do.
+func (p peeked) idle() bool {
+	return len(p.heads) == 0 && len(p.retired) == 0 && len(p.due()) == 0
+}
+
+// peek runs the peek script for look lanes at the head and the due work.
+// A claim (want > 0) reads along with it, in the same round trip, the
+// first jobs of the lanes the last claim saw at the head and asks for
+// slots of their keys (askEarly), what it got going into r; the reaper's
+// (want 0) reads and asks for nothing.
+func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bool, r *reservation) (peeked, error) {
+	// The lanes at the head are seldom new: the first jobs of those the
+	// last claim saw, and slots of their keys, are asked for in the peek's
+	// round trip, and what that missed in one more.
+	var last []string
+	if h := q.heads.Load(); want > 0 && h != nil {
+		last = *h
+	}
+	var p peeked
+	p.early = q.askEarly(want, last, blocked, q.left.Load())
+	keys := q.peekKeys()
+	var peek *redis.Cmd
+	// The leases are granted from the moment the first ask for them is
+	// sent: their trust window counts from here.
+	p.asked = time.Now()
+	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		peek = peekScript.EvalSha(ctx, pipe, keys, look, dueBatch)
+		if len(last) > 0 {
+			p.ahead = q.readLanes(ctx, pipe, last, perLane(want, len(last)), blocked)
+		}
+		if p.early != nil {
+			p.early.acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, p.early.asks.list)
+		}
+		return nil
+	})
+	if p.early != nil {
+		grants, err := p.early.acquiring.Grants(ctx)
+		if err != nil {
+			return p, fmt.Errorf("claim %s: %w", q.name, err)
+		}
+		r.add(p.early.asks.list, grants)
+	}
+	reply, err := reloaded(ctx, q.rdb, peekScript, peek, keys, look, dueBatch).Slice()
+	if err != nil {
+		return p, fmt.Errorf("peek %s: %w", q.name, err)
+	}
+	if p.peekReply, err = decodePeek(reply); err != nil {
+		return p, fmt.Errorf("peek %s: %w", q.name, err)
+	}
+	return p, nil
+}
+
+// claimPlan is what a claim asks the claim script to check and take.
+type claimPlan struct {
+	// ids are the candidates: the due jobs first (the first due of
+	// them), then the first jobs of the lanes at the head.
+	ids []string
+	due int
+	// lanes holds each candidate's lane: its concurrency keys as stored
+	// ("" for a job gone, which the claim script drops).
+	lanes []string
+	// ckeys holds each candidate's concurrency keys, parsed; nil for the
+	// reaper's, which takes none.
+	ckeys [][]string
+	// retired are the terminal jobs past their retention, whose records
+	// the claim script deletes, and tenants each one's tenant.
+	retired, tenants []string
+}
+
+// plan returns the candidates of the work p found: for a claim of want
+// jobs, the due jobs and the first jobs of the lanes at the head (see
+// candidates), each one's keys parsed; for the reaper's (want 0), the due
+// jobs alone. tenants are those of p's retired jobs (tenantsOf).
+func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *map[string]bool, tenants []string) (claimPlan, error) {
+	due := p.due()
+	ids, lanes, err := q.candidates(ctx, due, p.heads, want, blocked, p.ahead)
+	if err != nil {
+		return claimPlan{}, err
+	}
+	pl := claimPlan{ids: ids, due: len(due), lanes: lanes, retired: p.retired, tenants: tenants}
+	if want == 0 {
+		return pl, nil // nothing is taken: no room to check
+	}
+	// Each candidate's concurrency keys, parsed once per lane: a lane's
+	// jobs share them.
+	pl.ckeys = make([][]string, len(ids))
+	parsed := map[string][]string{}
+	for i, lane := range lanes {
+		keys, ok := parsed[lane]
+		if !ok {
+			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array ("" for a job gone)
+			parsed[lane] = keys
+		}
+		pl.ckeys[i] = keys
+	}
+	return pl, nil
+}
+
+// commit runs the claim script with args and returns its reply, decoded,
+// and, for a claim whose client waits for replicas on one primary, the
+// WAIT the claim owes (confirmation). r is the claim's reservation; nil
+// for the reaper's, which has none.
+func (q *queue) commit(ctx context.Context, args claimArgs, r *reservation) (res claimReply, conf *confirmation, err error) {
+	// go-redis resends the script when a connection drops before the reply;
+	// the script recognises its own earlier claims by their execution ids.
+	var raw []any
+	if c, ok := q.rdb.(*redis.Client); ok && r != nil && q.waiting(ctx) {
+		// On a connection of its own, resent on a new one when the
+		// connection drops (go-redis resends only on a pooled one).
+		for try := 0; try < 2; try++ {
+			if conf != nil {
+				conf.close()
+			}
+			conf = &confirmation{conn: c.Conn()}
+			raw, err = claimScript.Run(replicas.Defer(ctx, &conf.owed), conf.conn, args.keys, args.argv...).Slice()
+			if _, reply := errors.AsType[redis.Error](err); err == nil || reply {
+				break
+			}
+		}
+	} else {
+		raw, err = claimScript.Run(replicas.Ack(ctx), q.rdb, args.keys, args.argv...).Slice()
+	}
+	if err != nil {
+		// The slots stay taken until their TTL, held by nobody: the limit
+		// is never exceeded, only under-used for a while.
+		if r != nil {
+			r.got = nil
+		}
+		return res, conf, fmt.Errorf("claim %s: %w", q.name, err)
+	}
+	if res, err = decodeClaim(raw); err != nil {
+		// Jobs the script claimed are not run: their leases expire and the
+		// reaper retries them, as after a worker's crash.
+		return res, conf, fmt.Errorf("claim %s: %w", q.name, err)
+	}
+	return res, conf, nil
+}
+
+// counted counts what the claim script's reply res found: the executions
+// lost, the jobs expired.
+func (q *queue) counted(ctx context.Context, res claimReply) {
+	q.usage.lost(ctx, res.lost)
+	q.metrics.expiredJobs(ctx, q.name, res.expired)
+}
+
+// executions returns the executions of the jobs res hands out, candidates
+// of pl with the slots r took, granted at asked.
+func (q *queue) executions(res claimReply, pl claimPlan, r *reservation, asked time.Time) ([]*Execution, error) {
+	byID := make(map[string]int, len(pl.ids))
+	for i, id := range pl.ids {
+		byID[id] = i
+	}
+	var claimed []*Execution
+	for _, j := range res.jobs {
+		c, ok := byID[j.id]
+		if !ok {
+			return claimed, fmt.Errorf("claim %s: the script claimed %s, not a candidate", q.name, j.id)
+		}
+		claimed = append(claimed, &Execution{
+			JobID:   j.id,
+			ID:      j.execID,
+			token:   j.token,
+			attempt: j.attempt,
+			Kind:    j.kind,
+			Input:   j.input,
+			Timeout: j.timeout,
+			Queue:   q.name,
+			Tenant:  j.tenant,
+			keys:    pl.ckeys[c],
+			lane:    pl.lanes[c],
+			granted: asked,
+			cost:    r.cost[j.execID],
+			waited:  q.waits.end(j.id),
+			q:       q,
+			trace:   claimedTrace(j.trace, j.prevTrace),
+			resume:  j.resume,
+		})
+	}
+	return claimed, nil
+}
+
+// peekKeys returns the peek script's KEYS (see execution_peek.lua).
+func (q *queue) peekKeys() []string {
+	return []string{q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
+		q.keys.QueueDeadlines(q.name), q.keys.QueueRetired(q.name)}
+}
+
+// claimArgs is the claim script's KEYS and ARGV.
+type claimArgs struct {
+	keys []string
+	argv []any
+}
+
+// newClaimArgs lays out the claim script's KEYS and ARGV for a claim of
+// want jobs for worker (want 0 and no worker: the reaper's) of pl's
+// candidates, which run under execIDs if claimed, each holding its keys'
+// slots as held says (reservation.held). It is the one place in Go that
+// knows that layout, which the header of internal/scripts/execution_claim.lua
+// documents: change the two together.
+func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) claimArgs {
+	n, r := len(pl.ids), len(pl.retired)
+	a := claimArgs{keys: make([]string, 0, 8+3*n+4*r+1), argv: make([]any, 0, 8+3*n+1+r)}
+	// KEYS[1..8], ARGV[1..8]
+	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
+		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
+		q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name))
+	a.argv = append(a.argv, want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
+		q.backoff(1).Milliseconds(), pl.due, n)
+	// KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] and ARGV[8+i] of candidate i (1..n)
+	for i, id := range pl.ids {
+		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, pl.lanes[i]))
+		a.argv = append(a.argv, id)
+	}
+	// ARGV[9+n .. 8+2n], ARGV[9+2n .. 8+3n]
+	for _, id := range execIDs {
+		a.argv = append(a.argv, id)
+	}
+	for _, h := range held {
+		a.argv = append(a.argv, h)
+	}
+	// KEYS[5+3n+4j .. 8+3n+4j] of retired job j (1..r); ARGV r, then the r ids
+	for j, id := range pl.retired {
+		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
+			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.QueueAllJobs(q.name))
+	}
+	a.argv = append(a.argv, r)
+	for _, id := range pl.retired {
+		a.argv = append(a.argv, id)
+	}
+	// KEYS[#KEYS]
+	a.keys = append(a.keys, q.keys.QueueWebhooks(q.name))
+	return a
+}
