@@ -26,3 +26,26 @@ func WithIdleSignal(cfg Config, sig *testsignal.Signal) Config {
 func Fold(ctx context.Context, w *Worker, after time.Duration) (bool, error) {
 	return w.queues[0].fold(ctx, after)
 }
+
+// The names of the worker's services (service.go), for WithStartedSignal.
+const (
+	ServiceHeartbeats    = serviceHeartbeats
+	ServiceFinisher      = serviceFinisher
+	ServiceUsage         = serviceUsage
+	ServiceReaper        = serviceReaper
+	ServiceCancelWatcher = serviceCancelWatcher
+	ServiceLimits        = serviceLimits
+)
+
+// WithStartedSignal returns cfg with sig fired as the worker's service
+// named service starts.
+func WithStartedSignal(cfg Config, service string, sig *testsignal.Signal) Config {
+	started := map[string]*testsignal.Signal{service: sig}
+	for name, s := range cfg.started {
+		if name != service {
+			started[name] = s
+		}
+	}
+	cfg.started = started
+	return cfg
+}

@@ -14,16 +14,17 @@ import (
 // records of terminal jobs whose retention has ended, and folds the events
 // of jobs that ended a while ago into their hashes (fold). Every claim
 // does the same work for the candidates it looks at; the reaper makes sure
-// it happens when nobody claims. A Worker runs one.
+// it happens when nobody claims. A Worker runs one, as one of its services
+// (service.go).
 type Reaper struct {
 	queues    []*queue
-	interval  time.Duration
+	interval  time.Duration // between passes, jittered: Config.Heartbeat
 	foldAfter time.Duration // Config.FoldAfter
 	log       *slog.Logger
 }
 
-// Run reaps every interval, jittered so a fleet's reapers spread out,
-// until ctx is done.
+// Run makes a pass every interval, jittered so a fleet's reapers spread
+// out, until ctx is done.
 func (r *Reaper) Run(ctx context.Context) error {
 	for {
 		t := time.NewTimer(r.interval/2 + rand.N(r.interval+1))
@@ -33,26 +34,33 @@ func (r *Reaper) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for _, q := range r.queues {
-			// A full batch of due work (a burst of retries, of jobs whose
-			// retention ended) is followed by the next one at once.
-			for ctx.Err() == nil {
-				more, err := q.reap(ctx)
-				if err != nil && ctx.Err() == nil {
-					r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
-				}
-				if err != nil || !more {
-					break
-				}
+		r.runOnce(ctx)
+	}
+}
+
+// runOnce makes one pass over every queue: its due work (queue.reap), then
+// its folds. A full batch of either (a burst of retries, of jobs whose
+// retention ended) is followed by the next one at once. A failure is
+// logged and ends that queue's part of the pass: the next pass tries
+// again.
+func (r *Reaper) runOnce(ctx context.Context) {
+	for _, q := range r.queues {
+		for ctx.Err() == nil {
+			more, err := q.reap(ctx)
+			if err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "reap failed", "queue", q.name, "error", err)
 			}
-			for ctx.Err() == nil {
-				more, err := q.fold(ctx, r.foldAfter)
-				if err != nil && ctx.Err() == nil {
-					r.log.WarnContext(ctx, "fold failed", "queue", q.name, "error", err)
-				}
-				if err != nil || !more {
-					break
-				}
+			if err != nil || !more {
+				break
+			}
+		}
+		for ctx.Err() == nil {
+			more, err := q.fold(ctx, r.foldAfter)
+			if err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "fold failed", "queue", q.name, "error", err)
+			}
+			if err != nil || !more {
+				break
 			}
 		}
 	}

@@ -68,7 +68,7 @@ func (u *usageCounter) addAt(ctx context.Context, tenant, counter, id string, at
 // run writes the counts as they come until ctx is done, then those still
 // waiting, and returns. It runs as long as executions may end (the
 // worker's background context).
-func (u *usageCounter) run(ctx context.Context) {
+func (u *usageCounter) run(ctx context.Context) error {
 	defer close(u.stopped)
 	for {
 		var batch []usageEvent
@@ -89,7 +89,7 @@ func (u *usageCounter) run(ctx context.Context) {
 		if len(batch) > 0 {
 			u.write(ctx, batch)
 		} else if ctx.Err() != nil {
-			return // done, and nothing is left to write
+			return nil // done, and nothing is left to write
 		}
 	}
 }

@@ -90,6 +90,9 @@ type Config struct {
 	// found nothing to claim and is about to wait; set by tests only
 	// (export_test.go).
 	idle *testsignal.Signal
+	// started holds, by service name (service.go), a signal fired as the
+	// service starts; set by tests only (export_test.go).
+	started map[string]*testsignal.Signal
 }
 
 // DefaultMaxEvents is the default Config.MaxEvents: far more than an LLM
@@ -297,20 +300,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Handlers run under workCtx, which outlives ctx by the grace period.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
+	// The services run under bgCtx, which ends once every execution has,
+	// but the reaper, which stops with claiming.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	defer bg.Wait()
+	svc := &services{log: w.log, started: w.cfg.started}
+	defer svc.wait()
 	defer stopBackground()
 
-	bg.Go(func() { w.heartbeats(bgCtx) })
-	bg.Go(func() { w.finisher(bgCtx) })
+	svc.start(bgCtx, serviceHeartbeats, w.heartbeats)
+	svc.start(bgCtx, serviceFinisher, w.finisher)
 	if w.usage != nil {
 		w.usage.open()
-		bg.Go(func() { w.usage.run(bgCtx) })
+		svc.start(bgCtx, serviceUsage, w.usage.run)
 	}
-	bg.Go(func() { _ = w.reaper.Run(ctx) })
+	svc.start(ctx, serviceReaper, w.reaper.Run)
 	if w.watcher != nil {
-		bg.Go(func() { _ = w.watcher.Run(bgCtx) })
+		svc.start(bgCtx, serviceCancelWatcher, w.watcher.Run)
 		for _, q := range w.queues {
 			sub, err := w.cfg.NATS.QueueSubscribe(q.keys.WakeSubject(q.name), "leasehold-workers", func(*nats.Msg) { w.poke() })
 			if err != nil {
@@ -325,7 +330,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Never claim without the limits (an empty copy would admit
 	// everything) and the paused queues.
 	if w.refreshLimits(ctx) == nil {
-		bg.Go(func() { w.keepLimits(bgCtx) })
+		svc.start(bgCtx, serviceLimits, w.keepLimits)
 		w.fetch(ctx, workCtx, bgCtx)
 	}
 	close(w.runnable) // runners exit
@@ -362,14 +367,15 @@ func (w *Worker) refreshLimits(ctx context.Context) error {
 }
 
 // keepLimits refreshes the limits and the paused queues every heartbeat
-// interval, so a change made through the API takes effect within seconds.
-func (w *Worker) keepLimits(ctx context.Context) {
+// interval, so a change made through the API takes effect within seconds,
+// until ctx is done.
+func (w *Worker) keepLimits(ctx context.Context) error {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-ticker.C:
 		}
 		if err := w.refreshShared(ctx); err != nil && ctx.Err() == nil {
@@ -742,13 +748,13 @@ func (w *Worker) finish(ctx context.Context, r *running, o outcome) (job.State, 
 // finisher writes finishes as they come, batching those that arrive while
 // a write is in flight into one round trip. It runs until ctx is done,
 // which is after every execution has ended.
-func (w *Worker) finisher(ctx context.Context) {
+func (w *Worker) finisher(ctx context.Context) error {
 	const maxBatch = 256
 	for {
 		var batch []*finishing
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case f := <-w.finishes:
 			batch = append(batch, f)
 		}
@@ -778,13 +784,13 @@ func (w *Worker) finisher(ctx context.Context) {
 // heartbeat), and one waiting on a slow Cluster node must not delay the
 // sending of the others'. (The next interval's wait for it: the queues'
 // executions renewed in this one stay trusted for a TTL after their send.)
-func (w *Worker) heartbeats(ctx context.Context) {
+func (w *Worker) heartbeats(ctx context.Context) error {
 	ticker := time.NewTicker(w.cfg.Heartbeat)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-ticker.C:
 		}
 		byQueue := map[*queue][]*running{}
