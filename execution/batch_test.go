@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -16,23 +13,12 @@ import (
 // job to the reaper in between: only its finish is refused, the others
 // are written, and the refused one changes nothing of its job.
 func TestBatchesFenceEachExecutionAlone(t *testing.T) {
-	rdb := testenv.Redis(t).Client(t)
-	prefix := testenv.Prefix(t)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Leases long enough that only the one the test ends runs out, however
 	// slow the machine.
-	w, err := NewWorker(rdb, Config{Prefix: prefix, LeaseTTL: time.Minute, Backoff: func(int) time.Duration { return time.Hour }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := w.queues[0]
+	f := newQueueFixture(t, Config{LeaseTTL: time.Minute, Backoff: func(int) time.Duration { return time.Hour }})
+	rdb, store, w, q := f.rdb, f.store, f.w, f.q
 	for range 3 {
-		if _, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "noop", MaxAttempts: 3}, ""); err != nil {
-			t.Fatal(err)
-		}
+		f.submit("acme", job.Submission{MaxAttempts: 3})
 	}
 	execs, _, _, err := q.claim(t.Context(), w.ID(), 3)
 	if err != nil || len(execs) != 3 {
@@ -42,9 +28,7 @@ func TestBatchesFenceEachExecutionAlone(t *testing.T) {
 	// The first one's lease runs out (its expiry moved to the past), and
 	// the reaper finalises it: its job waits for a retry.
 	lost := execs[0]
-	if err := rdb.ZAddXX(t.Context(), q.keys.QueueLeases(q.name), redis.Z{Score: 1, Member: lost.JobID}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	f.due(q.keys.QueueLeases(q.name), lost.JobID)
 	if _, err := q.reap(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -47,50 +44,26 @@ func TestDecodePeekRefusesMalformedReplies(t *testing.T) {
 // the lanes at the head, a due delayed job, an expired lease, a job past
 // its max_wait and a terminal job past its retention.
 func TestPeekReplyOnRedis(t *testing.T) {
-	rdb := testenv.Redis(t).Client(t)
-	prefix := testenv.Prefix(t)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewWorker(rdb, Config{Prefix: prefix, LeaseTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := w.queues[0]
-	submit := func(tenant string, s job.Submission) string {
-		t.Helper()
-		s.Kind = "noop"
-		j, _, err := store.Submit(t.Context(), tenant, s, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j.ID
-	}
-	past := func(key, id string) {
-		t.Helper()
-		if err := rdb.ZAddXX(t.Context(), key, redis.Z{Score: 1, Member: id}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	running := submit("acme", job.Submission{})
-	execs, _, _, err := q.claim(t.Context(), w.ID(), 1)
+	f := newQueueFixture(t, Config{LeaseTTL: time.Minute})
+	q := f.q
+	running := f.submit("acme", job.Submission{})
+	execs, _, _, err := q.claim(t.Context(), f.w.ID(), 1)
 	if err != nil || len(execs) != 1 || execs[0].JobID != running {
 		t.Fatalf("claim: %v, %v", execs, err)
 	}
-	past(q.keys.QueueLeases(q.name), running)
-	delayed := submit("acme", job.Submission{Delay: job.Duration(time.Hour)})
-	past(q.keys.QueueScheduled(q.name), delayed)
-	overdue := submit("acme", job.Submission{MaxWait: job.Duration(time.Hour)})
-	past(q.keys.QueueDeadlines(q.name), overdue)
-	ended := submit("acme", job.Submission{})
-	if _, err := store.Cancel(t.Context(), "acme", ended, false); err != nil {
+	f.due(q.keys.QueueLeases(q.name), running)
+	delayed := f.submit("acme", job.Submission{Delay: job.Duration(time.Hour)})
+	f.due(q.keys.QueueScheduled(q.name), delayed)
+	overdue := f.submit("acme", job.Submission{MaxWait: job.Duration(time.Hour)})
+	f.due(q.keys.QueueDeadlines(q.name), overdue)
+	ended := f.submit("acme", job.Submission{})
+	if _, err := f.store.Cancel(t.Context(), "acme", ended, false); err != nil {
 		t.Fatal(err)
 	}
-	past(q.keys.QueueRetired(q.name), ended)
-	submit("globex", job.Submission{})
+	f.due(q.keys.QueueRetired(q.name), ended)
+	f.submit("globex", job.Submission{})
 
-	res, err := peekScript.Run(t.Context(), rdb, q.peekKeys(), 10, dueBatch).Slice()
+	res, err := peekScript.Run(t.Context(), f.rdb, q.peekKeys(), 10, dueBatch).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
