@@ -959,6 +959,9 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 		if err == nil {
 			states, err = b.cmd.StringSlice()
 		}
+		if err == nil && len(states) != len(b.fs) {
+			err = fmt.Errorf("%d states in the reply, want %d", len(states), len(b.fs))
+		}
 		for i, f := range b.fs {
 			switch {
 			case err != nil:
