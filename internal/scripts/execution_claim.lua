@@ -23,6 +23,8 @@
 -- first, with the candidate's execution id: see execution/queue.go)
 -- then r, the number of retired jobs the peek found past their retention,
 -- and their r ids
+-- (newClaimArgs in execution/claim.go is the one place in Go that lays
+-- these KEYS and ARGV out: change the two together.)
 -- Returns {blocked, lost, expired, costs, then 12 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace, checkpoint, signal}, where blocked lists the lanes left waiting because one of
