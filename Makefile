@@ -77,13 +77,14 @@ bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
 	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/
 
-# About eight minutes: each of three modes (adaptive, fixed at the
+# About half an hour: each of three modes (adaptive, fixed at the
 # capacity, fixed at 4x) steps a fake upstream's hidden capacity through
-# five 30 s phases (LEASEHOLD_BENCH_PHASE; LEASEHOLD_BENCH_MODES=adaptive
-# runs one mode, for quick iterations on the law).
+# five 2 min phases (LEASEHOLD_BENCH_PHASE=30s for the stress case;
+# LEASEHOLD_BENCH_MODES=adaptive runs one mode, LEASEHOLD_BENCH_TRACE=1
+# prints the law's moves, for quick iterations on it).
 .PHONY: bench/utilisation
 bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed ones, before a hidden capacity that steps.
-	$(GO) test -run '^$$' -bench '^BenchmarkUtilisation$$' -benchtime 1x -timeout 30m ./kinds/
+	$(GO) test -run '^$$' -bench '^BenchmarkUtilisation$$' -benchtime 1x -timeout 60m ./kinds/
 
 # Wall-clock figures on shared machines move by a third from run to run;
 # instruction counts do not. These run a benchmark with its redis-server

@@ -59,11 +59,13 @@ type utilRun struct {
 type effSample struct {
 	at  time.Time
 	eff int64
+	st  fakellm.Stats // the upstream's, at the same time
 }
 
 // BenchmarkUtilisation puts llm.chat before an upstream whose capacity is
 // hidden and steps through utilSteps (LEASEHOLD_BENCH_PHASE each, default
-// 30s), with a queue that never runs dry, three ways one after the other
+// 2m: an upstream's capacity changes over minutes and hours, not seconds;
+// 30s is the stress case, see docs/benchmarks.md), with a queue that never runs dry, three ways one after the other
 // in the same run, each on an upstream, key prefix and two workers of its
 // own: an adaptive limit, a fixed limit at the capacity and one at 4x it.
 // (One after the other: the 4x mode's storm of refusals, run beside the
@@ -74,12 +76,13 @@ type effSample struct {
 // within 10 % (at least 1) of the new capacity. Calls take a second (10
 // tokens, 100 ms apart), as a short LLM answer does.
 //
-// Run it with make bench/utilisation; it takes about eight minutes. For
+// Run it with make bench/utilisation; it takes about half an hour. For
 // quick iterations on the law, LEASEHOLD_BENCH_MODES=adaptive runs that
-// mode alone (a comma-separated subset of adaptive, capacity and 4x), and
-// LEASEHOLD_BENCH_PHASE=10s shortens the phases.
+// mode alone (a comma-separated subset of adaptive, capacity and 4x),
+// LEASEHOLD_BENCH_PHASE=30s shortens the phases, and LEASEHOLD_BENCH_TRACE=1
+// prints the adaptive key's moves in each phase.
 func BenchmarkUtilisation(b *testing.B) {
-	phase := 30 * time.Second
+	phase := 2 * time.Minute
 	if v := os.Getenv("LEASEHOLD_BENCH_PHASE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -163,6 +166,9 @@ func (r *utilRun) phase(b *testing.B, capacity int, d time.Duration) utilPhase {
 	}
 	if r.mode.factor == 0 {
 		p.settle = r.settled(t0, capacity)
+		if os.Getenv("LEASEHOLD_BENCH_TRACE") != "" {
+			fmt.Fprintf(os.Stderr, "capacity %d:%s\n", capacity, r.trace(t0))
+		}
 	}
 	return p
 }
@@ -286,11 +292,28 @@ func (r *utilRun) sample(ctx context.Context) {
 		for _, l := range ls {
 			if l.Key == "model:fake-1" && l.EffectiveLimit.Set {
 				r.mu.Lock()
-				r.eff = append(r.eff, effSample{at: time.Now(), eff: l.EffectiveLimit.Value})
+				r.eff = append(r.eff, effSample{at: time.Now(), eff: l.EffectiveLimit.Value, st: r.upstream.Stats()})
 				r.mu.Unlock()
 			}
 		}
 	}
+}
+
+// trace lists the adaptive key's samples since t0 where its effective
+// limit or the upstream's refusals changed, as seconds:effective/serving
+// (-refused since the last sample): the law's moves, for LEASEHOLD_BENCH_TRACE.
+func (r *utilRun) trace(t0 time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last effSample
+	var out strings.Builder
+	for _, s := range r.eff {
+		if !s.at.Before(t0) && (s.eff != last.eff || s.st.Refused != last.st.Refused) {
+			fmt.Fprintf(&out, " %.1f:%d/%d(-%d)", s.at.Sub(t0).Seconds(), s.eff, s.st.Serving, s.st.Refused-last.st.Refused)
+		}
+		last = s
+	}
+	return out.String()
 }
 
 // settled says how long after since the effective limit first came within

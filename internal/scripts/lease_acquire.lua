@@ -80,7 +80,7 @@ else
     until_ms = tonumber(redis.call('GET', throttle)) or 0
     if adaptive then
       cap = cap_of(limit)
-      limit = math.min(cap, math.floor(adapt_read(adapt, cap).eff))
+      limit = math.min(cap, adapt_limit(adapt_read(adapt, cap), now))
     end
   end
   for i = 7, #ARGV, step do

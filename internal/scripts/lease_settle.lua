@@ -21,16 +21,22 @@
 -- adds what it spent over its estimate, as an entry of its own, now.
 --
 -- The effective limit of an adaptive key follows the upstream (see
--- docs/architecture.md, "Adaptive limits"). A success while the limit is
--- in use grows it: by 0.4 of a slot (x1.4 a round) until the first pushback,
--- the slow start; after, by a slot a round, except just below the level
--- of the last pushback, where it waits out a hold first; a success with
--- the limit full at that level forgets it, and the slow start resumes. A pushback cuts it to the holders still in
--- flight (the upstream refused one more than those), and one below its
--- value if the refused holder started after the last cut: fresh news. A
--- fresh cut at the same level as the last one doubles the hold (1 s, then
--- up to 16 s), so a steady capacity is probed ever more rarely; and a
--- Retry-After throttles the key until it passes.
+-- docs/architecture.md, "The control law of an adaptive key"). Only news
+-- moves it: a call started since the last cut. A success of one, under a
+-- limit in use, grows it: x1.4 a round while no refused level is known
+-- (the slow start); else a slot a round up to just below the refused
+-- level, where it waits out a hold, then probes one above. Half a round of
+-- successes since the probe started, none refused, says the capacity
+-- rose: the refused level is forgotten and the slow start resumes. A
+-- pushback of one cuts it: to the holders still in flight and one below
+-- its value (the upstream served those and refused one more), a cut near
+-- the last one's level doubling the hold (1 s to 16 s); or, refused below
+-- a level served for a round since the last cut, with no probe out (the
+-- capacity fell, by how much nobody knows), to half the holders in flight,
+-- and the slow start finds the level again. A pushback of a call launched
+-- before the last cut only lowers it to the holders in flight. A
+-- Retry-After throttles the key until it passes; the limit then reopens
+-- over a ramp (budget.lua).
 local leases, window, spent, throttle, adapt, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit, tpm, adaptive = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 
@@ -47,9 +53,11 @@ local a = adaptive and adapt_read(adapt, cap)
 local changed = false
 for i = 4, #ARGV, 5 do
   local holder, how, actual, est, wait = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local unknown = false -- this pushback leaves the level unknown
   -- When it started, from the window: read only where it counts (a
-  -- success that reports no tokens, the most common end, needs none).
-  local started = (how == 'unused' or tpm >= 0 and actual >= 0 or a and how == 'pushback') and
+  -- success that reports no tokens, on a key that does not adapt, the
+  -- most common end, needs none).
+  local started = (how == 'unused' or tpm >= 0 and actual >= 0 or a and how ~= 'other') and
     tonumber(redis.call('ZSCORE', window, holder))
   if how == 'unused' then
     if started then
@@ -73,48 +81,69 @@ for i = 4, #ARGV, 5 do
       redis.call('PEXPIRE', spent, minute)
     end
   end
-  if a and how == 'ok' and (redis.call('EXISTS', waiting) == 1 or
+  if a and how == 'ok' and (started or 0) >= a.cut and (redis.call('EXISTS', waiting) == 1 or
       redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff)) then
     -- Only a success under a limit in use says it may grow (claims were
     -- refused lately, or it ran with the limit full): one that ran with
     -- slots to spare tells nothing of the upstream's capacity.
-    if a.cut == 0 or a.ceil > cap then
-      -- No pushback's level above: the slow start, until the first
-      -- pushback, and again once growing past the last one's level
-      -- (the capacity rose, by how much nobody knows): x1.4 a round.
-      a.eff = a.eff + 0.4
-    elseif a.eff + 1 < a.ceil or now >= a.untl then
-      -- A success with the limit full at the last pushback's level: the
-      -- capacity grew. (Reaching the level is only the probe, which a
-      -- steady capacity refuses: growing x1.4 from there would flood a
-      -- steady upstream.)
-      if a.eff >= a.ceil then
-        a.ceil, a.hold = cap + 1, 0
+    a.run = a.run + 1
+    if a.probe > 0 and redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= a.ceil then
+      -- Successes with the probe's slot in flight, none refused: the
+      -- capacity rose. One may be luck (a call the upstream had ended
+      -- still held its slot when the probe started), a few are not.
+      a.won = a.won + 1
+      if a.won >= math.max(2, a.eff / 10) then
+      a.ceil, a.probe, a.won, a.hold = cap + 1, 0, 0, 0
       end
-      a.eff = a.eff + 1 / a.eff -- a slot a round
+    end
+    if a.ceil > cap then
+      -- The slow start: x1.4 a round; x2 after a rise was believed (its
+      -- hold forgotten), from a level the upstream served, above which
+      -- it now has room.
+      a.eff = a.eff + (a.cut > 0 and a.hold == 0 and 1 or 0.4)
+    elseif a.eff + 1 < a.ceil then
+      a.eff = math.min(a.eff + 1 / a.eff, a.ceil - 1)
+    elseif a.probe == 0 and now >= a.untl then
+      a.eff, a.probe, a.won = a.ceil, now, 0
     end
     a.eff = math.min(a.eff, cap)
     changed = true
   elseif a and how == 'pushback' then
     local others = redis.call('ZCOUNT', leases, '(' .. now, '+inf')
-    local fresh = (started or now) >= a.cut
-    local eff = math.max(1, math.min(a.eff - (fresh and 1 or 0), others))
-    if fresh then
-      if math.abs(a.ceil - (eff + 1)) < 1 and now - a.cut < minute then
-        a.hold = math.min(math.max(a.hold * 2, 1000), 16000)
+    local at = started or now
+    if at >= a.cut then
+      local eff
+      local fell = a.probe == 0 and a.ceil <= cap and a.run >= a.eff
+      unknown = a.probe == 0
+      if fell then
+        eff = math.max(1, math.floor(math.min(a.eff, others) / 2))
+        a.ceil = cap + 1
       else
-        a.hold = 1000
+        eff = math.max(1, math.min(math.floor(a.eff) - 1, others))
+        if math.abs(a.ceil - (eff + 1)) <= math.max(1, a.ceil / 10) and now - a.cut < minute then
+          a.hold = math.min(math.max(a.hold * 1.5, 1000), 12000)
+        else
+          a.hold = 1000
+        end
+        a.untl, a.ceil = now + a.hold, eff + 1
       end
-      a.untl, a.cut = now + a.hold, now
+      a.eff, a.cut, a.run, a.probe, a.won = eff, now, 0, 0, 0
+      changed = true
+    elseif others < a.eff then
+      a.eff = math.max(1, others)
+      a.ceil = math.min(a.ceil, a.eff + 1)
+      changed = true
     end
-    a.eff, a.ceil = eff, eff + 1
-    changed = true
   end
-  if adaptive and how == 'pushback' and wait > 0 then
+  if a and how == 'pushback' and wait > 0 then
     local until_ms = now + wait
     if (tonumber(redis.call('GET', throttle)) or 0) < until_ms then
       redis.call('SET', throttle, until_ms, 'PX', wait)
     end
+    -- Unless the probe was refused (the level below it is known), the
+    -- limit reopens over the ramp once the throttle ends (a throttle that
+    -- holds a ramp back moves it): the capacity may have fallen further.
+    if until_ms > a.thr and (unknown or a.thr > now) then a.thr, changed = until_ms, true end
   end
 end
 if changed then adapt_write(adapt, a) end
