@@ -86,6 +86,11 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err := q.reserve(ctx, &r, want, pl, p.early); err != nil {
 		return nil, false, nil, err
 	}
+	if r.room > 0 {
+		q.room.Store(time.Now().Add(r.room).UnixNano())
+	} else {
+		q.room.Store(0)
+	}
 	for i, id := range pl.ids {
 		if key, ok := r.byBudget[r.execIDs[i]]; ok && r.held[i] == "0" {
 			q.waits.start(id, key, p.asked)

@@ -65,6 +65,11 @@ type queue struct {
 	// to the end, how many of them it did not take: the next claim asks
 	// early for no more slots for it than that (askEarly).
 	left atomic.Pointer[map[string]int]
+	// room is when (unix ns) the budget that refused the last claim's jobs
+	// has room again (its throttle ends, its window frees a request or
+	// tokens), 0 when none did: an idle worker claims again then, not a
+	// poll later.
+	room atomic.Int64
 	// waits holds when this worker's claims first saw each job refused by
 	// a key's budget, for the trace of its execution (budgetWaits).
 	waits budgetWaits
@@ -384,6 +389,8 @@ type reservation struct {
 	// byBudget holds, for each execution id refused by a key whose budget
 	// refused a holder of the claim (lease.Grant.ByBudget), that key.
 	byBudget map[string]string
+	// room is the soonest a budget that refused one has room again.
+	room time.Duration
 }
 
 // add records what asks got.
@@ -396,6 +403,9 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 				r.got[ask.Key] = append(r.got[ask.Key], ask.Holders[h])
 			case grants[j].ByBudget:
 				r.byBudget[ask.Holders[h]] = ask.Key
+				if r.room == 0 || grants[j].RetryAfter < r.room {
+					r.room = grants[j].RetryAfter
+				}
 			}
 		}
 	}

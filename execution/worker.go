@@ -502,9 +502,17 @@ func (w *Worker) confirmer(workCtx, bgCtx context.Context, confirms <-chan *conf
 	}
 }
 
-// idle waits for a wake-up or the next jittered poll.
+// idle waits for a wake-up or the next jittered poll, or until a budget
+// that refused a queue's last claim has room again, if sooner: the claims
+// a throttle held come back as it ends, on every worker.
 func (w *Worker) idle(ctx context.Context) {
-	poll := time.NewTimer(w.cfg.Poll/2 + rand.N(w.cfg.Poll+1))
+	wait := w.cfg.Poll/2 + rand.N(w.cfg.Poll+1)
+	for _, q := range w.queues {
+		if d := time.Until(time.Unix(0, q.room.Load())); d > 0 {
+			wait = min(wait, d) // past: the last claim came after it
+		}
+	}
+	poll := time.NewTimer(wait)
 	defer poll.Stop()
 	w.cfg.idle.Fire()
 	select {

@@ -285,3 +285,47 @@ func TestThrottleHoldsEveryWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottledClaimsComeBackAsTheThrottleEnds: a job refused by a
+// throttle is claimed as the throttle ends, not at the worker's next poll
+// (30 s here): the claim tells the worker when the budget has room.
+func TestThrottledClaimsComeBackAsTheThrottleEnds(t *testing.T) {
+	t.Parallel()
+	upstream := fakellm.New(fakellm.Config{Tokens: 2})
+	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "slow down"})
+	n := int64(10)
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4, Poll: 30 * time.Second}, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}})
+	nc := testenv.NATS(t).Conn(t)
+	wake := func() {
+		if err := execution.Wake(nc, f.prefix, job.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, _, err := f.store.Submit(t.Context(), "acme", chatJob(0, 0, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Woken until it takes the job: the first wake-up may come before the
+	// worker listens.
+	testenv.Eventually(t, 10*time.Second, func() bool { wake(); return len(upstream.Requests()) > 0 }, "the first job was never called")
+	f.wait(t, first.ID, job.StateRetrying)
+	refusedAt := upstream.Requests()[0].At
+	// Woken, the idle worker claims it, and the throttle refuses it.
+	second, _, err := f.store.Submit(t.Context(), "acme", chatJob(1, 0, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake()
+	if j := f.wait(t, second.ID, job.StateSucceeded, job.StateFailed); j.State != job.StateSucceeded {
+		t.Fatalf("job %s ended %s", j.ID, j.State)
+	}
+	var call fakellm.Request
+	for _, r := range upstream.Requests() {
+		if r.Body.Messages[0].Content == "job 1" {
+			call = r
+		}
+	}
+	if gap := call.At.Sub(refusedAt); gap < time.Second || gap > 4*time.Second {
+		t.Fatalf("the held job was called %v after a 429 with Retry-After 1s, want 1 s to 4 s (a poll is 15 s to 45 s)", gap)
+	}
+}

@@ -1,6 +1,7 @@
 package kinds
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,7 +82,7 @@ func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler
 		// for the tests that see a cancel through them.
 		wcfg.Heartbeat, wcfg.LeaseTTL = 50*time.Millisecond, 5*time.Second
 	}
-	wcfg.Poll = 50 * time.Millisecond
+	wcfg.Poll = cmp.Or(wcfg.Poll, 50*time.Millisecond)
 	wcfg.ShutdownGrace = 5 * time.Second
 	wcfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
 	w, err := execution.NewWorker(rdb, wcfg)

@@ -144,8 +144,9 @@ type Grant struct {
 	// Tokens holds each holder's fencing token, 0 for a holder refused
 	// for want of room.
 	Tokens []fencing.Token
-	// RetryAfter is the time until the key's earliest lease expires, when
-	// a holder was refused.
+	// RetryAfter is, when a holder was refused, the time until the key's
+	// budget has room again if it refused (ByBudget: the throttle ends, the
+	// window frees room), else until the key's earliest lease expires.
 	RetryAfter time.Duration
 	// Waiters says tickets wait in the key's line (Semaphore.Wait): a
 	// release should wake them.

@@ -13,8 +13,9 @@
 -- ARGV[7..] holders, each followed by its estimated tokens when tpm >= 0
 -- Returns {retry_after_ms, expires_at_ms, waiters, by_budget, then for each
 -- holder its token, or 0 when the set had no room for it}. retry_after_ms
--- is the time until the earliest lease expires (0 when every holder got a
--- slot); waiters is 1 when tickets wait in line for the key (a release
+-- is the time until the budget has room, when it refused (the throttle
+-- ends, the window frees, the ramp after a throttle opens a slot), else
+-- until the earliest lease expires (0 when every holder got a slot); waiters is 1 when tickets wait in line for the key (a release
 -- should wake them); by_budget is 1 when the key's budget refused a holder
 -- its limit had room for (throttled, rpm or tpm full, or the effective
 -- limit reached).
@@ -59,6 +60,8 @@ local out = {0, expires, line and 1 or 0, 0}
 local add, took, refused = {}, false, false
 -- budget_wait is how long until the budget frees room, when it refused.
 local budget_wait = nil
+-- ramp_wait is how long until the ramp after a throttle opens a slot more.
+local ramp_wait = nil
 if limit < 0 and not budgeted then
   -- Every holder gets a slot (one already in the set keeps it): nothing
   -- to count or look up. Every job's claim asks its tenant's key, seldom
@@ -80,7 +83,11 @@ else
     until_ms = tonumber(redis.call('GET', throttle)) or 0
     if adaptive then
       cap = cap_of(limit)
-      limit = math.min(cap, adapt_limit(adapt_read(adapt, cap), now))
+      local a = adapt_read(adapt, cap)
+      limit = math.min(cap, adapt_limit(a, now))
+      -- Reopening over the ramp after a throttle: the next slot opens
+      -- within a ramp's share of one.
+      if now < a.thr + ramp then ramp_wait = math.max(1, math.ceil(ramp / math.max(1, a.eff))) end
     end
   end
   for i = 7, #ARGV, step do
@@ -112,6 +119,7 @@ else
       end
     elseif not ok and held < cap then
       out[4] = 1 -- the effective limit refused it
+      budget_wait = budget_wait or ramp_wait
     end
     if ok then
       add[#add + 1] = expires
