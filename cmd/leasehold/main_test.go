@@ -134,16 +134,14 @@ func TestDevModeSmoke(t *testing.T) {
 			}
 			json.NewDecoder(resp.Body).Decode(&j)
 			resp.Body.Close()
-			for deadline := time.Now().Add(30 * time.Second); j.State != "running"; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("sleep job %s still %s after 30s", j.ID, j.State)
-				}
+			testenv.Eventually(t, 30*time.Second, func() bool {
 				if resp, err = get("/v1/jobs/" + j.ID); err != nil {
 					t.Fatal(err)
 				}
 				json.NewDecoder(resp.Body).Decode(&j)
 				resp.Body.Close()
-			}
+				return j.State == "running"
+			}, "sleep job %s never ran", j.ID)
 			before := len(stderr.Lines())
 			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil { // Ctrl-C
 				t.Fatal(err)

@@ -99,6 +99,8 @@ func TestServerDiesWithItsProcess(t *testing.T) {
 
 	_ = helper.Process.Kill()
 	_ = helper.Wait()
+	// A loop of its own, not testenv.Eventually: testenv starts its
+	// servers with this package. A server left behind is shut down.
 	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(context.Background()).Err() == nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			_ = rdb.ShutdownNoSave(context.Background()).Err() // do not leave it behind
