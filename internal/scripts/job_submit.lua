@@ -18,7 +18,8 @@
 -- k=13 the name of the schedule that fires it ("" = none)
 -- k=14 the tokens the job is estimated to spend of its keys' tpm budgets ("" = none)
 -- k=15 the URL its ends are POSTed to ("" = none)
--- Returns a flat list, two values per job in order: 1, HGETALL of the job
+-- Returns a flat list, two values per job in order: 1, the new job's
+-- record as HGETALL reads it
 -- when created (also to a resent call that had created it: its nonce is
 -- the job's); 0, HGETALL when it existed; -1, n when the queue holds n >=
 -- the cap of the tenant's jobs not ended (nothing written); -2, 0 when the
@@ -58,14 +59,16 @@ for i = 0, n - 1 do
     -- event carries, then what only claims read), then those only written, and
     -- those only due work, cancels and reads use come last.
     -- The move writes state first. (The fields: transition.lua.)
-    move(tx, {key = job, events = events, id = id, tenant = tenant, state = ''}, 'queued', {
+    local fields = {
       'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
       'started_at', '', 'error', '', 'tenant', tenant, 'exec_worker', '', 'exec_attempt', '',
       'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4],
       'kind', ARGV[a + 1], 'input', ARGV[a + 5], 'timeout_ms', ARGV[a + 7], 'trace', ARGV[a + 11], 'exec_trace', '',
       'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[a + 3], 'priority', priority,
       'id', id, 'queue', queue, 'created_at', tx.now_s, 'metadata', ARGV[a + 6], 'on_busy', ARGV[a + 9],
-      'nonce', nonce, 'schedule', ARGV[a + 13], 'cost', ARGV[a + 14], 'webhook', ARGV[a + 15]}, '0', {'', '0', '', '0', '', '', '', '', '', ''})
+      'nonce', nonce, 'schedule', ARGV[a + 13], 'cost', ARGV[a + 14], 'webhook', ARGV[a + 15]}
+    move(tx, {key = job, events = events, id = id, tenant = tenant, state = ''}, 'queued', fields, '0',
+      {'', '0', '', '0', '', '', '', '', '', ''})
 
     if delay > 0 then
       redis.call('ZADD', scheduled, now + delay, id)
@@ -86,7 +89,10 @@ for i = 0, n - 1 do
     if held then
       held = held + 1
     end
-    out[#out + 1], out[#out + 2] = 1, redis.call('HGETALL', job)
+    -- The new job's record is what move wrote: its state and fields.
+    table.insert(fields, 1, 'state')
+    table.insert(fields, 2, 'queued')
+    out[#out + 1], out[#out + 2] = 1, fields
   end
 end
 -- Each lane's jobs wait in it in the order they came, pushed at once; the

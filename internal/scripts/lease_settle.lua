@@ -23,20 +23,21 @@
 -- The effective limit of an adaptive key follows the upstream (see
 -- docs/architecture.md, "The control law of an adaptive key"). Only news
 -- moves it: a call started since the last cut. A success of one, under a
--- limit in use, grows it: x1.4 a round while no refused level is known
--- (the slow start); else a slot a round up to just below the refused
--- level, where it waits out a hold, then probes one above. Half a round of
--- successes since the probe started, none refused, says the capacity
--- rose: the refused level is forgotten and the slow start resumes. A
--- pushback of one cuts it: to the holders still in flight and one below
--- its value (the upstream served those and refused one more), a cut near
--- the last one's level doubling the hold (1 s to 16 s); or, refused below
--- a level served for a round since the last cut, with no probe out (the
--- capacity fell, by how much nobody knows), to half the holders in flight,
--- and the slow start finds the level again. A pushback of a call launched
--- before the last cut only lowers it to the holders in flight. A
--- Retry-After throttles the key until it passes; the limit then reopens
--- over a ramp (budget.lua).
+-- limit in use, grows it: in the slow start while no refused level is
+-- known (x1.4 a round, x2 after a rise was believed); else a slot a round
+-- up to just below the refused level, where it waits out a hold, then
+-- probes one above. A few successes with the probe's slot in flight, none
+-- refused, say the capacity rose: the refused level is forgotten and the
+-- slow start resumes. A pushback of one cuts it: to the holders still in
+-- flight and one below its value (the upstream served those and refused
+-- one more), a cut near the last one's level lengthening the hold (x1.5,
+-- 1 s to 12 s); or, refused with no probe out below a level served for a
+-- round since the last cut (the capacity fell, by how much nobody knows),
+-- to half the holders in flight, and the slow start finds the level
+-- again. A pushback of a call launched before the last cut only lowers it
+-- to the holders in flight. A Retry-After throttles the key until it
+-- passes; unless the probe was refused, the limit then reopens over a
+-- ramp (budget.lua).
 local leases, window, spent, throttle, adapt, waiting = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local limit, tpm, adaptive = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 
