@@ -31,7 +31,7 @@
 -- slow start resumes. A pushback of one cuts it: to the holders still in
 -- flight and one below its value (the upstream served those and refused
 -- one more), a cut near the last one's level lengthening the hold (x1.5,
--- 1 s to 12 s); or, refused with no probe out below a level served for a
+-- 3 s to 12 s; a success with slots to spare ends it); or, refused with no probe out below a level served for a
 -- round since the last cut (the capacity fell, by how much nobody knows),
 -- to half the holders in flight, and the slow start finds the level
 -- again. A pushback of a call launched before the last cut only lowers it
@@ -82,8 +82,15 @@ for i = 4, #ARGV, 5 do
       redis.call('PEXPIRE', spent, minute)
     end
   end
-  if a and how == 'ok' and (started or 0) >= a.cut and (redis.call('EXISTS', waiting) == 1 or
-      redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff)) then
+  local in_use = a and how == 'ok' and (redis.call('EXISTS', waiting) == 1 or
+    redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff))
+  if a and how == 'ok' and not in_use and a.untl > now then
+    -- A success with slots to spare and no claim waiting: demand fell
+    -- below the limit, and what the hold knew of the capacity grows
+    -- stale. When the limit is next full, probe at once.
+    a.untl, changed = now, true
+  end
+  if in_use and (started or 0) >= a.cut then
     -- Only a success under a limit in use says it may grow (claims were
     -- refused lately, or it ran with the limit full): one that ran with
     -- slots to spare tells nothing of the upstream's capacity.
@@ -122,9 +129,9 @@ for i = 4, #ARGV, 5 do
       else
         eff = math.max(1, math.min(math.floor(a.eff) - 1, others))
         if math.abs(a.ceil - (eff + 1)) <= math.max(1, a.ceil / 10) and now - a.cut < minute then
-          a.hold = math.min(math.max(a.hold * 1.5, 1000), 12000)
+          a.hold = math.min(math.max(a.hold * 1.5, 3000), 12000)
         else
-          a.hold = 1000
+          a.hold = 3000
         end
         a.untl, a.ceil = now + a.hold, eff + 1
       end
