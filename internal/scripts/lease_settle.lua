@@ -51,6 +51,10 @@ budget_reap(window, spent, now, tpm)
 
 local cap = cap_of(limit)
 local a = adaptive and adapt_read(adapt, cap)
+-- The holders still in flight, and whether claims were refused lately:
+-- the same for every holder of the batch (all left the set above).
+local others = a and redis.call('ZCOUNT', leases, '(' .. now, '+inf')
+local refused = a and redis.call('EXISTS', waiting) == 1
 local changed = false
 for i = 4, #ARGV, 5 do
   local holder, how, actual, est, wait = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
@@ -82,8 +86,7 @@ for i = 4, #ARGV, 5 do
       redis.call('PEXPIRE', spent, minute)
     end
   end
-  local in_use = a and how == 'ok' and (redis.call('EXISTS', waiting) == 1 or
-    redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= math.floor(a.eff))
+  local in_use = a and how == 'ok' and (refused or others + 1 >= math.floor(a.eff))
   if a and how == 'ok' and not in_use and a.untl > now then
     -- A success with slots to spare and no claim waiting: demand fell
     -- below the limit, and what the hold knew of the capacity grows
@@ -95,13 +98,13 @@ for i = 4, #ARGV, 5 do
     -- refused lately, or it ran with the limit full): one that ran with
     -- slots to spare tells nothing of the upstream's capacity.
     a.run = a.run + 1
-    if a.probe > 0 and redis.call('ZCOUNT', leases, '(' .. now, '+inf') + 1 >= a.ceil then
+    if a.probe > 0 and others + 1 >= a.ceil then
       -- Successes with the probe's slot in flight, none refused: the
       -- capacity rose. One may be luck (a call the upstream had ended
       -- still held its slot when the probe started), a few are not.
       a.won = a.won + 1
       if a.won >= math.max(2, a.eff / 10) then
-      a.ceil, a.probe, a.won, a.hold = cap + 1, 0, 0, 0
+        a.ceil, a.probe, a.won, a.hold = cap + 1, 0, 0, 0
       end
     end
     if a.ceil > cap then
@@ -117,7 +120,6 @@ for i = 4, #ARGV, 5 do
     a.eff = math.min(a.eff, cap)
     changed = true
   elseif a and how == 'pushback' then
-    local others = redis.call('ZCOUNT', leases, '(' .. now, '+inf')
     local at = started or now
     if at >= a.cut then
       local eff
