@@ -5,8 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -116,15 +115,13 @@ func (u *usageCounter) write(ctx context.Context, batch []usageEvent) {
 	}
 }
 
-// jobTime is when job id was made: the time of its UUIDv7, within a
+// jobTime is when job id was made: the time in its UUID, within a
 // millisecond of its created_at; now for an id that has none.
 func jobTime(id string) time.Time {
-	u, err := uuid.Parse(id)
-	if err != nil || u.Version() != 7 {
-		return time.Now()
+	if _, _, at, ok := jobid.Parse(id); ok {
+		return at
 	}
-	sec, nsec := u.Time().UnixTime()
-	return time.Unix(sec, nsec)
+	return time.Now()
 }
 
 // ended counts the end of an execution with outcome. The nil check comes

@@ -104,16 +104,20 @@
 // per-key TTL in Redis's expires table. The same step takes them out of the
 // listing indexes (forget, in transition.lua).
 //
-// The id → queue lookup lives Retention + 30 days from submission, since
-// nobody can touch it from the queue's slot when the job ends. A job still
-// alive after that is found by asking each queue.
+// A job id says which queue holds the job: it carries 16 bits of a hash
+// of the queue's name (internal/jobid). A read by id asks the queues with
+// that tag, nearly always one, whether they hold it. Ids of version 7,
+// made before, have an id → queue lookup key that lives Retention + 30
+// days from submission; such a job still alive after that is found by
+// asking each queue.
 //
 // # Submission and idempotency
 //
 // Submit validates everything before it writes anything: invalid input
 // returns a *ValidationError listing every bad field, and Redis is
-// untouched. Then it writes the queue name and the id → queue lookup, which
-// are idempotent and invisible to clients, and then one script that creates
+// untouched. Then it adds the queue's name to the set of queues (at most
+// once a minute per Store and queue: the write is idempotent and invisible
+// to clients), and then one script that creates
 // the job record, enqueues it (ready, or scheduled when delayed), adds its
 // deadline, index entries, stats and first event, all at once, and only if
 // the job does not exist yet.
@@ -135,8 +139,8 @@
 // Submit would (Submit is a batch of one): the same checks, each item
 // answered or refused on its own, a refused one writing nothing. Its
 // round trips are per batch, not per job: the keys' rules, then the
-// idempotency records and the cap's counts, then the lookups, then one
-// run of the create script per queue (per run of consecutive items of one
+// idempotency records and the cap's counts, then the queues' names, then
+// one run of the create script per queue (per run of consecutive items of one
 // queue under a cap, so each is counted after the ones before it).
 //
 // Retention must be at least the idempotency TTL: a retry must never find
@@ -147,12 +151,13 @@
 //
 // # Cost
 //
-// Submit is three round trips (two without an idempotency key), each O(1)
+// Submit is two round trips (one without an idempotency key, and one more
+// for a queue the Store has not named in the last minute), each O(1)
 // apart from O(log n) sorted-set inserts; SubmitBatch the same number per
-// batch, plus one per queue it names. Get is two (the lookup, then the
-// hash). A List page examines at most 1000 index entries, whatever the
+// batch, plus one per queue it names. Get is two (which queue holds the
+// job, then the hash). A List page examines at most 1000 index entries, whatever the
 // filters, in at most about log2(1000/limit) + 1 rounds of two pipelined
 // round trips: each round reads every queue's index and the hashes of the
 // entries it examines. Queues are expected to be few (tens): List, Stats and
-// a lookup miss ask every queue.
+// the lookup miss of an id of version 7 ask every queue.
 package job

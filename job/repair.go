@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/scripts"
 )
 
@@ -553,8 +554,9 @@ func (s *Store) admitRetries(ctx context.Context, queue, owner string, f RetryFi
 // The job's record, events and entries in its queue go in one script: from
 // then on the job is gone for every reader. The script leaves a mark that
 // lives IdempotencyTTL, so an idempotent replay of the submission that
-// created the job gets ErrDeleted instead of a new run of it. Its id → queue lookup and a
-// cancel flag it may have left live in other slots and go after; a crash
+// created the job gets ErrDeleted instead of a new run of it. A cancel
+// flag it may have left (and the id → queue lookup of an id of version 7,
+// see locate) live in other slots and go after; a crash
 // in between leaves them pointing at nothing, which reads as not found,
 // until they expire.
 func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job, error) {
@@ -591,8 +593,11 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 		}
 		return j, ErrNotEnded
 	}
-	if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
-		return Job{}, fmt.Errorf("job: delete %s: drop lookup: %w", id, err)
+	if _, tagged, _, _ := jobid.Parse(id); !tagged {
+		// An id of version 7 has a lookup (see locate).
+		if err := s.rdb.Del(ctx, s.keys.JobQueue(id)).Err(); err != nil {
+			return Job{}, fmt.Errorf("job: delete %s: drop lookup: %w", id, err)
+		}
 	}
 	if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), id); err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)

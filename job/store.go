@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -55,11 +55,6 @@ const (
 	DefaultRetention      = 7 * 24 * time.Hour
 	DefaultIdempotencyTTL = 24 * time.Hour
 )
-
-// lookupSlack is how much longer than Retention the id → queue lookup lives.
-// It is written at submit, before anyone knows when the job will end; a job
-// that outlives it is still found (see locate).
-const lookupSlack = 30 * 24 * time.Hour
 
 // Config configures a Store. Zero values mean the defaults.
 type Config struct {
@@ -102,6 +97,7 @@ type Store struct {
 	signal    *redis.Script
 	unlock    *redis.Script
 	tracer    trace.Tracer
+	queueSet  *queueSet
 }
 
 // NewStore returns a Store on rdb, a single Redis or a Redis Cluster.
@@ -128,6 +124,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		unlock:    scripts.Load("unlock.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
+	s.queueSet = &queueSet{rdb: rdb, keys: s.keys}
 	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
 		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)
 	}
@@ -465,13 +462,28 @@ func (s *Store) queues(ctx context.Context) ([]string, error) {
 	return queues, nil
 }
 
-// locate returns the queue of job id. The lookup key is written before the
-// job and lives Retention + lookupSlack; for a job still waiting after that,
-// each queue is asked in turn. A malformed id is ErrNotFound before any
-// Redis call, so hostile input never reaches a key name.
+// locate returns the queue of job id. The queues whose tag is the id's
+// (internal/jobid) are asked whether they hold it, in one round trip;
+// when none does, the set of queues is read again, for a queue new since.
+// An id of version 7 (made before ids had tags) has a lookup key written
+// before its job, living Retention + 30 days; for such a job still waiting
+// after that, each queue is asked in turn. A malformed id is ErrNotFound
+// before any Redis call, so hostile input never reaches a key name.
 func (s *Store) locate(ctx context.Context, id string) (string, error) {
-	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+	tag, tagged, _, ok := jobid.Parse(id)
+	if !ok {
 		return "", ErrNotFound
+	}
+	if tagged {
+		known := s.queueSet.cached(tag)
+		if q, err := s.holder(ctx, id, known); err == nil || !errors.Is(err, ErrNotFound) {
+			return q, err
+		}
+		queues, err := s.queueSet.tagged(ctx, tag)
+		if err != nil {
+			return "", err
+		}
+		return s.holder(ctx, id, slices.DeleteFunc(queues, func(q string) bool { return slices.Contains(known, q) }))
 	}
 	queue, err := s.rdb.Get(ctx, s.keys.JobQueue(id)).Result()
 	if err == nil {
@@ -483,6 +495,15 @@ func (s *Store) locate(ctx context.Context, id string) (string, error) {
 	queues, err := s.queues(ctx)
 	if err != nil {
 		return "", err
+	}
+	return s.holder(ctx, id, queues)
+}
+
+// holder returns the one of queues that holds job id, asking them all in
+// one round trip; ErrNotFound when none does.
+func (s *Store) holder(ctx context.Context, id string, queues []string) (string, error) {
+	if len(queues) == 0 {
+		return "", ErrNotFound
 	}
 	exists := make([]*redis.IntCmd, len(queues))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -60,8 +62,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		if err != nil || !created {
 			t.Fatalf("Submit = %v, %v", created, err)
 		}
-		if u, err := uuid.Parse(j.ID); err != nil || u.Version() != 7 {
-			t.Errorf("id %q is not a UUIDv7", j.ID)
+		if tag, tagged, _, ok := jobid.Parse(j.ID); !ok || !tagged || tag != jobid.Tag("gpu") {
+			t.Errorf("id %q is not tagged with its queue's tag", j.ID)
 		}
 		got, err := fx.store.Get(ctx, "acme", j.ID, false)
 		if err != nil {
@@ -104,11 +106,8 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		if len(h) != 34 {
 			t.Errorf("record has %d fields, want 34: %v", len(h), h)
 		}
-		if q := fx.rdb.Get(ctx, fx.keys.JobQueue(j.ID)).Val(); q != "gpu" {
-			t.Errorf("lookup = %q", q)
-		}
-		if ttl := fx.rdb.TTL(ctx, fx.keys.JobQueue(j.ID)).Val(); ttl < 36*24*time.Hour {
-			t.Errorf("lookup TTL %v, want retention + 30 days", ttl)
+		if n := fx.rdb.Exists(ctx, fx.keys.JobQueue(j.ID)).Val(); n != 0 {
+			t.Error("a tagged id has a lookup key")
 		}
 		if !fx.rdb.SIsMember(ctx, fx.keys.Queues(), "gpu").Val() {
 			t.Error("queue not registered")
@@ -369,20 +368,82 @@ func TestMalformedIDNeverReachesRedis(t *testing.T) {
 	}
 }
 
-func TestJobFoundAfterItsLookupExpired(t *testing.T) {
+// TestJobOfAnUntaggedIDIsFound covers the ids of version 7 that jobs
+// created before ids had tags keep: such a job is found by its lookup key
+// and, once that expired, by asking each queue. The job is made as an
+// earlier version's crashed submit leaves it: an idempotency record
+// naming the id, whose replay creates the job.
+func TestJobOfAnUntaggedIDIsFound(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "a"})
-		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "b"})
-		fx.rdb.Del(ctx, fx.keys.JobQueue(j.ID))
-		if got, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil || got.Queue != "b" {
+		sub := job.Submission{Kind: "echo", Queue: "b"}
+		j, _, err := fx.store.Submit(ctx, "acme", sub, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := uuid.Must(uuid.NewV7()).String()
+		rec := fx.rdb.Get(ctx, fx.keys.Idempotency("acme", "k")).Val()
+		fx.rdb.Set(ctx, fx.keys.Idempotency("acme", "k"), strings.Replace(rec, j.ID, old, 1), time.Hour)
+		fx.rdb.Set(ctx, fx.keys.JobQueue(old), "b", time.Hour)
+		if got, _, err := fx.store.Submit(ctx, "acme", sub, "k"); err != nil || got.ID != old {
+			t.Fatalf("replay of the old record = %+v, %v", got, err)
+		}
+		if got, err := fx.store.Get(ctx, "acme", old, false); err != nil || got.Queue != "b" {
+			t.Fatalf("Get by its lookup: %+v, %v", got, err)
+		}
+		fx.rdb.Del(ctx, fx.keys.JobQueue(old))
+		if got, err := fx.store.Get(ctx, "acme", old, false); err != nil || got.Queue != "b" {
 			t.Fatalf("Get after the lookup expired: %+v, %v", got, err)
 		}
-		if got, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil || got.State != job.StateCancelled {
+		if got, err := fx.store.Cancel(ctx, "acme", old, false); err != nil || got.State != job.StateCancelled {
 			t.Fatalf("Cancel after the lookup expired: %+v, %v", got, err)
 		}
 	})
+}
+
+// TestJobsOfQueuesSharingATagAreFound: two queues whose names have one
+// tag, the second new to a Store that had read the set of queues before
+// it existed; each job is found by its id alone.
+func TestJobsOfQueuesSharingATagAreFound(t *testing.T) {
+	t.Parallel()
+	a, b := sameTag()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		ja := fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: a})
+		if _, err := fx.store.Get(ctx, "acme", ja.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		other, err := job.NewStore(fx.rdb, job.Config{Prefix: fx.prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jb, _, err := other.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: b}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []job.Job{ja, jb} {
+			if got, err := fx.store.Get(ctx, "acme", want.ID, false); err != nil || got.Queue != want.Queue {
+				t.Errorf("Get(%s of %s) = %+v, %v", want.ID, want.Queue, got, err)
+			}
+		}
+		if _, err := fx.store.Get(ctx, "acme", jobid.New(b), false); !errors.Is(err, job.ErrNotFound) {
+			t.Errorf("an id of no job: %v", err)
+		}
+	})
+}
+
+// sameTag returns two queue names with one tag.
+func sameTag() (string, string) {
+	seen := map[uint16]string{}
+	for i := 0; ; i++ {
+		name := "q" + strconv.Itoa(i)
+		if other, ok := seen[jobid.Tag(name)]; ok {
+			return other, name
+		}
+		seen[jobid.Tag(name)] = name
+	}
 }
 
 func TestCancel(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
@@ -130,24 +131,22 @@ type batch struct {
 	live   []*submitting    // the items not refused yet, in order
 	counts map[string]int64 // the tenant's jobs not ended per queue (when limit.Max > 0)
 	// refused are the items refused after their idempotency key was
-	// claimed, whose record and lookup cleanUp drops.
+	// claimed, whose record cleanUp drops.
 	refused []*submitting
 	created map[string]bool // the ids created by this batch
 }
 
 // submitting is one item of a batch not refused yet.
 type submitting struct {
-	at    int        // its index in the batch
-	sub   Submission // as given
-	n     Submission // normalized
-	idem  string
-	rules *keyRules
-	fresh string // the id this request made up
-	id    string // the job's: fresh, or the one its idempotency key stands for
-	span  trace.Span
-	// claimed: this batch wrote the idempotency record; registered: the
-	// id → queue lookup.
-	claimed, registered bool
+	at      int        // its index in the batch
+	sub     Submission // as given
+	n       Submission // normalized
+	idem    string
+	rules   *keyRules
+	fresh   string // the id this request made up
+	id      string // the job's: fresh, or the one its idempotency key stands for
+	span    trace.Span
+	claimed bool // this batch wrote the idempotency record
 }
 
 // replay says whether an earlier request with the item's idempotency key
@@ -163,7 +162,7 @@ func (b *batch) refuse(p *submitting, err error) {
 		endSpan(p.span, err)
 		p.span = nil
 	}
-	if !p.replay() && (p.claimed || p.registered) {
+	if !p.replay() && p.claimed {
 		b.refused = append(b.refused, p)
 	}
 }
@@ -186,8 +185,6 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 	var ruled []string // keys whose rules an item needs
 	for i, it := range items {
 		p := &submitting{at: i, sub: it.Submission, idem: it.IdempotencyKey}
-		p.fresh = uuid.Must(uuid.NewV7()).String()
-		p.id = p.fresh
 		var err error
 		if p.idem != "" && !validIdempotencyKey(p.idem) {
 			err = &ValidationError{Errors: []FieldError{{
@@ -199,6 +196,8 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			b.out[i].Err = err
 			continue
 		}
+		p.fresh = jobid.New(p.n.Queue)
+		p.id = p.fresh
 		if b.s.needsRules(p.sub, p.n) {
 			p.rules = &keyRules{named: b.s.limited && len(p.sub.ConcurrencyKeys) > 0}
 			ruled = append(ruled, p.n.ConcurrencyKeys...)
@@ -349,7 +348,8 @@ func (b *batch) checkRoom(ctx context.Context) error {
 	return err
 }
 
-// create writes the lookups, then runs the submit script per queue:
+// create names the queues in the set of queues, then runs the submit
+// script per queue:
 // without a cap, once for all the items of each queue; under a cap, once
 // for each run of consecutive items of one queue,
 // so that each item is counted after every item before it, in whichever
@@ -376,18 +376,9 @@ func (b *batch) create(ctx context.Context) error {
 		}
 		_, p.span = s.startSubmit(ctx, b.tenant, p.n.Queue, p.id)
 	}
-	// Both writes are idempotent and come before the jobs, so a crash here
-	// leaves nothing a client can see, and the retry writes them again.
-	if _, err := s.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.SAdd(ctx, s.keys.Queues(), anys(queues)...)
-		for _, p := range b.live {
-			pipe.Set(ctx, s.keys.JobQueue(p.id), p.n.Queue, s.retention+lookupSlack)
-			p.registered = true
-		}
-		return nil
-	}); err != nil {
+	if err := s.queueSet.add(ctx, queues); err != nil {
 		b.endSpans(err)
-		return fmt.Errorf("job: register %d jobs: %w", len(b.live), err)
+		return err
 	}
 	b.created = map[string]bool{}
 	for _, g := range groups {
@@ -426,8 +417,6 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 			b.out[p.at].Err = ErrDeleted
 			endSpan(p.span, ErrDeleted)
 			p.span = nil
-			// The lookup written above points at nothing again.
-			b.refused = append(b.refused, &submitting{id: p.id, fresh: p.id, registered: true})
 			continue
 		}
 		j, err := parseReply(reply)
@@ -457,19 +446,16 @@ func (b *batch) endSpans(err error) {
 	}
 }
 
-// cleanUp drops the lookups and idempotency records that the items
-// refused had written, in one round trip: a refusal leaves
-// nothing behind, and a retry with the same key is a new request. An id
-// that another item of the batch created (its replay) keeps both.
+// cleanUp drops the idempotency records that the items refused had
+// written, in one round trip: a refusal leaves nothing behind, and a
+// retry with the same key is a new request. An id that another item of
+// the batch created (its replay) keeps its record.
 func (b *batch) cleanUp(ctx context.Context) error {
 	s := b.s
 	var dels []string
 	for _, p := range b.refused {
 		if b.created[p.id] {
 			continue
-		}
-		if p.registered {
-			dels = append(dels, s.keys.JobQueue(p.id))
 		}
 		if p.claimed {
 			dels = append(dels, s.keys.Idempotency(b.tenant, p.idem))
@@ -485,7 +471,7 @@ func (b *batch) cleanUp(ctx context.Context) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("job: submit: drop the lookups of refused jobs: %w", err)
+		return fmt.Errorf("job: submit: drop the idempotency records of refused jobs: %w", err)
 	}
 	return nil
 }
@@ -494,7 +480,7 @@ func (b *batch) cleanUp(ctx context.Context) error {
 // (internal/scripts/job_submit.lua) for items, all of queue q.
 func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []string, args []any) {
 	keys = make([]string, 0, 7+4*len(items))
-	args = make([]any, 0, 4+16*len(items))
+	args = make([]any, 0, 4+17*len(items))
 	keys = append(keys, s.keys.QueueReady(q), s.keys.QueueScheduled(q), s.keys.QueueDeadlines(q),
 		s.keys.QueueFair(q), s.keys.QueueStats(q), s.keys.QueueAllJobs(q), s.keys.QueueTenantJobs(q, tenant))
 	args = append(args, tenant, q, scripts.EventsMaxLen, room)
@@ -509,7 +495,7 @@ func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []
 			// go-redis resends a script whose reply it lost; the nonce lets
 			// the script tell that resend (created) from a replay (existed).
 			uuid.NewString(),
-			n.Schedule, cost(n.tokens()), n.Webhook.url())
+			n.Schedule, cost(n.tokens()), n.Webhook.url(), flag(p.replay()))
 	}
 	return keys, args
 }
@@ -668,4 +654,12 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 		}
 	}
 	return nil
+}
+
+// flag is a script's boolean argument: "1" or "".
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
 }

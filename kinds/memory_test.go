@@ -35,8 +35,8 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		args     []string
 		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 5450},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 5450},
+		{"stream-node-max-bytes 1024", nil, 5300},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 5300},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,8 +94,8 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 				kinds[k] /= jobs
 			}
 			t.Logf("%d bytes and %.1f keys per finished llm.chat job; bytes per job of its keys: %v", perJob, keys, kinds)
-			if keys > 2 {
-				t.Errorf("%.1f keys per job, want at most 2", keys)
+			if keys > 1 {
+				t.Errorf("%.1f keys per job, want at most 1", keys)
 			}
 			if perJob > c.maxBytes {
 				t.Errorf("%d bytes per job, want at most %d", perJob, c.maxBytes)

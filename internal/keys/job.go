@@ -13,8 +13,10 @@ func (s Space) Queues() string { return s.key("queues", "set") }
 // queues set's slot, so a pause names the queue and pauses it at once.
 func (s Space) PausedQueues() string { return s.key("queues", "paused") }
 
-// JobQueue maps a job id to the name of its queue, so a job can be found by
-// id alone. It lives in its own slot, outside every queue.
+// JobQueue maps a job id of version 7 to the name of its queue, so the job
+// can be found by id alone; it lives in its own slot, outside every queue.
+// Ids made since carry their queue's tag instead (internal/jobid), and this
+// key is read until the last job of an older version is gone.
 func (s Space) JobQueue(id string) string { return s.key("job:"+id, "queue") }
 
 // Idempotency is a tenant's idempotency record for one Idempotency-Key.

@@ -7,7 +7,7 @@
 -- ARGV[1] tenant   ARGV[2] queue   ARGV[3] events stream MAXLEN
 -- ARGV[4] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
--- Then per job i (from 0): KEYS[8 + 4i + k] and ARGV[5 + 16i + k]:
+-- Then per job i (from 0): KEYS[8 + 4i + k] and ARGV[5 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
 -- k=3 the job's deletion mark (job_delete.lua)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
@@ -18,6 +18,8 @@
 -- k=13 the name of the schedule that fires it ("" = none)
 -- k=14 the tokens the job is estimated to spend of its keys' tpm budgets ("" = none)
 -- k=15 the URL its ends are POSTed to ("" = none)
+-- k=16 "1" when the id is an earlier request's (an idempotency key's
+-- replay), which may have been deleted since; "" for an id made by this call
 -- Returns a flat list, two values per job in order: 1, the new job's
 -- record as HGETALL reads it
 -- when created (also to a resent call that had created it: its nonce is
@@ -27,7 +29,7 @@
 local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, queue, maxlen, room = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = (#ARGV - 4) / 16
+local n = (#ARGV - 4) / 17
 
 local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
@@ -36,7 +38,7 @@ local out, listed = {}, {} -- listed: score, id of each job created, for the lis
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 for i = 0, n - 1 do
-  local k, a = 8 + 4 * i, 5 + 16 * i
+  local k, a = 8 + 4 * i, 5 + 17 * i
   local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
@@ -47,7 +49,7 @@ for i = 0, n - 1 do
       created = 1
     end
     out[#out + 1], out[#out + 2] = created, redis.call('HGETALL', job)
-  elseif redis.call('EXISTS', KEYS[k + 3]) == 1 then
+  elseif ARGV[a + 16] == '1' and redis.call('EXISTS', KEYS[k + 3]) == 1 then
     out[#out + 1], out[#out + 2] = -2, 0
   elseif held and held >= room then
     out[#out + 1], out[#out + 2] = -1, held
