@@ -54,8 +54,12 @@ local function fair_push_all(fair, ready, set, lane, ids, priorities)
   end
   redis.call('ZADD', set, unpack(members))
   redis.call('HINCRBY', fair, '#' .. lane, #ids)
-  local turn = redis.call('ZSCORE', ready, lane)
-  fair_place(ready, set, lane, turn and fair_start(tonumber(turn)) or fair_clock(fair) + 1)
+  -- The lane has jobs now: it is placed, unless it holds a turn already
+  -- (written without a priority band: see fair_start).
+  local turn = tonumber(redis.call('ZSCORE', ready, lane))
+  if not turn or turn >= FAIR_BAND then
+    redis.call('ZADD', ready, fair_int(turn and fair_start(turn) or fair_clock(fair) + 1), lane)
+  end
 end
 
 -- fair_push makes job id (of priority) wait in lane (see fair_push_all).

@@ -62,17 +62,26 @@ for _, d in ipairs(order) do
     -- increment goes first: if it fails (the count would overflow), the
     -- script stops before the marks are set, and these events have not
     -- changed anything.
-    local count = #new / 2
+    local count, fresh = #new / 2, false -- fresh: the counter's first count of the day
     if tonumber(n) * count < 2 ^ 53 then
-      redis.call('HINCRBY', day, counter, string.format('%.0f', tonumber(n) * count))
+      local sum = string.format('%.0f', tonumber(n) * count)
+      fresh = redis.call('HINCRBY', day, counter, sum) == tonumber(sum)
     else
-      for _ = 1, count do
-        redis.call('HINCRBY', day, counter, n)
+      for k = 1, count do
+        local v = redis.call('HINCRBY', day, counter, n)
+        if k == 1 then
+          fresh = v == tonumber(n)
+        end
       end
     end
     redis.call('HSET', seen, unpack(new))
     redis.call('PEXPIRE', seen, mark_ttl)
-    redis.call('PEXPIRE', day, drop_at - now)
+    -- The day's counts are dropped at one time whatever writes them: the
+    -- first count of each counter sets it (the key is made by one of them,
+    -- and a day dropped is never written again: see above).
+    if fresh then
+      redis.call('PEXPIRE', day, drop_at - now)
+    end
   end
 end
 return out
