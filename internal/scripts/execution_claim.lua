@@ -344,10 +344,15 @@ end
 -- The reply: blocked, lost, expired, costs, then 12 values per job handed
 -- out. The checkpoint and the signal that resumed the job are read for the
 -- jobs handed out alone: a candidate not taken would carry up to 256 KiB
--- for nothing.
+-- for nothing. A job never started has neither (an execution writes the
+-- checkpoint, and a signal resumes a wait, which an execution began), and
+-- most jobs handed out are such.
 local function hand_out(reply, c, exec_id, token, attempt)
   local k = #reply
-  local r = redis.call('HMGET', c.key, 'checkpoint', 'signal')
+  local r = {}
+  if c.f[STARTED_AT] ~= '' then
+    r = redis.call('HMGET', c.key, 'checkpoint', 'signal')
+  end
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4], reply[k + 5] = c.id, exec_id, token, attempt, c.f[KIND]
   reply[k + 6], reply[k + 7], reply[k + 8], reply[k + 9], reply[k + 10] = c.f[INPUT], c.f[TIMEOUT_MS], c.tenant, c.f[TRACE], c.f[EXEC_TRACE]
   reply[k + 11], reply[k + 12] = r[1] or '', r[2] or ''
