@@ -52,7 +52,7 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	keys := []string{stats}
 	for _, z := range retired {
 		id := z.Member.(string)
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id))
+		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
 	}
 	last := strconv.FormatFloat(retired[len(retired)-1].Score, 'f', 0, 64)
 	from, err := foldScript.Run(ctx, q.rdb, keys, last).Text()

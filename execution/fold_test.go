@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
-// A reaper folds the events of a job that ended into its hash, and drops
-// its empty fields: the job reads the same, and a replay,
-// from the start or from any event, reads the same events before and
-// after; a job with more events than a fold takes, or whose hash holds
-// short values only, keeps its stream; a
-// retry puts the events back in the stream, and the new ones follow them.
+// A reaper folds the events of a job that ended into its folded key, and
+// drops its empty fields: the job reads the same, and a replay, from the
+// start or from any event, reads the same events before and after; a job
+// with more events than a fold takes keeps its stream, and one whose hash
+// holds short values only is folded too; a retry puts the events back in
+// the stream, and the new ones follow them.
 func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -42,8 +43,8 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 		},
 	}
 	_, stop := f.startWorker(t, execution.Config{}, handlers) // folds a minute after the end: not in this test
-	// An input longer than a listpack's values: a hash of short values
-	// alone is not folded (transition.lua's fold).
+	// An input longer than a listpack's values, which the fold moves out of
+	// the hash too (transition.lua's fold).
 	input := raw(`{"prompt":"` + strings.Repeat("x", 64) + `"}`)
 	few := f.submit(t, job.Submission{Kind: "few", Input: input, MaxAttempts: 1})
 	many := f.submit(t, job.Submission{Kind: "many", Input: input})
@@ -63,12 +64,13 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 
 	f.startWorker(t, execution.Config{FoldAfter: time.Millisecond}, handlers)
 	ctx := t.Context()
-	hash, stream := f.prefix+"{q:default}:job:"+few.ID, f.prefix+"{q:default}:events:"+few.ID
+	ks := keys.New(f.prefix)
+	hash, stream := ks.Job("default", few.ID), ks.JobEvents("default", few.ID)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return f.rdb.Exists(ctx, stream).Val() == 0
 	}, "the job's events not folded")
-	if !f.rdb.HExists(ctx, hash, "events").Val() {
-		t.Fatal("stream gone, no events in the hash")
+	if f.rdb.Exists(ctx, ks.JobFolded("default", few.ID)).Val() != 1 {
+		t.Fatal("stream gone, no folded key")
 	}
 	if got, _ := json.Marshal(f.get(t, few.ID)); string(got) != string(fewJob) {
 		t.Fatalf("folded: %s\nwant %s", got, fewJob)
@@ -88,11 +90,12 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	if _, err := f.store.Events(ctx, "bob", few.ID, false, "", 0); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("another tenant: %v", err)
 	}
-	for _, id := range []string{many.ID, short.ID} {
-		if f.rdb.Exists(ctx, f.prefix+"{q:default}:events:"+id).Val() != 1 {
-			t.Fatalf("job %s, of more events than a fold takes or of short values, lost its stream", id)
-		}
+	if f.rdb.Exists(ctx, ks.JobEvents("default", many.ID)).Val() != 1 {
+		t.Fatal("the job of more events than a fold takes lost its stream")
 	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.JobEvents("default", short.ID)).Val() == 0
+	}, "the job of short values not folded")
 
 	// Retried, it fails again and is folded again: the old events, then
 	// those of its second run.
