@@ -248,7 +248,7 @@ end
 -- string, {q:Q}:folded:<id>: JSON {"f": {name: value, ...}, "e": [events]},
 -- e three strings per event in order: its stream id, type and data. The
 -- hash is then written anew with its short fields and folded "1", so Redis
--- makes it a listpack (~35 bytes a field) where one long value had made it
+-- makes it a listpack (~20 bytes a field) where one long value had made it
 -- a hashtable (~70 bytes a field; Redis never turns one back by itself).
 -- Every reader sees the job as before: the scripts through record and
 -- fields_of, package job merges the folded fields itself (Get, List) and
