@@ -400,7 +400,7 @@ type claimArgs struct {
 // documents: change the two together.
 func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) claimArgs {
 	n, r := len(pl.ids), len(pl.retired)
-	a := claimArgs{keys: make([]string, 0, 8+3*n+4*r+1), argv: make([]any, 0, 8+3*n+1+r)}
+	a := claimArgs{keys: make([]string, 0, 8+3*n+5*r+1), argv: make([]any, 0, 8+3*n+1+r)}
 	// KEYS[1..8], ARGV[1..8]
 	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
@@ -419,10 +419,10 @@ func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, hel
 	for _, h := range held {
 		a.argv = append(a.argv, h)
 	}
-	// KEYS[5+3n+4j .. 8+3n+4j] of retired job j (1..r); ARGV r, then the r ids
+	// KEYS[4+3n+5j .. 8+3n+5j] of retired job j (1..r); ARGV r, then the r ids
 	for j, id := range pl.retired {
 		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
-			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.QueueAllJobs(q.name))
+			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.QueueAllJobs(q.name), q.keys.JobFolded(q.name, id))
 	}
 	a.argv = append(a.argv, r)
 	for _, id := range pl.retired {

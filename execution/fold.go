@@ -21,19 +21,20 @@ const DefaultFoldAfter = time.Minute
 // foldBatch bounds the jobs one fold script takes.
 const foldBatch = 100
 
-// fold folds the events of up to foldBatch of the queue's jobs that ended
-// at least after ago into their hashes (internal/scripts/job_fold.lua):
-// each then keeps one key instead of two, and none of a stream's
-// preallocated node. It takes them from the retired index, whose score is
-// a job's end plus the retention, after the score the queue's jobs are
-// folded up to; a job retired with a shorter retention than this worker's
-// may be passed and keep its stream. It reports whether there may be more.
+// fold folds up to foldBatch of the queue's jobs that ended at least after
+// ago (internal/scripts/job_fold.lua): each one's events and long fields
+// go to its folded key and its hash is written anew, a listpack; it keeps
+// none of a stream's preallocated node, and half the bytes a field. It
+// takes them from the retired index, whose score is a job's end plus the
+// retention, after the score the queue's jobs are folded up to; a job
+// retired with a shorter retention than this worker's may be passed and
+// keep its stream. It reports whether there may be more.
 //
 // A reader of an ended job's events finds them in the stream or, once
-// folded, in the hash (job.Store.Events). after keeps the fold away from
-// the readers that wait for a job's next events: they wait for a job that
-// has not ended, and the step that ends it appends its last event, so
-// they have it long before.
+// folded, in its folded key (job.Store.Events). after keeps the fold away
+// from the readers that wait for a job's next events: they wait for a job
+// that has not ended, and the step that ends it appends its last event,
+// so they have it long before.
 func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	stats := q.keys.QueueStats(q.name)
 	if q.folds.from == "" {
@@ -52,7 +53,7 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	keys := []string{stats}
 	for _, z := range retired {
 		id := z.Member.(string)
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id))
+		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
 	}
 	last := strconv.FormatFloat(retired[len(retired)-1].Score, 'f', 0, 64)
 	from, err := foldScript.Run(ctx, q.rdb, keys, last).Text()

@@ -4,22 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
-// A reaper folds the events of a job that ended into its hash, and drops
-// its empty fields: the job reads the same, and a replay,
-// from the start or from any event, reads the same events before and
-// after; a job with more events than a fold takes, or whose hash holds
-// short values only, keeps its stream; a
-// retry puts the events back in the stream, and the new ones follow them.
+// A reaper folds the events of a job that ended into its folded key, and
+// drops its empty fields: the job reads the same, and a replay, from the
+// start or from any event, reads the same events before and after; a job
+// with more events than a fold takes keeps its stream, and one whose hash
+// holds short values only is folded too; a retry puts the events back in
+// the stream, and the new ones follow them.
 func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -42,8 +44,8 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 		},
 	}
 	_, stop := f.startWorker(t, execution.Config{}, handlers) // folds a minute after the end: not in this test
-	// An input longer than a listpack's values: a hash of short values
-	// alone is not folded (transition.lua's fold).
+	// An input longer than a listpack's values, which the fold moves out of
+	// the hash too (transition.lua's fold).
 	input := raw(`{"prompt":"` + strings.Repeat("x", 64) + `"}`)
 	few := f.submit(t, job.Submission{Kind: "few", Input: input, MaxAttempts: 1})
 	many := f.submit(t, job.Submission{Kind: "many", Input: input})
@@ -63,12 +65,13 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 
 	f.startWorker(t, execution.Config{FoldAfter: time.Millisecond}, handlers)
 	ctx := t.Context()
-	hash, stream := f.prefix+"{q:default}:job:"+few.ID, f.prefix+"{q:default}:events:"+few.ID
+	ks := keys.New(f.prefix)
+	hash, stream := ks.Job("default", few.ID), ks.JobEvents("default", few.ID)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return f.rdb.Exists(ctx, stream).Val() == 0
 	}, "the job's events not folded")
-	if !f.rdb.HExists(ctx, hash, "events").Val() {
-		t.Fatal("stream gone, no events in the hash")
+	if f.rdb.Exists(ctx, ks.JobFolded("default", few.ID)).Val() != 1 {
+		t.Fatal("stream gone, no folded key")
 	}
 	if got, _ := json.Marshal(f.get(t, few.ID)); string(got) != string(fewJob) {
 		t.Fatalf("folded: %s\nwant %s", got, fewJob)
@@ -88,11 +91,12 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	if _, err := f.store.Events(ctx, "bob", few.ID, false, "", 0); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("another tenant: %v", err)
 	}
-	for _, id := range []string{many.ID, short.ID} {
-		if f.rdb.Exists(ctx, f.prefix+"{q:default}:events:"+id).Val() != 1 {
-			t.Fatalf("job %s, of more events than a fold takes or of short values, lost its stream", id)
-		}
+	if f.rdb.Exists(ctx, ks.JobEvents("default", many.ID)).Val() != 1 {
+		t.Fatal("the job of more events than a fold takes lost its stream")
 	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.JobEvents("default", short.ID)).Val() == 0
+	}, "the job of short values not folded")
 
 	// Retried, it fails again and is folded again: the old events, then
 	// those of its second run.
@@ -141,4 +145,254 @@ func (f *fixture) allEvents(t *testing.T, id string) []job.Event {
 
 func sameEvent(a, b job.Event) bool {
 	return a.ID == b.ID && a.Type == b.Type && string(a.Data) == string(b.Data)
+}
+
+// A folded job reads as it did before its fold, whatever reads it: an
+// llm.chat-like job, whose input, metadata, error and result are longer
+// than a listpack's values, and a no-op one of short values only. Each is
+// read by Get, List, a replay of its events, a cancel (refused: it ended)
+// and a replay of its submission; folded, its hash is a listpack. A retry
+// puts it back as it was, and a second fold folds the second run too.
+// Deleting one removes its folded key with the rest.
+func TestFoldedJobReadsAsBefore(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			foldedReadsAsBefore(t, newFixtureOn(t, b.Client, testenv.NATS(t).Conn(t)))
+		})
+	}
+}
+
+func foldedReadsAsBefore(t *testing.T, f *fixture) {
+	long := strings.Repeat("the quick brown fox ", 8)
+	handlers := map[string]execution.Handler{
+		// Fails its first attempt, succeeds its second (after a retry).
+		"chat": func(ctx context.Context, e *execution.Execution) (any, error) {
+			for _, d := range []any{long, map[string]any{"text": "token-1 token-2"}} {
+				if err := e.Emit(ctx, execution.EventOutput, d); err != nil {
+					return nil, err
+				}
+			}
+			if e.Attempt() == 1 {
+				return nil, execution.Permanent(errors.New("upstream refused: " + long))
+			}
+			return map[string]any{"text": long, "usage": map[string]int{"total_tokens": 34}}, nil
+		},
+		"noop": func(context.Context, *execution.Execution) (any, error) {
+			return nil, execution.Permanent(errors.New("no"))
+		},
+	}
+	ctx := t.Context()
+	ks := keys.New(f.prefix)
+	subs := map[string]job.Submission{
+		"chat": {Kind: "chat", Input: raw(`{"prompt":"` + long + `"}`), Metadata: raw(`{"note":"` + long + `"}`), MaxAttempts: 1},
+		"noop": {Kind: "noop", Input: raw(`{}`), MaxAttempts: 1},
+	}
+	ids := map[string]string{}
+	for name, s := range subs {
+		j, _, err := f.store.Submit(ctx, "acme", s, "key-"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = j.ID
+	}
+	// run runs the jobs once with a worker that folds (fold) or does not,
+	// until both ended and, with fold, are folded.
+	run := func(fold bool) {
+		t.Helper()
+		cfg := execution.Config{} // folds a minute after the end: not in this test
+		if fold {
+			cfg.FoldAfter = time.Millisecond
+		}
+		_, stop := f.startWorker(t, cfg, handlers)
+		defer stop()
+		for _, id := range ids {
+			f.waitState(t, id, 10*time.Second, job.StateSucceeded, job.StateFailed)
+			if fold {
+				testenv.Eventually(t, 10*time.Second, func() bool {
+					return f.rdb.Exists(ctx, ks.JobEvents("default", id)).Val() == 0
+				}, "job %s not folded", id)
+			}
+		}
+	}
+	run(false)
+	before := map[string]reads{}
+	for name, id := range ids {
+		before[name] = f.reads(t, id, subs[name])
+	}
+	if enc := f.rdb.ObjectEncoding(ctx, ks.Job("default", ids["chat"])).Val(); enc != "hashtable" {
+		t.Fatalf("the chat job's hash before its fold: %s, want hashtable (its values are long)", enc)
+	}
+	for round := range 2 {
+		run(true)
+		for name, id := range ids {
+			if enc := f.rdb.ObjectEncoding(ctx, ks.Job("default", id)).Val(); enc != "listpack" {
+				t.Errorf("round %d: the %s job's hash folded: %s, want listpack", round, name, enc)
+			}
+			if f.rdb.Exists(ctx, ks.JobFolded("default", id)).Val() != 1 {
+				t.Errorf("round %d: the %s job has no folded key", round, name)
+			}
+			f.reads(t, id, subs[name]).same(t, before[name], fmt.Sprintf("round %d: %s folded", round, name))
+		}
+		if round == 1 {
+			break
+		}
+		// A retry expands them: as they were before the fold, then their
+		// second run, which the next round folds.
+		for name, id := range ids {
+			if _, err := f.store.Retry(ctx, "acme", id, false); err != nil {
+				t.Fatal(err)
+			}
+			if n := f.rdb.Exists(ctx, ks.JobFolded("default", id)).Val(); n != 0 || f.rdb.HExists(ctx, ks.Job("default", id), "folded").Val() {
+				t.Fatalf("the %s job retried: its folded key or marker is left", name)
+			}
+		}
+		run(false)
+		for name, id := range ids {
+			r := f.reads(t, id, subs[name])
+			if !slices.EqualFunc(r.events[:len(before[name].events)], before[name].events, sameEvent) {
+				t.Fatalf("%s retried: events %s\nwant %s first", name, r.events, before[name].events)
+			}
+			before[name] = r
+		}
+		if j := before["chat"].job; j.State != job.StateSucceeded || !strings.Contains(string(j.Result), long) {
+			t.Fatalf("the chat job's second run: %s %s", j.State, j.Result)
+		}
+	}
+
+	// Deleted, nothing of it is left.
+	for _, id := range ids {
+		if _, err := f.store.Delete(ctx, "acme", id, false); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.rdb.Exists(ctx, ks.Job("default", id), ks.JobEvents("default", id), ks.JobFolded("default", id)).Val(); n != 0 {
+			t.Fatalf("job %s deleted: %d of its keys left", id, n)
+		}
+	}
+}
+
+// reads is what each reader of a job answers, as the API shows it.
+type reads struct {
+	job                   job.Job
+	get, listed, refused  string // Get, List's entry and Cancel's refusal, as JSON
+	refusedIn, replayedIn string // the input of Cancel's and a replay's job
+	replayed              string // a replay of its submission, as JSON
+	events                []job.Event
+}
+
+// reads reads job id, submitted as s with the idempotency key key-<kind>.
+func (f *fixture) reads(t *testing.T, id string, s job.Submission) reads {
+	t.Helper()
+	ctx := t.Context()
+	var r reads
+	marshal := func(j job.Job) string {
+		b, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	r.job = f.get(t, id)
+	r.get = marshal(r.job)
+	list, _, err := f.store.List(ctx, job.ListQuery{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range list {
+		if j.ID == id {
+			r.listed = marshal(j)
+		}
+	}
+	refused, err := f.store.Cancel(ctx, "acme", id, false)
+	if !errors.Is(err, job.ErrConflict) {
+		t.Fatalf("cancel of ended job %s: %v", id, err)
+	}
+	r.refused, r.refusedIn = marshal(refused), string(refused.Input)
+	replayed, created, err := f.store.Submit(ctx, "acme", s, "key-"+s.Kind)
+	if err != nil || created {
+		t.Fatalf("replay of job %s: created %v, %v", id, created, err)
+	}
+	r.replayed, r.replayedIn = marshal(replayed), string(replayed.Input)
+	r.events = f.allEvents(t, id)
+	return r
+}
+
+// same fails the test when r and want differ.
+func (r reads) same(t *testing.T, want reads, what string) {
+	t.Helper()
+	for _, c := range []struct{ name, got, want string }{
+		{"Get", r.get, want.get}, {"List", r.listed, want.listed}, {"Cancel", r.refused, want.refused},
+		{"Cancel's input", r.refusedIn, want.refusedIn}, {"replay", r.replayed, want.replayed},
+		{"replay's input", r.replayedIn, want.replayedIn},
+	} {
+		if c.got != c.want || c.got == "" {
+			t.Errorf("%s: %s reads %s\nwant %s", what, c.name, c.got, c.want)
+		}
+	}
+	if !slices.EqualFunc(r.events, want.events, sameEvent) {
+		t.Errorf("%s: events %s\nwant %s", what, r.events, want.events)
+	}
+}
+
+// A folded job past its retention goes with its folded key.
+func TestFoldedJobRetired(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{FoldAfter: time.Millisecond, Retention: 2 * time.Second},
+		map[string]execution.Handler{"echo": echo})
+	j := f.submit(t, job.Submission{Kind: "echo", Input: raw(`{"prompt":"` + strings.Repeat("x", 100) + `"}`)})
+	ks, ctx := keys.New(f.prefix), t.Context()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.JobFolded("default", j.ID)).Val() == 1
+	}, "job not folded")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.Job("default", j.ID), ks.JobEvents("default", j.ID), ks.JobFolded("default", j.ID)).Val() == 0
+	}, "job past its retention: some of its keys left")
+}
+
+// A job whose events the previous version folded into its hash's field
+// events reads the same, and a retry puts them back in its stream.
+func TestEventsFoldedByTheOlderVersion(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	fail := map[string]execution.Handler{"fail": func(context.Context, *execution.Execution) (any, error) {
+		return nil, execution.Permanent(errors.New("no"))
+	}}
+	_, stop := f.startWorker(t, execution.Config{}, fail)
+	j := f.submit(t, job.Submission{Kind: "fail", Input: raw(`{}`), MaxAttempts: 1})
+	f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	stop()
+	want := f.allEvents(t, j.ID)
+	wantJob, err := json.Marshal(f.get(t, j.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, ctx := keys.New(f.prefix), t.Context()
+	// What the older fold wrote: stream id, type, data per event.
+	var flat []string
+	for _, m := range f.rdb.XRange(ctx, ks.JobEvents("default", j.ID), "-", "+").Val() {
+		flat = append(flat, m.ID, m.Values["type"].(string), m.Values["data"].(string))
+	}
+	packed, err := json.Marshal(flat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rdb.HSet(ctx, ks.Job("default", j.ID), "events", packed)
+	f.rdb.Del(ctx, ks.JobEvents("default", j.ID))
+	if events := f.allEvents(t, j.ID); !slices.EqualFunc(events, want, sameEvent) {
+		t.Fatalf("folded by the older version: %s\nwant %s", events, want)
+	}
+	if got, _ := json.Marshal(f.get(t, j.ID)); string(got) != string(wantJob) {
+		t.Fatalf("folded by the older version: %s\nwant %s", got, wantJob)
+	}
+	if _, err := f.store.Retry(ctx, "acme", j.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if f.rdb.HExists(ctx, ks.Job("default", j.ID), "events").Val() {
+		t.Fatal("retried: the field events is left")
+	}
+	if events := f.allEvents(t, j.ID); len(events) != len(want)+1 || !slices.EqualFunc(events[:len(want)], want, sameEvent) {
+		t.Fatalf("retried: %s\nwant %s, then the retry's", events, want)
+	}
 }

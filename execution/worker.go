@@ -52,8 +52,9 @@ type Config struct {
 	// Retention is how long terminal jobs stay readable; default
 	// job.DefaultRetention. Use the job store's value.
 	Retention time.Duration
-	// FoldAfter is how long after a job ends the reaper folds its events
-	// into its hash, one key fewer (see fold.go); default DefaultFoldAfter.
+	// FoldAfter is how long after a job ends the reaper folds it: its
+	// events and long fields into its folded key, its hash into a listpack
+	// (see fold.go); default DefaultFoldAfter.
 	// Readers find the events either way; a reader still waiting for the
 	// events of a job that ended that long ago waits out its wait.
 	FoldAfter time.Duration

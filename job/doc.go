@@ -78,9 +78,13 @@
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
 //	                      output, log), capped at about scripts.EventsMaxLen;
 //	                      a minute after the job ends, the workers' reapers
-//	                      fold them into the hash's field events and delete
+//	                      fold them into the job's folded key and delete
 //	                      the stream (fold in transition.lua; Events reads
 //	                      either, a retry puts them back)
+//	{q:Q}:folded:<id>     string: an ended job's events and long hash
+//	                      fields, folded out a minute after its end; its
+//	                      hash keeps the short ones and folded "1", a
+//	                      listpack (Get, List and the scripts merge them)
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms

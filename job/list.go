@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -258,20 +259,26 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 // left zero and its entry removed from its index. The reaper takes a
 // retired job out of the indexes itself.
 func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, []int, error) {
-	cmds := make([]*redis.SliceCmd, len(entries))
+	reads := make([]jobRead, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range entries {
-			cmds[i] = p.HMGet(ctx, s.keys.Job(queues[e.index], e.id), shownFields...)
+			reads[i] = s.readJob(ctx, p, queues[e.index], e.id, shownFields)
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) { // the GET of a job not folded
 		return nil, nil, fmt.Errorf("job: list: %w", err)
 	}
 	jobs := make([]Job, len(entries))
 	sizes := make([]int, len(entries))
 	var gone []entry
 	for i, e := range entries {
-		h := shown(cmds[i].Val())
+		h, torn, err := reads[i].shown()
+		if torn {
+			h, err = s.shownOf(ctx, queues[e.index], e.id)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("job: list: %w", err)
+		}
 		if h == nil {
 			gone = append(gone, e)
 			continue
@@ -279,7 +286,6 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 		for _, v := range h {
 			sizes[i] += len(v)
 		}
-		var err error
 		if jobs[i], err = ParseRecord(h); err != nil {
 			return nil, nil, err
 		}

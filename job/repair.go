@@ -165,7 +165,8 @@ func (s *Store) runRetry(ctx context.Context, queue, owner string, room int64, i
 	}
 	args := []any{owner, scripts.EventsMaxLen, flag, roomArg}
 	for i, id := range ids {
-		keys = append(keys, s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueLane(queue, lanes[i]))
+		keys = append(keys, s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueLane(queue, lanes[i]),
+			s.keys.JobFolded(queue, id))
 		args = append(args, id)
 	}
 	res, err := s.retry.Run(ctx, s.rdb, keys, args...).Slice()
@@ -575,6 +576,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	res, err := s.delete.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueRetired(queue),
 		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue), s.keys.JobDeleted(queue, id),
+		s.keys.JobFolded(queue, id),
 	}, id, owner, s.idemTTL.Milliseconds()).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)

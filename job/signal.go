@@ -89,6 +89,7 @@ func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name 
 	res, err := s.signal.Run(ctx, s.rdb, []string{
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue), s.keys.QueueStats(queue),
 		s.keys.JobEvents(queue, id), s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
+		s.keys.JobFolded(queue, id),
 	}, owner, name, []byte(data), scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes).Slice()
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: signal %s: %w", id, err)

@@ -187,11 +187,10 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 	if err != nil {
 		return Job{}, err
 	}
-	vals, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), shownFields...).Result()
+	h, err := s.shownOf(ctx, queue, id)
 	if err != nil {
 		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
 	}
-	h := shown(vals)
 	if h == nil || (!admin && h["tenant"] != tenant) {
 		return Job{}, ErrNotFound
 	}
@@ -225,7 +224,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
 		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
 		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
-		s.keys.QueueWebhooks(queue),
+		s.keys.QueueWebhooks(queue), s.keys.JobFolded(queue, id),
 	}, owner, s.retention.Milliseconds(), scripts.EventsMaxLen).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
@@ -264,11 +263,12 @@ const EventsPage = 100
 // for the next events, holding one Redis connection meanwhile. A malformed
 // after is ErrBadCursor.
 //
-// A job's events are in its stream, or in its hash's field events once a
-// reaper folded them there a while after the job ended (see
+// A job's events are in its stream, or in its folded key once a reaper
+// folded them there a while after the job ended (in its hash's field
+// events when an older version folded them; see
 // internal/scripts/transition.lua); a retry puts them back in the stream.
-// A read that finds the stream gone reads the hash again, in case the fold
-// came between its two reads.
+// A read that finds the stream gone reads the folded events again, in
+// case the fold came between its two reads.
 func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
 	from, err := parseStreamID(cmp.Or(after, "0"))
 	if err != nil {
@@ -278,15 +278,15 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), "tenant", "events").Result()
+	owner, flat, folded, err := s.foldedEvents(ctx, queue, id)
 	if err != nil {
-		return nil, fmt.Errorf("job: events %s: %w", id, err)
+		return nil, err
 	}
-	if owner, _ := f[0].(string); owner == "" || (!admin && owner != tenant) {
+	if owner == "" || (!admin && owner != tenant) {
 		return nil, ErrNotFound
 	}
-	if folded, ok := f[1].(string); ok {
-		if events, err := unfold(folded, from); err != nil || len(events) > 0 || block <= 0 {
+	if folded {
+		if events, err := unfold(flat, from); err != nil || len(events) > 0 || block <= 0 {
 			return events, err
 		}
 		// Nothing after after: only a retry, which puts them back in the
@@ -296,14 +296,41 @@ func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after
 	if err != nil || len(events) > 0 {
 		return events, err
 	}
-	folded, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "events").Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	if _, flat, folded, err = s.foldedEvents(ctx, queue, id); err != nil || !folded {
+		return nil, err
 	}
+	return unfold(flat, from)
+}
+
+// foldedEvents reads the tenant of job id of queue ("" when there is no
+// such job) and, when they are folded, its events: three strings each
+// (unfold).
+func (s *Store) foldedEvents(ctx context.Context, queue, id string) (owner string, flat []string, folded bool, err error) {
+	var r jobRead
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		r = s.readJob(ctx, p, queue, id, []string{"tenant", "events"})
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return "", nil, false, fmt.Errorf("job: events %s: %w", id, err)
+	}
+	// Torn: a retry's expand came between the reads, and the events are
+	// back in the stream.
+	vals, f, ok, _, err := r.values()
 	if err != nil {
-		return nil, fmt.Errorf("job: events %s: %w", id, err)
+		return "", nil, false, fmt.Errorf("job: events %s: %w", id, err)
 	}
-	return unfold(folded, from)
+	owner, _ = vals[0].(string)
+	if ok {
+		return owner, f.Events, true, nil
+	}
+	old, ok := vals[1].(string)
+	if !ok {
+		return owner, nil, false, nil
+	}
+	if err := json.Unmarshal([]byte(old), &flat); err != nil {
+		return "", nil, false, fmt.Errorf("job: events %s: folded events: %w", id, err)
+	}
+	return owner, flat, true, nil
 }
 
 // streamEvents reads the events of job id in queue from its stream, as
@@ -331,12 +358,11 @@ func (s *Store) streamEvents(ctx context.Context, queue, id, after string, block
 }
 
 // unfold returns the events after from, at most EventsPage, of a job's
-// folded events: a JSON array of strings, each event's stream id, type and
-// data (fold in internal/scripts/transition.lua).
-func unfold(folded string, from streamID) ([]Event, error) {
-	var flat []string
-	if err := json.Unmarshal([]byte(folded), &flat); err != nil || len(flat)%3 != 0 {
-		return nil, fmt.Errorf("job: folded events: malformed (%d strings, %v)", len(flat), err)
+// folded events: three strings each, its stream id, type and data (fold in
+// internal/scripts/transition.lua).
+func unfold(flat []string, from streamID) ([]Event, error) {
+	if len(flat)%3 != 0 {
+		return nil, fmt.Errorf("job: folded events: malformed (%d strings)", len(flat))
 	}
 	var events []Event
 	for i := 0; i < len(flat) && len(events) < EventsPage; i += 3 {

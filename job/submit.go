@@ -479,7 +479,7 @@ func (b *batch) cleanUp(ctx context.Context) error {
 // submitCall is the KEYS and ARGV of one run of the submit script
 // (internal/scripts/job_submit.lua) for items, all of queue q.
 func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []string, args []any) {
-	keys = make([]string, 0, 7+4*len(items))
+	keys = make([]string, 0, 7+5*len(items))
 	args = make([]any, 0, 4+17*len(items))
 	keys = append(keys, s.keys.QueueReady(q), s.keys.QueueScheduled(q), s.keys.QueueDeadlines(q),
 		s.keys.QueueFair(q), s.keys.QueueStats(q), s.keys.QueueAllJobs(q), s.keys.QueueTenantJobs(q, tenant))
@@ -487,7 +487,8 @@ func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []
 	for _, p := range items {
 		n, id := p.n, p.id
 		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
-		keys = append(keys, s.keys.Job(q, id), s.keys.JobEvents(q, id), s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id))
+		keys = append(keys, s.keys.Job(q, id), s.keys.JobEvents(q, id), s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id),
+			s.keys.JobFolded(q, id))
 		args = append(args,
 			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
 			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),

@@ -24,9 +24,10 @@ import (
 //
 // Fails when each usage mark is a key of its own again (5 more keys per
 // job), when an ended job keeps its events stream (its reaper folds them
-// into its hash: 2 keys per job, and the same bytes whichever the
-// server's stream-node-max-bytes), or when a job's memory grows past
-// today's (the bounds below).
+// and its long fields into its folded key, and its hash into a listpack: 2
+// keys per job, hash and folded key, and the same bytes whichever the
+// server's stream-node-max-bytes; 3 with the stream), or when a job's
+// memory grows past today's (the bounds below).
 func TestMemoryPerFinishedChatJob(t *testing.T) {
 	t.Parallel()
 	const jobs = 200
@@ -35,8 +36,8 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		args     []string
 		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 5300},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 5300},
+		{"stream-node-max-bytes 1024", nil, 3730},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 3730},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,8 +95,8 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 				kinds[k] /= jobs
 			}
 			t.Logf("%d bytes and %.1f keys per finished llm.chat job; bytes per job of its keys: %v", perJob, keys, kinds)
-			if keys > 1 {
-				t.Errorf("%.1f keys per job, want at most 1", keys)
+			if keys > 2 {
+				t.Errorf("%.1f keys per job, want at most 2", keys)
 			}
 			if perJob > c.maxBytes {
 				t.Errorf("%d bytes per job, want at most %d", perJob, c.maxBytes)

@@ -233,7 +233,7 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 	args := []any{d.hold().Milliseconds(), deferFor.Milliseconds(), len(taken)}
 	for k, m := range taken {
 		_, id, _ := strings.Cut(m, "/")
-		ks = append(ks, d.keys.Job(q, id))
+		ks = append(ks, d.keys.Job(q, id), d.keys.JobFolded(q, id))
 		try := "0" // skipped: deferred
 		if k < len(tried) {
 			try = "1"
@@ -247,8 +247,8 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 	if err != nil {
 		return 0, fmt.Errorf("webhook: take from %s: %w", q, err)
 	}
-	if len(res) != len(ks) {
-		return 0, fmt.Errorf("webhook: take from %s: %d replies for %d deliveries", q, len(res), len(ks))
+	if len(res) != len(taken) {
+		return 0, fmt.Errorf("webhook: take from %s: %d replies for %d deliveries", q, len(res), len(taken))
 	}
 	started := 0
 	for i, r := range res {
@@ -342,7 +342,7 @@ func (d *Drainer) try(ctx context.Context, q, member string, j job.Job) {
 	// The try happened: it is recorded even when the drainer is stopping.
 	rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
-	attempts, rerr := recordScript.Run(rctx, d.rdb, []string{d.keys.QueueWebhooks(q), d.keys.Job(q, j.ID)},
+	attempts, rerr := recordScript.Run(rctx, d.rdb, []string{d.keys.QueueWebhooks(q), d.keys.Job(q, j.ID), d.keys.JobFolded(q, j.ID)},
 		member, w.ID, string(state), backoff.Milliseconds(), tryJSON, keptTries).Int()
 	switch {
 	case rerr != nil:

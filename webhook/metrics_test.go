@@ -61,18 +61,29 @@ func TestMetricsCountOutcomesAndTheOutbox(t *testing.T) {
 	defer func() { stop(); <-stopped }()
 	fx.waitWebhook(t, a.ID, job.WebhookDelivered)
 	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, b.ID).Webhook.Attempts == 1 }, "the failing one was never tried")
-	text := scrape()
-	for _, want := range []string{
+	// A try is counted just after its record is written, which the waits
+	// above see: the counts may come a moment later.
+	wants := []string{
 		`leasehold_webhook_deliveries_total{otel_scope_name="github.com/leasehold/leasehold/webhook",otel_scope_schema_url="",otel_scope_version="",outcome="delivered"} 1`,
 		`leasehold_webhook_deliveries_total{otel_scope_name="github.com/leasehold/leasehold/webhook",otel_scope_schema_url="",otel_scope_version="",outcome="retried"} 1`,
 		`leasehold_webhook_outbox_deliveries{otel_scope_name="github.com/leasehold/leasehold/webhook",otel_scope_schema_url="",otel_scope_version="",queue="default"} 1`,
 		`leasehold_webhook_outbox_age_seconds{otel_scope_name="github.com/leasehold/leasehold/webhook",otel_scope_schema_url="",otel_scope_version="",queue="default"} 0`,
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("no %s in\n%s", want, grep(text, "leasehold_webhook"))
-		}
 	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		text := scrape()
+		for _, want := range wants {
+			if !strings.Contains(text, want) {
+				return false
+			}
+		}
+		return true
+	}, "the metrics never showed %q: %s", wants, lazyGrep(scrape))
 }
+
+// lazyGrep is the drainer's lines of scrape's text, scraped when printed.
+type lazyGrep func() string
+
+func (l lazyGrep) String() string { return grep(l(), "leasehold_webhook") }
 
 func grep(text, s string) string {
 	var out []string

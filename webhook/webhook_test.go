@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -457,5 +458,62 @@ func TestRunOnceTakesEachDueDeliveryOnce(t *testing.T) {
 	tried.Wait(t, 10*time.Second)
 	if w := fx.get(t, j.ID).Webhook; w.State != job.WebhookDelivered || len(rc.requests()) != 1 {
 		t.Fatalf("webhook %+v after %d requests", w, len(rc.requests()))
+	}
+}
+
+// A delivery tried again after its job was folded (its tries, long, moved
+// to the job's folded key) keeps the tries before the fold, and its
+// request carries the job as it was.
+func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusServiceUnavailable, false: http.StatusOK}[n == 0])
+	})
+	fx.worker(t, execution.Config{}) // folds a minute after the end: not yet
+	sub := withWebhook("ok", rc.URL)
+	sub.Metadata = json.RawMessage(`{"note":"` + strings.Repeat("m", 100) + `"}`) // folded too
+	j := fx.submit(t, "acme", sub)
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
+	d, err := webhook.New(fx.rdb, fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := testsignal.New()
+	d.OnTry(tried)
+	ctx := context.Background()
+	if n, err := d.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("first try: %d started, %v", n, err)
+	}
+	tried.Wait(t, 10*time.Second)
+
+	fx.worker(t, execution.Config{FoldAfter: time.Millisecond})
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1
+	}, "job not folded")
+	if fx.rdb.HExists(ctx, fx.keys.Job(j.Queue, j.ID), "webhook_tries").Val() {
+		t.Fatal("the tries, longer than a listpack's values, left in the hash by the fold")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		n, err := d.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "second try never started")
+	tried.Wait(t, 10*time.Second)
+	w := fx.get(t, j.ID).Webhook
+	if w.State != job.WebhookDelivered || w.Attempts != 2 || len(w.Tries) != 2 || w.Tries[0].Status != 503 || w.Tries[1].Status != 200 {
+		t.Fatalf("webhook %+v, want delivered, tries 503 then 200", w)
+	}
+	got := rc.requests()
+	first, second := decodeJob(t, got[0].body), decodeJob(t, got[1].body)
+	if fmt.Sprint(first["metadata"]) != fmt.Sprint(map[string]any{"note": strings.Repeat("m", 100)}) {
+		t.Fatalf("first request: metadata %v", first["metadata"])
+	}
+	for _, name := range []string{"result", "metadata", "state", "error", "created_at"} {
+		if a, b := fmt.Sprint(first[name]), fmt.Sprint(second[name]); a != b {
+			t.Errorf("%s: %s before the fold, %s after", name, a, b)
+		}
 	}
 }

@@ -32,6 +32,12 @@ func (s Space) JobDeleted(queue, id string) string { return s.key("q:"+queue, "d
 // JobEvents is the capped stream of one job's events.
 func (s Space) JobEvents(queue, id string) string { return s.key("q:"+queue, "events:"+id) }
 
+// JobFolded is the string that holds an ended job's events and long
+// fields once a reaper folded them out of its stream and hash
+// (internal/scripts/transition.lua's fold): in the job's slot, so the
+// scripts that read or delete the job reach it in the same step.
+func (s Space) JobFolded(queue, id string) string { return s.key("q:"+queue, "folded:"+id) }
+
 // QueueReady is the sorted set of a queue's jobs ready to be claimed.
 func (s Space) QueueReady(queue string) string { return s.key("q:"+queue, "ready") }
 

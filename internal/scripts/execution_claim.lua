@@ -7,8 +7,9 @@
 -- KEYS[8] retired
 -- KEYS[6 + 3i] job hash, KEYS[7 + 3i] events and KEYS[8 + 3i] lane
 -- (fair.lua) of candidate i (1..n)
--- KEYS[5 + 3n + 4j] job hash, KEYS[6 + 3n + 4j] events, KEYS[7 + 3n + 4j]
--- tenant index and KEYS[8 + 3n + 4j] all index of retired job j
+-- KEYS[4 + 3n + 5j] job hash, KEYS[5 + 3n + 5j] events, KEYS[6 + 3n + 5j]
+-- tenant index, KEYS[7 + 3n + 5j] all index and KEYS[8 + 3n + 5j] folded
+-- key (transition.lua's fold) of retired job j
 -- KEYS[#KEYS], the last, the webhook outbox (transition.lua)
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
@@ -99,8 +100,8 @@ local function fail(code, message)
 end
 
 -- delete_retired deletes the retired jobs the peek found past their
--- retention (checked again: the peek only read): their record, events and
--- listing entries. The ids follow the candidates' ARGV at at.
+-- retention (checked again: the peek only read): their record, events,
+-- folded key and listing entries. The ids follow the candidates' ARGV at at.
 local function delete_retired(at)
   local r = tonumber(ARGV[at + 1] or '0')
   if r == 0 then
@@ -114,9 +115,9 @@ local function delete_retired(at)
   local gone, dead, indexes = {}, {}, {}
   for k = 1, r do
     if due_at[k] and tonumber(due_at[k]) <= now then
-      local base = 5 + 3 * n + 4 * k
+      local base = 4 + 3 * n + 5 * k
       gone[#gone + 1] = ids[k]
-      dead[#dead + 1], dead[#dead + 2] = KEYS[base], KEYS[base + 1]
+      dead[#dead + 1], dead[#dead + 2], dead[#dead + 3] = KEYS[base], KEYS[base + 1], KEYS[base + 4]
       indexes[#indexes + 1] = {KEYS[base + 2], KEYS[base + 3]}
     end
   end

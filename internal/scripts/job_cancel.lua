@@ -3,12 +3,12 @@
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] deadlines
 -- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] events   KEYS[7] fair
 -- KEYS[8] the job's lane (fair.lua)   KEYS[9] retired
--- KEYS[10] the webhook outbox (transition.lua)
+-- KEYS[10] the webhook outbox (transition.lua)   KEYS[11] folded key (transition.lua's fold)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
 -- Returns {'missing'} when there is no such job for this caller, else
--- {outcome, HGETALL of the job} where outcome is 'cancelled' (now terminal),
+-- {outcome, the job's record (record, transition.lua)} where outcome is 'cancelled' (now terminal),
 -- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled
 -- or requested) or 'finished' (it ended otherwise: succeeded, failed, expired).
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -35,17 +35,17 @@ if state == 'queued' or state == 'retrying' or state == 'waiting' then
   move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'cancelled', fields, f[6],
     with(shown_of(job), fields))
   settle(tx)
-  return {'cancelled', redis.call('HGETALL', job)}
+  return {'cancelled', record(job, KEYS[11])}
 end
 
 if state == 'cancelled' or (state == 'running' and f[4] == '1') then
-  return {'unchanged', redis.call('HGETALL', job)}
+  return {'unchanged', record(job, KEYS[11])}
 end
 
 if state == 'running' then
   -- The owner (or the reaper, if the owner is gone) finishes it as cancelled.
   redis.call('HSET', job, 'cancel_requested', '1')
-  return {'requested', redis.call('HGETALL', job)}
+  return {'requested', record(job, KEYS[11])}
 end
 
-return {'finished', redis.call('HGETALL', job)}
+return {'finished', record(job, KEYS[11])}

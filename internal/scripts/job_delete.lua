@@ -3,6 +3,7 @@
 -- in another slot: the caller deletes it after this.)
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
 -- KEYS[5] all index   KEYS[6] the job's deletion mark (job_submit.lua)
+-- KEYS[7] folded key (transition.lua's fold)
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
 -- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
 -- still stand for the job
@@ -20,6 +21,6 @@ end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' then
   return {'live', redis.call('HGETALL', job)}
 end
-forget(retired, {id}, {job, events}, {{tenant_index, all_index}})
+forget(retired, {id}, {job, events, KEYS[7]}, {{tenant_index, all_index}})
 redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
 return {'deleted'}

@@ -3,14 +3,14 @@
 -- execution kept.
 -- KEYS[1] ready   KEYS[2] fair (fair.lua)   KEYS[3] stats (stats.lua)   KEYS[4] retired
 -- KEYS[5] deadlines
--- KEYS[3 + 3i] job hash, KEYS[4 + 3i] events and KEYS[5 + 3i] lane
--- (fair.lua) of job i (1..n)
+-- KEYS[2 + 4i] job hash, KEYS[3 + 4i] events, KEYS[4 + 4i] lane (fair.lua)
+-- and KEYS[5 + 4i] folded key (transition.lua's fold) of job i (1..n)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] events stream MAXLEN   ARGV[3] "1" to return each job's record
 -- ARGV[4] how many of the tenant's jobs not ended this queue may hold ("" =
 -- no cap; only with a tenant)   ARGV[5 .. 4+n] the job ids
--- Returns, for each job, {outcome} or, with ARGV[3] "1", {outcome, HGETALL
--- of the job}: outcome is 'retried' when it moved (it is queued now),
+-- Returns, for each job, {outcome} or, with ARGV[3] "1", {outcome, the
+-- job's record (record, transition.lua)}: outcome is 'retried' when it moved (it is queued now),
 -- 'missing' when there is no such job for this caller, 'capped' when it
 -- would have moved but the queue holds as many of the tenant's jobs not
 -- ended as ARGV[4] (then {'capped', that count}), else the state it stays
@@ -40,9 +40,8 @@ local held = room and unended(stats, tenant) -- the tenant's jobs not ended, mov
 local out = {}
 for i = 1, #ARGV - 4 do
   local id = ARGV[4 + i]
-  local key = KEYS[3 + 3 * i]
-  local f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
-    'max_attempts', 'retries', 'pushbacks')
+  local key, folded = KEYS[2 + 4 * i], KEYS[5 + 4 * i]
+  local f = redis.call('HMGET', key, 'state', 'tenant')
   local state = f[1]
   local outcome
   local ended = state == 'failed' or state == 'cancelled' or state == 'expired'
@@ -52,21 +51,26 @@ for i = 1, #ARGV - 4 do
   elseif ended and held and held >= room then
     outcome = 'capped'
   elseif ended then
+    local events = KEYS[3 + 4 * i]
+    local j = {key = key, events = events, folded = folded, id = id, tenant = f[2], state = state}
+    -- The move expands it too, but only after this reads what the move
+    -- is made of: retries, and the shown error, may be folded.
+    expand(j)
+    f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
+      'max_attempts', 'retries', 'pushbacks')
     local retries = f[8] or ''
     local original = retries:match('^[^:]*:(%d+)') or f[7]
     local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
     if f[9] and f[9] ~= '0' then
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- a fresh row of pushbacks
     end
-    local events = KEYS[4 + 3 * i]
-    move(tx, {key = key, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[6],
-      with(shown_of(key), fields))
+    move(tx, j, 'queued', fields, f[6], with(shown_of(key), fields))
     local event = redis.call('XREVRANGE', events, '+', '-', 'COUNT', 1)[1][1]
     if retries ~= '' then
       retries = retries .. ','
     end
     redis.call('HSET', key, 'retries', retries .. event .. ':' .. f[7])
-    fair_push(fair, ready, KEYS[5 + 3 * i], f[3], id, f[4])
+    fair_push(fair, ready, KEYS[4 + 4 * i], f[3], id, f[4])
     if tonumber(f[5]) > 0 then
       redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)
     end
@@ -80,7 +84,7 @@ for i = 1, #ARGV - 4 do
   if outcome == 'capped' then
     out[i] = {outcome, held}
   elseif records and outcome ~= 'missing' then
-    out[i] = {outcome, redis.call('HGETALL', key)}
+    out[i] = {outcome, record(key, folded)}
   else
     out[i] = {outcome}
   end

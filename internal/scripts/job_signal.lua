@@ -5,13 +5,13 @@
 -- name still kept replaces the first.
 -- KEYS[1] job hash   KEYS[2] ready   KEYS[3] scheduled   KEYS[4] stats
 -- KEYS[5] events   KEYS[6] fair   KEYS[7] the job's lane (fair.lua)
--- KEYS[8] retired
+-- KEYS[8] retired   KEYS[9] folded key (transition.lua's fold)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)   ARGV[2] name
 -- ARGV[3] data (JSON)   ARGV[4] events stream MAXLEN
 -- ARGV[5] at most this many signals kept per job   ARGV[6] and this many
 -- bytes of their data
 -- Returns {'missing'} when there is no such job for this caller, else
--- {outcome, HGETALL of the job}: outcome is 'resumed' (it waited for this
+-- {outcome, the job's record (record, transition.lua)}: outcome is 'resumed' (it waited for this
 -- signal: queued now), 'kept', 'ended' (terminal: nothing changed) or
 -- 'full' (kept signals at their bound: nothing changed).
 local job, ready, scheduled, stats, events, fair, lane, retired =
@@ -27,7 +27,7 @@ if not id or (tenant ~= '' and f[2] ~= tenant) then
   return {'missing'}
 end
 if terminal(state) then
-  return {'ended', redis.call('HGETALL', job)}
+  return {'ended', record(job, KEYS[9])}
 end
 
 if state == 'waiting' and f[4] == name then
@@ -39,7 +39,7 @@ if state == 'waiting' and f[4] == name then
   move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[5],
     with(shown_of(job), fields))
   settle(tx)
-  return {'resumed', redis.call('HGETALL', job)}
+  return {'resumed', record(job, KEYS[9])}
 end
 
 local pending, bytes = tonumber(f[9]) or 0, tonumber(f[10]) or 0
@@ -48,7 +48,7 @@ if old then
   pending, bytes = pending - 1, bytes - #old -- replaced
 end
 if pending + 1 > max_pending or bytes + #data > max_bytes then
-  return {'full', redis.call('HGETALL', job)}
+  return {'full', record(job, KEYS[9])}
 end
 redis.call('HSET', job, 'sig:' .. name, data, 'signals_pending', pending + 1, 'signals_bytes', bytes + #data)
-return {'kept', redis.call('HGETALL', job)}
+return {'kept', record(job, KEYS[9])}

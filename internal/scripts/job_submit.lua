@@ -7,9 +7,9 @@
 -- ARGV[1] tenant   ARGV[2] queue   ARGV[3] events stream MAXLEN
 -- ARGV[4] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
--- Then per job i (from 0): KEYS[8 + 4i + k] and ARGV[5 + 17i + k]:
+-- Then per job i (from 0): KEYS[8 + 5i + k] and ARGV[5 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
--- k=3 the job's deletion mark (job_delete.lua)
+-- k=3 the job's deletion mark (job_delete.lua)   k=4 its folded key (transition.lua's fold)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
 -- k=4 concurrency_keys (JSON array)   k=5 input (JSON)   k=6 metadata (JSON or "")
 -- k=7 timeout_ms   k=8 max_wait_ms (0 = unlimited)   k=9 on_busy
@@ -23,7 +23,7 @@
 -- Returns a flat list, two values per job in order: 1, the new job's
 -- record as HGETALL reads it
 -- when created (also to a resent call that had created it: its nonce is
--- the job's); 0, HGETALL when it existed; -1, n when the queue holds n >=
+-- the job's); 0, its record (record, transition.lua) when it existed; -1, n when the queue holds n >=
 -- the cap of the tenant's jobs not ended (nothing written); -2, 0 when the
 -- job was deleted (nothing written: a replay does not bring it back).
 local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
@@ -38,7 +38,7 @@ local out, listed = {}, {} -- listed: score, id of each job created, for the lis
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 for i = 0, n - 1 do
-  local k, a = 8 + 4 * i, 5 + 17 * i
+  local k, a = 8 + 5 * i, 5 + 17 * i
   local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
@@ -48,7 +48,7 @@ for i = 0, n - 1 do
     if redis.call('HGET', job, 'nonce') == nonce then
       created = 1
     end
-    out[#out + 1], out[#out + 2] = created, redis.call('HGETALL', job)
+    out[#out + 1], out[#out + 2] = created, record(job, KEYS[k + 4])
   elseif ARGV[a + 16] == '1' and redis.call('EXISTS', KEYS[k + 3]) == 1 then
     out[#out + 1], out[#out + 2] = -2, 0
   elseif held and held >= room then

@@ -50,9 +50,12 @@
 --                      resumed it from its last wait (absent:
 --                      none yet)                               finish, signal, promote
 --   checkpoint         JSON, the last checkpoint (absent: none) checkpoint
---   events             the events of an ended job, folded out
---                      of its stream (absent: in the stream)   fold (job_fold),
+--   folded             "1": the job is folded (see fold below):
+--                      its long fields and events are in
+--                      {q:Q}:folded:<id> (absent: not folded)  fold (job_fold),
 --                                                              expand (a move out of ended)
+--   events             the events of an ended job folded by an
+--                      older version (absent: not so)          expand (deletes it)
 --   sig:<name>         JSON data of a signal kept for a later
 --                      wait (sent before it)                   signal (add), finish (take)
 --   signals_pending, signals_bytes  how many are kept, and
@@ -236,39 +239,52 @@ local function deliver(tx, j, fields)
   redis.call('ZADD', tx.outbox, tx.now_s, j.tenant .. '/' .. j.id)
 end
 
--- An ended job's events may be folded into its hash (fold, run by the
--- workers' reapers a while after the end: execution/compact.go): a stream
--- costs a few hundred bytes of its own and, with it, a node preallocated
--- to stream-node-max-bytes (4 KB by default), while a job that ended gets
--- no more events until a retry. Field events then holds them all as one
--- JSON array of strings, three per event in order: its stream id, type
--- and data (job.Store.Events reads it); the stream is gone. A move out of
--- the ended state puts them back first (expand), with their ids, so a
--- replay is the same before and after and the new events follow them.
+-- An ended job is folded a while after its end (fold, run by the workers'
+-- reapers: execution/fold.go), to cost little for the rest of its
+-- retention: a job gets no more events until a retry. Its events leave
+-- their stream (a stream costs a few hundred bytes of its own and a node
+-- preallocated to stream-node-max-bytes, 4 KB by default), and every field
+-- longer than a listpack takes (listpack_value) leaves its hash, into one
+-- string, {q:Q}:folded:<id>: JSON {"f": {name: value, ...}, "e": [events]},
+-- e three strings per event in order: its stream id, type and data. The
+-- hash is then written anew with its short fields and folded "1", so Redis
+-- makes it a listpack (~20 bytes a field) where one long value had made it
+-- a hashtable (~70 bytes a field; Redis never turns one back by itself).
+-- Every reader sees the job as before: the scripts through record and
+-- fields_of, package job merges the folded fields itself (Get, List) and
+-- reads the events from there (Events). A move out of the ended state puts
+-- it all back first (expand), events with their ids, so a replay is the
+-- same before and after and the new events follow them.
+--
+-- A field written after the fold (webhook_record's webhook_tries) goes to
+-- the hash, whose fields win over the folded ones. concurrency_keys stays
+-- in the hash, long or not: callers read it to name the job's lane key
+-- before they run a script on it (job.Store's Cancel, Retry, Signal).
+--
 -- fold_max and fold_max_bytes are the most events, and bytes of their
--- data, a job may have to be folded: a long stream is mostly events, so
--- folding it would save little, hold Redis long, and make every read of
--- it decode the whole field.
+-- data and of the long fields, a job may have to be folded: a long stream
+-- is mostly events, so folding it would save little, hold Redis long, and
+-- make every read of the job (Get, List) read the whole folded string.
 local fold_max, fold_max_bytes = 100, 16384
 
+-- listpack_value is hash-max-listpack-value as Redis ships it: a hash with
+-- a longer value (or field name) is a hashtable. The fold keeps to the
+-- default rather than read the server's (managed Redis may hide CONFIG).
+local listpack_value = 64
+
 -- folded_empty are the fields a fold drops when they are "" (each costs
--- about 65 bytes in a hashtable) and expand writes back as "": every
+-- a few bytes even in a listpack) and expand writes back as "": every
 -- reader of an ended job takes them as "" when absent, and those of a job
 -- running again (the claim) find them as before.
 local function folded_empty()
   return {'trace', 'exec_trace', 'metadata', 'error', 'result', 'schedule', 'cost', 'webhook'}
 end
 
--- fold folds the events of job j ({key, events}), which has ended, into
--- its hash, drops its empty fields (folded_empty), and reports whether it did: not when it has none, more than
--- fold_max or fold_max_bytes, or is folded already, nor when the hash is
--- a listpack (all its values short: hash-max-listpack-value), which the
--- field would turn into a hashtable, costing more than the stream saves
--- (a no-op job: 3.2 KB with its stream, 3.9 KB folded).
+-- fold folds job j ({key, events, folded}), which has ended, as described
+-- above, and reports whether it did: not when it has no events (folded
+-- already, by this version or an older one), more than fold_max, or more
+-- than fold_max_bytes to move.
 local function fold(j)
-  if redis.call('OBJECT', 'ENCODING', j.key) ~= 'hashtable' then
-    return false
-  end
   local entries = redis.call('XRANGE', j.events, '-', '+', 'COUNT', fold_max + 1)
   if #entries == 0 or #entries > fold_max then
     return false
@@ -282,48 +298,124 @@ local function fold(j)
     end
     flat[#flat + 1], flat[#flat + 2], flat[#flat + 3] = e[1], typ, data
   end
-  local names, empty = folded_empty(), {}
-  local values = redis.call('HMGET', j.key, unpack(names))
-  for k = 1, #names do
-    if values[k] == '' then
-      empty[#empty + 1] = names[k]
+  local empty = {}
+  for _, name in ipairs(folded_empty()) do
+    empty[name] = true
+  end
+  local h = redis.call('HGETALL', j.key)
+  local kept, moved = {'folded', '1'}, {}
+  for i = 1, #h, 2 do
+    local name, value = h[i], h[i + 1]
+    if name == 'folded' or name == 'events' then
+      return false -- folded already: a stream came back under it
+    elseif (#value > listpack_value or #name > listpack_value) and name ~= 'concurrency_keys' then
+      bytes = bytes + #value
+      if bytes > fold_max_bytes then
+        return false
+      end
+      moved[name] = value
+    elseif value ~= '' or not empty[name] then
+      kept[#kept + 1], kept[#kept + 2] = name, value
     end
   end
-  if #empty > 0 then
-    redis.call('HDEL', j.key, unpack(empty))
-  end
-  redis.call('HSET', j.key, 'events', cjson.encode(flat))
-  redis.call('DEL', j.events)
+  redis.call('DEL', j.key, j.events)
+  redis.call('HSET', j.key, unpack(kept))
+  redis.call('SET', j.folded, cjson.encode({f = moved, e = flat}))
   return true
 end
 
--- expand puts the events fold folded into job j's hash back in its
--- stream, and the fields it dropped back as "".
+-- unfolded returns the fields a fold moved into the folded key folded, by
+-- name.
+local function unfolded(folded)
+  local packed = redis.call('GET', folded)
+  return packed and cjson.decode(packed).f or {}
+end
+
+-- record returns job hash key as HGETALL reads it, and as it read before
+-- the fold: with the fields the fold moved into folded (those the hash
+-- holds win: written since), without the marker.
+local function record(key, folded)
+  local h = redis.call('HGETALL', key)
+  local at
+  for i = 1, #h, 2 do
+    if h[i] == 'folded' then
+      at = i
+      break
+    end
+  end
+  if not at then
+    return h
+  end
+  table.remove(h, at)
+  table.remove(h, at)
+  local has = {}
+  for i = 1, #h, 2 do
+    has[h[i]] = true
+  end
+  for name, value in pairs(unfolded(folded)) do
+    if not has[name] then
+      h[#h + 1], h[#h + 2] = name, value
+    end
+  end
+  return h
+end
+
+-- fields_of is HMGET of names (a list) on job hash key, as it read before
+-- the fold: a field the hash lacks is read from folded.
+local function fields_of(key, folded, names)
+  local values = redis.call('HMGET', key, 'folded', unpack(names))
+  local marker = table.remove(values, 1)
+  if marker then
+    local moved = unfolded(folded)
+    for i, name in ipairs(names) do
+      values[i] = values[i] or moved[name] or false
+    end
+  end
+  return values
+end
+
+-- expand puts back what fold moved out of job j ({key, events, folded}):
+-- its events in its stream, its long fields in its hash (but those written
+-- since), and the empty fields it dropped as "". A job folded by an older
+-- version, before the folded key, has its events in its hash's field
+-- events instead.
 local function expand(j)
-  local packed = redis.call('HGET', j.key, 'events')
-  if not packed then
+  local m = redis.call('HMGET', j.key, 'folded', 'events')
+  local flat, moved
+  if m[1] then
+    local packed = redis.call('GET', j.folded)
+    local f = packed and cjson.decode(packed) or {f = {}, e = {}}
+    flat, moved = f.e, f.f
+    redis.call('DEL', j.folded)
+    redis.call('HDEL', j.key, 'folded')
+  elseif m[2] then
+    flat, moved = cjson.decode(m[2]), {}
+    redis.call('HDEL', j.key, 'events')
+  else
     return
   end
-  local flat = cjson.decode(packed)
   for i = 1, #flat, 3 do
     redis.call('XADD', j.events, flat[i], 'type', flat[i + 1], 'data', flat[i + 2])
   end
-  redis.call('HDEL', j.key, 'events')
   local names = folded_empty()
-  local values, empty = redis.call('HMGET', j.key, unpack(names)), {}
+  for name in pairs(moved) do
+    names[#names + 1] = name
+  end
+  local values, back = redis.call('HMGET', j.key, unpack(names)), {}
   for k = 1, #names do
     if not values[k] then
-      empty[#empty + 1], empty[#empty + 2] = names[k], ''
+      back[#back + 1], back[#back + 2] = names[k], moved[names[k]] or ''
     end
   end
-  if #empty > 0 then
-    redis.call('HSET', j.key, unpack(empty))
+  if #back > 0 then
+    redis.call('HSET', j.key, unpack(back))
   end
 end
 
 -- move moves job j ({key, events, id, tenant, state, and optionally
 -- webhook: its fields webhook and webhook_id, read with the caller's
--- own, which spares deliver a read}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
+-- own, which spares deliver a read; and folded, the job's folded key, in
+-- a script that moves it out of an ended state}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
 -- the move, and shown its shown fields (see above). A move may_move refuses
 -- is a bug in the caller, which decided on it: it raises, before
@@ -358,8 +450,8 @@ local function move(tx, j, to, fields, attempt, shown)
   state_event(tx, j, to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
 end
 
--- forget deletes terminal jobs ids: their records and events (keys, a
--- flat list), their listing entries (indexes[k]: the sorted sets that list
+-- forget deletes terminal jobs ids: their records, events and folded
+-- keys (keys, a flat list), their listing entries (indexes[k]: the sorted sets that list
 -- ids[k]) and their entries in retired.
 local function forget(retired, ids, keys, indexes)
   redis.call('DEL', unpack(keys))

@@ -1,6 +1,6 @@
 -- Records one try of a delivery (transition.lua's deliver) and what comes
 -- next: another try at a due time, or none.
--- KEYS[1] outbox   KEYS[2] job hash
+-- KEYS[1] outbox   KEYS[2] job hash   KEYS[3] folded key (transition.lua's fold)
 -- ARGV[1] member ("<tenant>/<job id>")   ARGV[2] the delivery's id (webhook-id)
 -- ARGV[3] its state after the try: pending (tried again after ARGV[4]),
 --   delivered or failed
@@ -13,7 +13,9 @@
 local outbox, job = KEYS[1], KEYS[2]
 local member, id, state, backoff, try, kept = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 
-local f = redis.call('HMGET', job, 'webhook_id', 'webhook_state', 'webhook_first_at', 'webhook_tries')
+-- The tries may be folded (long): they are read from there, and the
+-- hash's new ones win over them (fields_of, record).
+local f = fields_of(job, KEYS[3], {'webhook_id', 'webhook_state', 'webhook_first_at', 'webhook_tries'})
 if f[1] ~= id or f[2] ~= 'pending' then
   return 0
 end

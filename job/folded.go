@@ -1,0 +1,119 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// folded is what a reaper moved out of an ended job's hash and stream into
+// its folded key (internal/scripts/transition.lua's fold), so the hash is
+// a small listpack: its long fields by name, and its events, three
+// strings each (stream id, type, data) in order.
+type folded struct {
+	Fields map[string]string `json:"f"`
+	Events []string          `json:"e"`
+}
+
+// readFolded reads the reply of a GET of a job's folded key; ok is false
+// when there is none (the job is not folded).
+func readFolded(cmd *redis.StringCmd) (f folded, ok bool, err error) {
+	b, err := cmd.Bytes()
+	if errors.Is(err, redis.Nil) {
+		return folded{}, false, nil
+	}
+	if err != nil {
+		return folded{}, false, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return folded{}, false, fmt.Errorf("job: folded key: %w", err)
+	}
+	return f, true, nil
+}
+
+// merge adds to h, a job's shown fields (shown) as its hash holds them,
+// those of them the fold moved out: the hash's own win, as the scripts'
+// (record in transition.lua), since a field written after the fold goes
+// to the hash.
+func (f folded) merge(h map[string]string) {
+	for _, name := range shownFields {
+		if _, ok := h[name]; !ok {
+			if v, ok := f.Fields[name]; ok {
+				h[name] = v
+			}
+		}
+	}
+}
+
+// jobRead is one job's read in a pipeline: HMGET of some of its hash's
+// fields and of the fold's marker, then GET of its folded key. The two are
+// not one step: a retry's expand may come between them, which the marker
+// tells (torn). A fold between them is harmless: the hash was read whole.
+type jobRead struct {
+	hash   *redis.SliceCmd
+	folded *redis.StringCmd
+}
+
+// readJob queues the read of names of job id of queue into p.
+func (s *Store) readJob(ctx context.Context, p redis.Pipeliner, queue, id string, names []string) jobRead {
+	return jobRead{
+		hash:   p.HMGet(ctx, s.keys.Job(queue, id), append(slices.Clip(names), "folded")...),
+		folded: p.Get(ctx, s.keys.JobFolded(queue, id)),
+	}
+}
+
+// values returns the values of the names read, as the hash holds them,
+// what the fold moved out (ok false when the job was not folded as read),
+// and torn when the job was folded but its folded key gone by the second
+// read: it was expanded since, and must be read again.
+func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
+	all, err := r.hash.Result()
+	if err != nil {
+		return nil, folded{}, false, false, err
+	}
+	vals, marker := all[:len(all)-1], all[len(all)-1]
+	if marker == nil {
+		return vals, folded{}, false, false, nil
+	}
+	f, ok, err = readFolded(r.folded)
+	return vals, f, ok, !ok && err == nil, err
+}
+
+// shown returns the shown fields of a job read with shownFields, as they
+// were before the fold (shown; nil when the job does not exist), and torn
+// (values): then h holds what the hash holds alone.
+func (r jobRead) shown() (h map[string]string, torn bool, err error) {
+	vals, f, ok, torn, err := r.values()
+	if err != nil {
+		return nil, false, err
+	}
+	if h = shown(vals); h != nil && ok {
+		f.merge(h)
+	}
+	return h, torn, nil
+}
+
+// shownOf reads the shown fields of job id of queue (shown; nil when the
+// job does not exist) in one round trip, or two when a retry's expand came
+// between its reads. A job torn twice (no retry is that quick: its folded
+// key was lost) shows what its hash holds.
+func (s *Store) shownOf(ctx context.Context, queue, id string) (h map[string]string, err error) {
+	for range 2 {
+		var r jobRead
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			r = s.readJob(ctx, p, queue, id, shownFields)
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		var torn bool
+		if h, torn, err = r.shown(); err != nil || !torn {
+			break
+		}
+	}
+	return h, err
+}
