@@ -158,8 +158,9 @@
 // Submit is two round trips (one without an idempotency key, and one more
 // for a queue the Store has not named in the last minute), each O(1)
 // apart from O(log n) sorted-set inserts; SubmitBatch the same number per
-// batch, plus one per queue it names. Get is two (which queue holds the
-// job, then the hash). A List page examines at most 1000 index entries, whatever the
+// batch, plus one per queue it names. Get is one (the hash and its folded
+// key) once the Store knows the queue of the id's tag, else two (which
+// queue holds the job first). A List page examines at most 1000 index entries, whatever the
 // filters, in at most about log2(1000/limit) + 1 rounds of two pipelined
 // round trips: each round reads every queue's index and the hashes of the
 // entries it examines. Queues are expected to be few (tens): List, Stats and

@@ -182,14 +182,27 @@ type idempotencyRecord struct {
 }
 
 // Get returns the job id of tenant; admin reads any tenant's job.
+//
+// The job of a tagged id whose tag one known queue has is read there at
+// once, in one round trip; only a miss asks where it is (locate).
 func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, error) {
-	queue, err := s.locate(ctx, id)
-	if err != nil {
-		return Job{}, err
+	var h map[string]string
+	if tag, tagged, _, ok := jobid.Parse(id); ok && tagged {
+		if known := s.queueSet.cached(tag); len(known) == 1 {
+			var err error
+			if h, err = s.shownOf(ctx, known[0], id); err != nil {
+				return Job{}, fmt.Errorf("job: get %s: %w", id, err)
+			}
+		}
 	}
-	h, err := s.shownOf(ctx, queue, id)
-	if err != nil {
-		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
+	if h == nil {
+		queue, err := s.locate(ctx, id)
+		if err != nil {
+			return Job{}, err
+		}
+		if h, err = s.shownOf(ctx, queue, id); err != nil {
+			return Job{}, fmt.Errorf("job: get %s: %w", id, err)
+		}
 	}
 	if h == nil || (!admin && h["tenant"] != tenant) {
 		return Job{}, ErrNotFound

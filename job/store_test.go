@@ -871,3 +871,45 @@ func TestALaneWithAnOldBandedTurnIsPlacedAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestGetByTaggedIDIsOneRoundTrip: once a Store knows the queue of an
+// id's tag, a Get sends one round trip (the job's read), not a search for
+// its queue first.
+func TestGetByTaggedIDIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	trips := &tripCount{}
+	counted := testenv.Redis(t).Client(t)
+	counted.AddHook(trips)
+	fx := newFixture(t, counted, job.Config{})
+	ctx := t.Context()
+	j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
+	if _, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil { // learns the queues
+		t.Fatal(err)
+	}
+	before := trips.n.Load()
+	if got, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil || got.ID != j.ID {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	if n := trips.n.Load() - before; n != 1 {
+		t.Errorf("Get took %d round trips, want 1", n)
+	}
+}
+
+// tripCount counts a client's round trips: each command or pipeline.
+type tripCount struct{ n atomic.Int64 }
+
+func (c *tripCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
