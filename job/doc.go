@@ -160,7 +160,8 @@
 // apart from O(log n) sorted-set inserts; SubmitBatch the same number per
 // batch, plus one per queue it names. Get is one (the hash and its folded
 // key) once the Store knows the queue of the id's tag, else two (which
-// queue holds the job first). A List page examines at most 1000 index entries, whatever the
+// queue holds the job first); Cancel and Signal are one more (the job's
+// lane, then their script). A List page examines at most 1000 index entries, whatever the
 // filters, in at most about log2(1000/limit) + 1 rounds of two pipelined
 // round trips: each round reads every queue's index and the hashes of the
 // entries it examines. Queues are expected to be few (tens): List, Stats and

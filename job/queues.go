@@ -13,10 +13,10 @@ import (
 	"github.com/leasehold/leasehold/internal/keys"
 )
 
-// renameEvery is how long a Store trusts that a queue it named is in the
+// nameAgainAfter is how long a Store trusts that a queue it named is in the
 // set of queues, and reads the set again: a queue's name lost with a
 // Redis failover's last writes comes back within it.
-const renameEvery = time.Minute
+const nameAgainAfter = time.Minute
 
 // queueSet is a Store's view of the set of queues: the names it added
 // lately, which a submit need not add again, and the names by tag, which
@@ -31,7 +31,7 @@ type queueSet struct {
 }
 
 // add adds queues to the set, those not added by this Store in the last
-// renameEvery: before their jobs, so a job is never in a queue the set
+// nameAgainAfter: before their jobs, so a job is never in a queue the set
 // lacks. It is idempotent: a crash after it leaves nothing a client can
 // see.
 func (q *queueSet) add(ctx context.Context, queues []string) error {
@@ -39,7 +39,7 @@ func (q *queueSet) add(ctx context.Context, queues []string) error {
 	q.mu.Lock()
 	fresh := slices.DeleteFunc(slices.Clone(queues), func(name string) bool {
 		at, ok := q.named[name]
-		return ok && now.Sub(at) < renameEvery
+		return ok && now.Sub(at) < nameAgainAfter
 	})
 	q.mu.Unlock()
 	if len(fresh) == 0 {

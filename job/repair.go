@@ -103,14 +103,24 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 // job's tenant against: tenant, or "" for the admin, who acts on every
 // tenant's jobs.
 func (s *Store) find(ctx context.Context, tenant, id string, admin bool) (queue, owner string, err error) {
-	if !admin {
-		if ValidateTenant(tenant) != nil {
-			return "", "", ErrNotFound // "" would mean any tenant to the scripts
-		}
-		owner = tenant
+	if owner, err = ownerOf(tenant, admin); err != nil {
+		return "", "", err
 	}
 	queue, err = s.locate(ctx, id)
 	return queue, owner, err
+}
+
+// ownerOf returns the owner the scripts match a job's tenant against:
+// tenant, or "" for the admin. An invalid tenant owns nothing: "" would
+// mean any tenant to the scripts.
+func ownerOf(tenant string, admin bool) (string, error) {
+	if admin {
+		return "", nil
+	}
+	if ValidateTenant(tenant) != nil {
+		return "", ErrNotFound
+	}
+	return tenant, nil
 }
 
 // retryRoom returns room, how many of tenant's jobs not ended queue may

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -72,18 +71,9 @@ func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name 
 	if len(data) > MaxSignalData || !json.Valid(data) {
 		return Job{}, false, &ValidationError{Errors: []FieldError{{Field: "data", Message: fmt.Sprintf("must be JSON of at most %d bytes", MaxSignalData)}}}
 	}
-	queue, owner, err := s.find(ctx, tenant, id, admin)
+	queue, owner, lane, err := s.laneOf(ctx, tenant, id, admin)
 	if err != nil {
 		return Job{}, false, err
-	}
-	// The script takes the job's lane through KEYS; a job's keys never
-	// change, so reading them first races with nothing.
-	lane, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "concurrency_keys").Result()
-	if errors.Is(err, redis.Nil) {
-		return Job{}, false, ErrNotFound
-	}
-	if err != nil {
-		return Job{}, false, fmt.Errorf("job: signal %s: %w", id, err)
 	}
 	start := time.Now()
 	res, err := s.signal.Run(ctx, s.rdb, []string{

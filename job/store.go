@@ -182,29 +182,20 @@ type idempotencyRecord struct {
 }
 
 // Get returns the job id of tenant; admin reads any tenant's job.
-//
-// The job of a tagged id whose tag one known queue has is read there at
-// once, in one round trip; only a miss asks where it is (locate).
 func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, error) {
 	var h map[string]string
-	if tag, tagged, _, ok := jobid.Parse(id); ok && tagged {
-		if known := s.queueSet.cached(tag); len(known) == 1 {
-			var err error
-			if h, err = s.shownOf(ctx, known[0], id); err != nil {
-				return Job{}, fmt.Errorf("job: get %s: %w", id, err)
-			}
-		}
-	}
-	if h == nil {
-		queue, err := s.locate(ctx, id)
-		if err != nil {
+	_, err := s.withQueue(ctx, id, func(queue string) (bool, error) {
+		var err error
+		h, err = s.shownOf(ctx, queue, id)
+		return h != nil, err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
 			return Job{}, err
 		}
-		if h, err = s.shownOf(ctx, queue, id); err != nil {
-			return Job{}, fmt.Errorf("job: get %s: %w", id, err)
-		}
+		return Job{}, fmt.Errorf("job: get %s: %w", id, err)
 	}
-	if h == nil || (!admin && h["tenant"] != tenant) {
+	if !admin && h["tenant"] != tenant {
 		return Job{}, ErrNotFound
 	}
 	return ParseRecord(h)
@@ -219,18 +210,9 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 // Cancel writes the job record only: the caller also sets the cancel flag
 // and publishes the cancel message, which are the cancel package's.
 func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job, error) {
-	queue, owner, err := s.find(ctx, tenant, id, admin)
+	queue, owner, lane, err := s.laneOf(ctx, tenant, id, admin)
 	if err != nil {
 		return Job{}, err
-	}
-	// The script takes the job's lane through KEYS; a job's keys never
-	// change, so reading them first races with nothing.
-	lane, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "concurrency_keys").Result()
-	if errors.Is(err, redis.Nil) {
-		return Job{}, ErrNotFound
-	}
-	if err != nil {
-		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
 	}
 	start := time.Now()
 	res, err := s.cancel.Run(ctx, s.rdb, []string{
@@ -536,6 +518,52 @@ func (s *Store) locate(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	return s.holder(ctx, id, queues)
+}
+
+// withQueue runs read on the queue of job id and returns that queue. It
+// tries the one queue this Store knows of the id's tag first, with no
+// search: a job read by id costs the read alone. When read finds no job
+// there (found false), or the tag has no one known queue, it reads where
+// locate finds the job; ErrNotFound when read finds none there either.
+func (s *Store) withQueue(ctx context.Context, id string, read func(queue string) (found bool, err error)) (string, error) {
+	if tag, tagged, _, ok := jobid.Parse(id); ok && tagged {
+		if known := s.queueSet.cached(tag); len(known) == 1 {
+			if found, err := read(known[0]); found || err != nil {
+				return known[0], err
+			}
+		}
+	}
+	queue, err := s.locate(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	found, err := read(queue)
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	return queue, err
+}
+
+// laneOf returns the queue of job id, the owner the scripts match the
+// job's tenant against (ownerOf) and the job's lane: its concurrency keys as
+// stored, which a script on the job takes through KEYS. A job's keys never
+// change, so reading them first races with nothing.
+func (s *Store) laneOf(ctx context.Context, tenant, id string, admin bool) (queue, owner, lane string, err error) {
+	if owner, err = ownerOf(tenant, admin); err != nil {
+		return "", "", "", err
+	}
+	queue, err = s.withQueue(ctx, id, func(queue string) (bool, error) {
+		var err error
+		lane, err = s.rdb.HGet(ctx, s.keys.Job(queue, id), "concurrency_keys").Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("job: %s: %w", id, err)
+		}
+		return true, nil
+	})
+	return queue, owner, lane, err
 }
 
 // holder returns the one of queues that holds job id, asking them all in

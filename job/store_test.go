@@ -872,10 +872,10 @@ func TestALaneWithAnOldBandedTurnIsPlacedAgain(t *testing.T) {
 	})
 }
 
-// TestGetByTaggedIDIsOneRoundTrip: once a Store knows the queue of an
-// id's tag, a Get sends one round trip (the job's read), not a search for
-// its queue first.
-func TestGetByTaggedIDIsOneRoundTrip(t *testing.T) {
+// TestReadsByTaggedIDDoNotSearch: once a Store knows the queue of an id's
+// tag, a Get sends one round trip (the job's read) and a Cancel two (its
+// lane, its script), not a search for the queue first.
+func TestReadsByTaggedIDDoNotSearch(t *testing.T) {
 	t.Parallel()
 	trips := &tripCount{}
 	counted := testenv.Redis(t).Client(t)
@@ -892,6 +892,16 @@ func TestGetByTaggedIDIsOneRoundTrip(t *testing.T) {
 	}
 	if n := trips.n.Load() - before; n != 1 {
 		t.Errorf("Get took %d round trips, want 1", n)
+	}
+	if _, err := fx.store.Cancel(ctx, "acme", fx.submit(t, "acme", job.Submission{Kind: "echo"}).ID, false); err != nil {
+		t.Fatal(err) // loads the script: its first run is two round trips
+	}
+	before = trips.n.Load()
+	if got, err := fx.store.Cancel(ctx, "acme", j.ID, false); err != nil || got.State != job.StateCancelled {
+		t.Fatalf("Cancel = %+v, %v", got, err)
+	}
+	if n := trips.n.Load() - before; n != 2 {
+		t.Errorf("Cancel took %d round trips, want 2", n)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/webhook"
@@ -105,6 +106,22 @@ func (fx *fixture) drain(t *testing.T, cfg webhook.Config) *webhook.Drainer {
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	return d
+}
+
+// ended submits sub for tenant, waits for the job to end, and returns it
+// with a drainer the test runs by hand (RunOnce) and the signal of its
+// tries.
+func (fx *fixture) ended(t *testing.T, tenant string, sub job.Submission) (job.Job, *webhook.Drainer, *testsignal.Signal) {
+	t.Helper()
+	j := fx.submit(t, tenant, sub)
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
+	d, err := webhook.New(fx.rdb, fx.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := testsignal.New()
+	d.OnTry(tried)
+	return j, d, tried
 }
 
 func (fx *fixture) submit(t *testing.T, tenant string, sub job.Submission) job.Job {

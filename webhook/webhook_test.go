@@ -440,14 +440,7 @@ func TestRunOnceTakesEachDueDeliveryOnce(t *testing.T) {
 	fx := newFixture(t)
 	rc := newReceiver(t, status(http.StatusOK))
 	fx.worker(t, execution.Config{})
-	j := fx.submit(t, "acme", withWebhook("ok", rc.URL))
-	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
-	d, err := webhook.New(fx.rdb, fx.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tried := testsignal.New()
-	d.OnTry(tried)
+	j, d, tried := fx.ended(t, "acme", withWebhook("ok", rc.URL))
 	ctx := context.Background()
 	if n, err := d.RunOnce(ctx); n != 1 || err != nil {
 		t.Fatalf("first read: %d tries started, %v", n, err)
@@ -473,14 +466,7 @@ func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
 	fx.worker(t, execution.Config{}) // folds a minute after the end: not yet
 	sub := withWebhook("ok", rc.URL)
 	sub.Metadata = json.RawMessage(`{"note":"` + strings.Repeat("m", 100) + `"}`) // folded too
-	j := fx.submit(t, "acme", sub)
-	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
-	d, err := webhook.New(fx.rdb, fx.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tried := testsignal.New()
-	d.OnTry(tried)
+	j, d, tried := fx.ended(t, "acme", sub)
 	ctx := context.Background()
 	if n, err := d.RunOnce(ctx); n != 1 || err != nil {
 		t.Fatalf("first try: %d started, %v", n, err)
