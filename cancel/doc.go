@@ -35,9 +35,13 @@
 //     Poll (default 2s), when NATS is down or the message was lost.
 //   - After a NATS outage the Watcher reads every watched flag as soon as its
 //     connection is back, since messages sent meanwhile are gone.
-//   - An id watched after its flag was set is caught right after Watch (Run
-//     reads the flags of new ids at once), or at the next poll at the latest.
-//     Watch itself never waits on Redis.
+//   - An id watched after its request is caught right after Watch when the
+//     request's message reached the Watcher before the Watch (it keeps such
+//     ids for a few seconds), or when it had no live subscription to hear
+//     one (no NATS, not subscribed yet, reconnecting): then Run reads the
+//     flag of each new id at once. Otherwise, the message lost, at the next
+//     poll at the latest. Watch itself never waits on Redis, and a watch of
+//     an id nobody cancels reads nothing until the poll.
 //   - With Redis down nothing is cancelled by poll, and Request fails: nothing
 //     is promised that cannot be kept. Stopping work whose owner is cut off
 //     from Redis is self-fencing's job, in the lease keeper.

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,11 @@ type Watcher struct {
 	// signal is enough.
 	wake chan struct{}
 
+	// live says the subscription is known to be on the server (Run set it
+	// after subscribing and after each reconnect): while it is and the
+	// connection is up, every request published reaches tell.
+	live atomic.Bool
+
 	mu sync.Mutex
 	// watches are by id; no empty lists. Most ids have one watch: a list
 	// costs less than a set. A watch whose parent ended stays until its
@@ -70,7 +76,24 @@ type Watcher struct {
 	// the subject could send one, and only the flag in Redis says a cancel
 	// was requested.
 	told map[string]struct{}
+	// early are the ids messages named while nobody watched them (see
+	// Watch), in two generations of up to earlyMax ids each: the current
+	// one since early.since, and the one before it.
+	early struct {
+		now, before map[string]struct{}
+		since       time.Time
+	}
 }
+
+// earlyFor is how long a message that named an id nobody watched is kept
+// for a Watch of that id (at least earlyFor, at most twice that): longer
+// than a worker takes from its claim to watching the claimed job, a WAIT
+// for replicas included. earlyMax bounds each generation, so a flood of
+// messages costs a bounded memory; an id past it is found by the poll.
+const (
+	earlyFor = 10 * time.Second
+	earlyMax = 4096
+)
 
 type watch struct {
 	ctx    context.Context
@@ -124,7 +147,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.log.WarnContext(ctx, "cancel: unsubscribe", attrErr, err)
 			}
 		}()
-		w.settle(ctx)
+		w.live.Store(w.settle(ctx))
 	}
 	// Ids watched before Run started may have been requested already.
 	w.check(ctx, w.watched(), "flag")
@@ -145,8 +168,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.check(ctx, told, "nats")
 		case <-connected:
 			// Messages published while the connection was down are lost;
-			// their flags are not.
-			w.settle(ctx)
+			// their flags are not. Until the server has the subscription
+			// again, Watch reads each new id's flag itself.
+			w.live.Store(false)
+			w.live.Store(w.settle(ctx))
 			w.check(ctx, w.watched(), "flag")
 		}
 	}
@@ -155,11 +180,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 // settle waits until the server has the subscription (nats.go resends it on
 // reconnect, just after reporting CONNECTED), so that every request is either
 // in the flags the next check reads or delivered as a message: none falls in
-// between.
-func (w *Watcher) settle(ctx context.Context) {
+// between. It reports whether the server confirmed it; when not, the next
+// poll covers the gap.
+func (w *Watcher) settle(ctx context.Context) bool {
 	fctx, stop := context.WithTimeout(ctx, flushTimeout)
 	defer stop()
-	_ = w.nc.FlushWithContext(fctx) // on failure the next poll covers the gap
+	return w.nc.FlushWithContext(fctx) == nil
 }
 
 // Watch returns a context that is cancelled with cause ErrRequested once
@@ -167,19 +193,34 @@ func (w *Watcher) settle(ctx context.Context) {
 // message names id (the message alone cancels nothing). The returned func (call it stop) unregisters id and
 // cancels the context with cause context.Canceled; calling it again does
 // nothing. As with context.WithCancel, call stop when the work is done. Watch
-// never touches Redis: an id whose flag was set before Watch is caught by Run
+// never touches Redis: an id requested before Watch is caught by Run
 // straight after, or at the next poll at the latest. Run must be running for
 // anything to be cancelled. A watch whose parent ends is told of no request
 // from then on, and Run stops polling its id at the next poll.
+//
+// Run reads a new id's flag at once only when a request before the Watch
+// may be there to find: a message named id within earlyFor, or the
+// subscription was not live (no NATS, not subscribed yet, reconnecting).
+// A request while it is live reaches tell, before the Watch or after it,
+// so a worker that watches every job it claims reads no flag for the jobs
+// nobody cancels (one Redis command less per execution). A message lost
+// all the same (NATS dropped it) leaves the flag to the poll, as for any
+// watched id.
 func (w *Watcher) Watch(parent context.Context, id string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	wt := &watch{ctx: ctx, cancel: cancel}
 
 	w.mu.Lock()
 	w.watches[id] = append(w.watches[id], wt)
-	w.fresh[id] = struct{}{}
+	_, early := w.early.now[id]
+	if _, before := w.early.before[id]; before || early || !w.live.Load() || !w.nc.IsConnected() {
+		w.fresh[id] = struct{}{}
+	}
+	fresh := len(w.fresh) > 0
 	w.mu.Unlock()
-	w.signal()
+	if fresh {
+		w.signal()
+	}
 	return ctx, func() {
 		w.unregister(id, wt)
 		cancel(nil)
@@ -194,18 +235,34 @@ func (w *Watcher) signal() {
 	}
 }
 
-// tell notes that a NATS message named id, so Run reads its flag now. Ids
-// nobody watches are dropped: a flood of messages costs at most one read per
-// watched id and wake.
+// tell notes that a NATS message named id, so Run reads its flag now. An
+// id nobody watches is kept for a Watch of it a little later (see Watch):
+// a flood of messages costs at most one read per watched id and wake, and
+// a bounded memory.
 func (w *Watcher) tell(id string) {
 	w.mu.Lock()
 	_, ok := w.watches[id]
 	if ok {
 		w.told[id] = struct{}{}
+	} else {
+		w.keepEarly(id, time.Now())
 	}
 	w.mu.Unlock()
 	if ok {
 		w.signal()
+	}
+}
+
+// keepEarly adds id to the current generation of early ids, which starts
+// anew, the last one kept as the one before, every earlyFor. w.mu must be
+// held.
+func (w *Watcher) keepEarly(id string, now time.Time) {
+	e := &w.early
+	if e.now == nil || now.Sub(e.since) >= earlyFor {
+		e.before, e.now, e.since = e.now, make(map[string]struct{}), now
+	}
+	if len(e.now) < earlyMax {
+		e.now[id] = struct{}{}
 	}
 }
 

@@ -3,13 +3,18 @@ package cancel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -387,5 +392,109 @@ func TestWatchWhoseParentEndedIsNotTold(t *testing.T) {
 	defer mu.Unlock()
 	if want := []string{"started", "after-1", "after-2"}; !slices.Equal(told, want) {
 		t.Fatalf("told %v, want %v", told, want)
+	}
+}
+
+// A request published before its id is watched reaches the Watcher while
+// nobody watches the id; the Watch that comes after is cancelled at once,
+// by a read of the flag that message prompts (the poll is an hour away).
+func TestWatchAfterARequestItsWatcherHeard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rdb := testenv.Redis(t).Client(t)
+	f := e.flags(t, rdb, testenv.NATS(t).Conn(t))
+	w := e.watcher(t, rdb, testenv.NATS(t).Conn(t), time.Hour)
+	e.subscribed(t, testenv.NATS(t))
+	e.fresh(t, f, w) // the subscription is live
+
+	// The probe's message comes after job-1's on the same subscription: once
+	// the probe is cancelled, the Watcher has heard of job-1.
+	probe, stopProbe := w.Watch(context.Background(), "probe-2")
+	defer stopProbe()
+	for _, id := range []string{"job-1", "probe-2"} {
+		if err := f.Request(t.Context(), id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelled(t, probe, 5*time.Second, "probe-2")
+	ctx, stop := w.Watch(context.Background(), "job-1")
+	defer stop()
+	cancelled(t, ctx, 5*time.Second, "job-1")
+}
+
+// flagReads records the cancel flags a client reads (EXISTS).
+type flagReads struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *flagReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *flagReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (r *flagReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.note(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (r *flagReads) note(cmd redis.Cmder) {
+	if cmd.Name() != "exists" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range cmd.Args()[1:] {
+		r.keys = append(r.keys, fmt.Sprint(a))
+	}
+}
+
+// read reports whether the flag of id (under prefix) was read.
+func (r *flagReads) read(prefix, id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.keys, keys.New(prefix).CancelFlag(id))
+}
+
+// While the subscription is live, a watched id nobody requested costs no
+// Redis read: a request would reach the Watcher as a message, before the
+// Watch or after it. With no NATS, every new id's flag is read at once.
+func TestWatchOfAnIDNobodyRequestedReadsNothing(t *testing.T) {
+	t.Parallel()
+	for _, withNATS := range []bool{true, false} {
+		t.Run(fmt.Sprintf("nats=%v", withNATS), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			rdb := testenv.Redis(t).Client(t)
+			reads := &flagReads{}
+			wrdb := testenv.Redis(t).Client(t)
+			wrdb.AddHook(reads)
+			var nc *nats.Conn
+			if withNATS {
+				nc = testenv.NATS(t).Conn(t)
+			}
+			f := e.flags(t, rdb, nc)
+			w := e.watcher(t, wrdb, nc, time.Hour)
+			if withNATS {
+				e.subscribed(t, testenv.NATS(t))
+				e.fresh(t, f, w) // the subscription is live
+			}
+			ctx, stop := w.Watch(context.Background(), "quiet-1")
+			defer stop()
+			// Run reads the flags of the ids watched before the probe in the
+			// probe's read or earlier (see fresh).
+			e.fresh(t, f, w)
+			if got := reads.read(e.prefix, "quiet-1"); got != !withNATS {
+				t.Fatalf("flag of an id nobody requested read: %v, want %v", got, !withNATS)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("cancelled: %v", context.Cause(ctx))
+			}
+		})
 	}
 }
