@@ -16,7 +16,6 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/jobid"
-	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // retryChunk is how many jobs one run of the retry script moves at most,
@@ -163,23 +162,7 @@ func capped(limit Cap, room int64, r verdict) error {
 // cap), and returns its reply: per job {outcome} or, with records,
 // {outcome, HGETALL}.
 func (s *Store) runRetry(ctx context.Context, queue, owner string, room int64, ids, lanes []string, records bool) ([]any, error) {
-	keys := []string{s.keys.QueueReady(queue), s.keys.QueueFair(queue), s.keys.QueueStats(queue),
-		s.keys.QueueRetired(queue), s.keys.QueueDeadlines(queue)}
-	flag := "0"
-	if records {
-		flag = "1"
-	}
-	roomArg := "" // no cap
-	if room > 0 {
-		roomArg = strconv.FormatInt(room, 10)
-	}
-	args := []any{owner, scripts.EventsMaxLen, flag, roomArg}
-	for i, id := range ids {
-		keys = append(keys, s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueLane(queue, lanes[i]),
-			s.keys.JobFolded(queue, id))
-		args = append(args, id)
-	}
-	res, err := s.retry.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := s.run(ctx, s.retry, retryCall{queue: queue, owner: owner, room: room, ids: ids, lanes: lanes, records: records}).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("job: retry in %s: %w", queue, err)
 	}
@@ -583,11 +566,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
-	res, err := s.delete.Run(ctx, s.rdb, []string{
-		s.keys.Job(queue, id), s.keys.JobEvents(queue, id), s.keys.QueueRetired(queue),
-		s.keys.QueueTenantJobs(queue, jobTenant), s.keys.QueueAllJobs(queue), s.keys.JobDeleted(queue, id),
-		s.keys.JobFolded(queue, id),
-	}, id, owner, s.idemTTL.Milliseconds()).Slice()
+	res, err := s.run(ctx, s.delete, deleteCall{queue: queue, id: id, tenant: jobTenant, owner: owner, idemTTL: s.idemTTL}).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}

@@ -11,7 +11,6 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -76,11 +75,7 @@ func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name 
 		return Job{}, false, err
 	}
 	start := time.Now()
-	res, err := s.signal.Run(ctx, s.rdb, []string{
-		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue), s.keys.QueueStats(queue),
-		s.keys.JobEvents(queue, id), s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
-		s.keys.JobFolded(queue, id),
-	}, owner, name, []byte(data), scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes).Slice()
+	res, err := s.run(ctx, s.signal, signalCall{queue: queue, id: id, lane: lane, owner: owner, name: name, data: data}).Slice()
 	if err != nil {
 		return Job{}, false, fmt.Errorf("job: signal %s: %w", id, err)
 	}

@@ -215,12 +215,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 		return Job{}, err
 	}
 	start := time.Now()
-	res, err := s.cancel.Run(ctx, s.rdb, []string{
-		s.keys.Job(queue, id), s.keys.QueueReady(queue), s.keys.QueueScheduled(queue),
-		s.keys.QueueDeadlines(queue), s.keys.QueueStats(queue), s.keys.JobEvents(queue, id),
-		s.keys.QueueFair(queue), s.keys.QueueLane(queue, lane), s.keys.QueueRetired(queue),
-		s.keys.QueueWebhooks(queue), s.keys.JobFolded(queue, id),
-	}, owner, s.retention.Milliseconds(), scripts.EventsMaxLen).Slice()
+	res, err := s.run(ctx, s.cancel, cancelCall{queue: queue, id: id, lane: lane, owner: owner, retention: s.retention}).Slice()
 	if err != nil {
 		return Job{}, fmt.Errorf("job: cancel %s: %w", id, err)
 	}

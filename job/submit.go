@@ -10,13 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/scripts"
-	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -398,8 +396,7 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	if b.limit.Max > 0 {
 		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
 	}
-	keys, args := s.submitCall(b.tenant, q, room, in)
-	res, err := s.submit.Run(ctx, s.rdb, keys, args...).Slice()
+	res, err := s.run(ctx, s.submit, submitCall{tenant: b.tenant, queue: q, room: room, items: in}).Slice()
 	if err == nil && len(res) != 2*len(in) {
 		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(in))
 	}
@@ -474,31 +471,6 @@ func (b *batch) cleanUp(ctx context.Context) error {
 		return fmt.Errorf("job: submit: drop the idempotency records of refused jobs: %w", err)
 	}
 	return nil
-}
-
-// submitCall is the KEYS and ARGV of one run of the submit script
-// (internal/scripts/job_submit.lua) for items, all of queue q.
-func (s *Store) submitCall(tenant, q, room string, items []*submitting) (keys []string, args []any) {
-	keys = make([]string, 0, 7+5*len(items))
-	args = make([]any, 0, 4+17*len(items))
-	keys = append(keys, s.keys.QueueReady(q), s.keys.QueueScheduled(q), s.keys.QueueDeadlines(q),
-		s.keys.QueueFair(q), s.keys.QueueStats(q), s.keys.QueueAllJobs(q), s.keys.QueueTenantJobs(q, tenant))
-	args = append(args, tenant, q, scripts.EventsMaxLen, room)
-	for _, p := range items {
-		n, id := p.n, p.id
-		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
-		keys = append(keys, s.keys.Job(q, id), s.keys.JobEvents(q, id), s.keys.QueueLane(q, string(keysJSON)), s.keys.JobDeleted(q, id),
-			s.keys.JobFolded(q, id))
-		args = append(args,
-			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
-			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),
-			telemetry.Encode(p.span.SpanContext()),
-			// go-redis resends a script whose reply it lost; the nonce lets
-			// the script tell that resend (created) from a replay (existed).
-			uuid.NewString(),
-			n.Schedule, cost(n.tokens()), n.Webhook.url(), flag(p.replay()))
-	}
-	return keys, args
 }
 
 // anys converts strings for a variadic command.

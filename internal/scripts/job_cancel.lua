@@ -7,6 +7,8 @@
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN
+-- (cancelCall in job/calls.go is the one place in Go that lays these KEYS and
+-- ARGV out: change the two together.)
 -- Returns {'missing'} when there is no such job for this caller, else
 -- {outcome, the job's record (record, transition.lua)} where outcome is 'cancelled' (now terminal),
 -- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled

@@ -7,6 +7,8 @@
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
 -- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
 -- still stand for the job
+-- (deleteCall in job/calls.go is the one place in Go that lays these KEYS and
+-- ARGV out: change the two together.)
 -- Returns {'missing'} when there is no such job for this caller,
 -- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
 -- has not ended (nothing changed).

@@ -10,6 +10,8 @@
 -- ARGV[3] data (JSON)   ARGV[4] events stream MAXLEN
 -- ARGV[5] at most this many signals kept per job   ARGV[6] and this many
 -- bytes of their data
+-- (signalCall in job/calls.go is the one place in Go that lays these KEYS and
+-- ARGV out: change the two together.)
 -- Returns {'missing'} when there is no such job for this caller, else
 -- {outcome, the job's record (record, transition.lua)}: outcome is 'resumed' (it waited for this
 -- signal: queued now), 'kept', 'ended' (terminal: nothing changed) or

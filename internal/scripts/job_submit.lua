@@ -20,6 +20,8 @@
 -- k=15 the URL its ends are POSTed to ("" = none)
 -- k=16 "1" when the id is an earlier request's (an idempotency key's
 -- replay), which may have been deleted since; "" for an id made by this call
+-- (submitCall in job/calls.go is the one place in Go that lays these KEYS and
+-- ARGV out: change the two together.)
 -- Returns a flat list, two values per job in order: 1, the new job's
 -- record as HGETALL reads it
 -- when created (also to a resent call that had created it: its nonce is

@@ -1,0 +1,143 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// The calls of this package's scripts: one params struct each, whose
+// layout method is the one place in Go that knows where each key and
+// argument goes. The header of the script (internal/scripts/job_*.lua)
+// documents the same layout: change the two together.
+
+// scriptArgs is one run's KEYS and ARGV.
+type scriptArgs struct {
+	keys []string
+	argv []any
+}
+
+// submitCall creates items, all of queue, for tenant (job_submit.lua).
+// room is how many of the tenant's jobs not ended queue may hold before
+// the first item ("" for no cap).
+type submitCall struct {
+	tenant, queue, room string
+	items               []*submitting
+}
+
+func (c submitCall) layout(ks keys.Space) scriptArgs {
+	q := c.queue
+	a := scriptArgs{keys: make([]string, 0, 7+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
+	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
+		ks.QueueFair(q), ks.QueueStats(q), ks.QueueAllJobs(q), ks.QueueTenantJobs(q, c.tenant))
+	a.argv = append(a.argv, c.tenant, q, scripts.EventsMaxLen, c.room)
+	for _, p := range c.items {
+		n, id := p.n, p.id
+		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
+		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, string(keysJSON)), ks.JobDeleted(q, id),
+			ks.JobFolded(q, id))
+		a.argv = append(a.argv,
+			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
+			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),
+			telemetry.Encode(p.span.SpanContext()),
+			// go-redis resends a script whose reply it lost; the nonce lets
+			// the script tell that resend (created) from a replay (existed).
+			uuid.NewString(),
+			n.Schedule, cost(n.tokens()), n.Webhook.url(), flag(p.replay()))
+	}
+	return a
+}
+
+// cancelCall cancels job id of queue, whose lane is lane, for owner (""
+// for an admin) (job_cancel.lua); a job it ends is kept for retention.
+type cancelCall struct {
+	queue, id, lane, owner string
+	retention              time.Duration
+}
+
+func (c cancelCall) layout(ks keys.Space) scriptArgs {
+	q, id := c.queue, c.id
+	return scriptArgs{
+		keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
+			ks.QueueStats(q), ks.JobEvents(q, id), ks.QueueFair(q), ks.QueueLane(q, c.lane), ks.QueueRetired(q),
+			ks.QueueWebhooks(q), ks.JobFolded(q, id)},
+		argv: []any{c.owner, c.retention.Milliseconds(), scripts.EventsMaxLen},
+	}
+}
+
+// signalCall sends the signal name with data to job id of queue, whose
+// lane is lane, for owner (job_signal.lua).
+type signalCall struct {
+	queue, id, lane, owner, name string
+	data                         []byte
+}
+
+func (c signalCall) layout(ks keys.Space) scriptArgs {
+	q, id := c.queue, c.id
+	return scriptArgs{
+		keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueStats(q),
+			ks.JobEvents(q, id), ks.QueueFair(q), ks.QueueLane(q, c.lane), ks.QueueRetired(q), ks.JobFolded(q, id)},
+		argv: []any{c.owner, c.name, c.data, scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes},
+	}
+}
+
+// retryCall retries jobs ids of queue, whose lanes (their concurrency keys
+// as stored) are lanes, for owner, under room (retryRoom; 0 = no cap)
+// (job_retry.lua); with records, each reply carries the job's record.
+type retryCall struct {
+	queue, owner string
+	room         int64
+	ids, lanes   []string
+	records      bool
+}
+
+func (c retryCall) layout(ks keys.Space) scriptArgs {
+	q := c.queue
+	room := "" // no cap
+	if c.room > 0 {
+		room = strconv.FormatInt(c.room, 10)
+	}
+	a := scriptArgs{
+		keys: append(make([]string, 0, 5+4*len(c.ids)),
+			ks.QueueReady(q), ks.QueueFair(q), ks.QueueStats(q), ks.QueueRetired(q), ks.QueueDeadlines(q)),
+		argv: append(make([]any, 0, 4+len(c.ids)), c.owner, scripts.EventsMaxLen, flag(c.records), room),
+	}
+	for i, id := range c.ids {
+		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, c.lanes[i]), ks.JobFolded(q, id))
+		a.argv = append(a.argv, id)
+	}
+	return a
+}
+
+// deleteCall deletes the ended job id of queue, whose tenant is tenant,
+// for owner, and marks it deleted for idemTTL (job_delete.lua).
+type deleteCall struct {
+	queue, id, tenant, owner string
+	idemTTL                  time.Duration
+}
+
+func (c deleteCall) layout(ks keys.Space) scriptArgs {
+	q, id := c.queue, c.id
+	return scriptArgs{
+		keys: []string{ks.Job(q, id), ks.JobEvents(q, id), ks.QueueRetired(q), ks.QueueTenantJobs(q, c.tenant),
+			ks.QueueAllJobs(q), ks.JobDeleted(q, id), ks.JobFolded(q, id)},
+		argv: []any{id, c.owner, c.idemTTL.Milliseconds()},
+	}
+}
+
+// layouter is a params struct of a script call.
+type layouter interface{ layout(keys.Space) scriptArgs }
+
+// run runs script with the KEYS and ARGV c lays out.
+func (s *Store) run(ctx context.Context, script *redis.Script, c layouter) *redis.Cmd {
+	a := c.layout(s.keys)
+	return script.Run(ctx, s.rdb, a.keys, a.argv...)
+}
