@@ -351,6 +351,56 @@ func TestFoldedJobRetired(t *testing.T) {
 	}, "job past its retention: some of its keys left")
 }
 
+// A folded job's key expires at the end of its retention, its retired
+// score, so that a reaper of the versions before the folded key's, which
+// deletes the job's hash and stream alone, leaves nothing behind for long;
+// a retry takes the key and its expiry away with it (expand), and the
+// job's next fold sets the expiry of its next retention.
+//
+// Fails when the folded key has no expiry or another one, or when a
+// retried job's key keeps the expiry of its first end.
+func TestFoldedKeyExpiresAtTheRetentionEnd(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	fail := map[string]execution.Handler{"fail": func(context.Context, *execution.Execution) (any, error) {
+		return nil, execution.Permanent(errors.New("no"))
+	}}
+	ks, ctx := keys.New(f.prefix), t.Context()
+	j := f.submit(t, job.Submission{Kind: "fail", Input: raw(`{"prompt":"` + strings.Repeat("x", 100) + `"}`), MaxAttempts: 1})
+	folded := ks.JobFolded("default", j.ID)
+	// foldedAt waits for the job's fold and checks its key's expiry.
+	foldedAt := func() int64 {
+		t.Helper()
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return f.rdb.Exists(ctx, folded).Val() == 1
+		}, "job not folded")
+		retireAt := f.rdb.ZScore(ctx, ks.QueueRetired("default"), j.ID).Val()
+		expireAt, err := f.rdb.Do(ctx, "PEXPIRETIME", folded).Int64()
+		if err != nil || expireAt != int64(retireAt) {
+			t.Fatalf("folded key expires at %d (%v), want its retired score %.0f", expireAt, err, retireAt)
+		}
+		return expireAt
+	}
+	_, stop := f.startWorker(t, execution.Config{FoldAfter: time.Millisecond}, fail)
+	first := foldedAt()
+	stop()
+	if _, err := f.store.Retry(ctx, "acme", j.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.rdb.Exists(ctx, folded).Val(); n != 0 {
+		t.Fatal("retried: the folded key is left")
+	}
+	for _, key := range []string{ks.Job("default", j.ID), ks.JobEvents("default", j.ID)} {
+		if ttl := f.rdb.PTTL(ctx, key).Val(); ttl != -1 {
+			t.Fatalf("retried: %s expires in %v, want never", key, ttl)
+		}
+	}
+	f.startWorker(t, execution.Config{FoldAfter: time.Millisecond}, fail)
+	if second := foldedAt(); second <= first {
+		t.Fatalf("folded again: expires at %d, want after its first end's %d", second, first)
+	}
+}
+
 // A job whose events the previous version folded into its hash's field
 // events reads the same, and a retry puts them back in its stream.
 func TestEventsFoldedByTheOlderVersion(t *testing.T) {

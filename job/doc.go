@@ -84,7 +84,11 @@
 //	{q:Q}:folded:<id>     string: an ended job's events and long hash
 //	                      fields, folded out a minute after its end; its
 //	                      hash keeps the short ones and folded "1", a
-//	                      listpack (Get, List and the scripts merge them)
+//	                      listpack (Get, List and the scripts merge them);
+//	                      it expires at the end of the job's retention
+//	{q:Q}:fold_later      zset of ended ids the fold passed over while
+//	                      their webhook delivery was pending, score = unix
+//	                      ms when the fold looks at them again
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms

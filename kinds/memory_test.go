@@ -1,6 +1,7 @@
 package kinds
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ import (
 // with the server's default. Every key in that Redis is summed (MEMORY
 // USAGE) and divided by the jobs: the shared ones (a queue's sets, the
 // usage hashes) are the jobs' too. Keys per job counts the keys named
-// after one job or its execution.
+// after one job or its execution. The log shows the bytes per job of each
+// kind of key, named as after its hash tag.
 //
 // Fails when each usage mark is a key of its own again (5 more keys per
 // job), when an ended job keeps its events stream (its reaper folds them
@@ -30,14 +32,15 @@ import (
 // memory grows past today's (the bounds below).
 func TestMemoryPerFinishedChatJob(t *testing.T) {
 	t.Parallel()
+	date := regexp.MustCompile(`\d{4}-\d{2}-\d{2}`) // the usage keys' days
 	const jobs = 200
 	for _, c := range []struct {
 		name     string
 		args     []string
-		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
+		maxBytes int64 // per job, as measured now (3 150, its usage marks 280; +10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 3730},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 3730},
+		{"stream-node-max-bytes 1024", nil, 3470},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 3470},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -77,15 +80,15 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 					t.Fatal(err)
 				}
 				total += n
+				kind := date.ReplaceAllString(key[strings.LastIndex(key, "}")+1:], "<date>")
 				for _, id := range named {
 					if strings.Contains(key, id) {
 						own++
-						kind := key[strings.LastIndex(key, "}")+1:]
 						kind = strings.Replace(kind, id, "<id>", 1)
-						kinds[kind] += n
 						break
 					}
 				}
+				kinds[kind] += n
 			}
 			if err := it.Err(); err != nil {
 				t.Fatal(err)
@@ -94,7 +97,7 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 			for k := range kinds {
 				kinds[k] /= jobs
 			}
-			t.Logf("%d bytes and %.1f keys per finished llm.chat job; bytes per job of its keys: %v", perJob, keys, kinds)
+			t.Logf("%d bytes and %.1f keys per finished llm.chat job; bytes per job of each kind of key: %v", perJob, keys, kinds)
 			if keys > 2 {
 				t.Errorf("%.1f keys per job, want at most 2", keys)
 			}

@@ -454,9 +454,82 @@ func TestRunOnceTakesEachDueDeliveryOnce(t *testing.T) {
 	}
 }
 
+// A job whose delivery is pending is not folded: the fold passes over it
+// (a drainer of the versions before the fold's would send its folded
+// fields as null), and folds it once its delivery has ended, though the
+// fold's progress is past it by then.
+//
+// Fails when the fold takes a job whose delivery is pending, or never
+// comes back to one it passed over.
+func TestPendingDeliveryIsFoldedOnceItEnds(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(map[bool]int{true: http.StatusServiceUnavailable, false: http.StatusOK}[n == 0])
+	})
+	fx.worker(t, execution.Config{FoldAfter: time.Millisecond})
+	sub := withWebhook("ok", rc.URL)
+	sub.Metadata = json.RawMessage(`{"note":"` + strings.Repeat("m", 100) + `"}`) // folded
+	j, d, tried := fx.ended(t, "acme", sub)
+	ctx := context.Background()
+	if n, err := d.RunOnce(ctx); n != 1 || err != nil {
+		t.Fatalf("first try: %d started, %v", n, err)
+	}
+	tried.Wait(t, 10*time.Second) // 503: the delivery is pending
+	// A job that ended after it, without a webhook: folding it takes the
+	// fold's progress past the first.
+	after := fx.submit(t, "acme", job.Submission{Kind: "ok", Metadata: sub.Metadata})
+	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, after.ID).State.Terminal() }, "job never ended")
+	before := fx.get(t, j.ID)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return fx.rdb.Exists(ctx, fx.keys.JobFolded(after.Queue, after.ID)).Val() == 1
+	}, "the job after it not folded")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return fx.rdb.ZScore(ctx, fx.keys.QueueFoldLater(j.Queue), j.ID).Err() == nil ||
+			fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1
+	}, "the job whose delivery is pending neither passed over nor folded")
+	if fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() != 0 || fx.rdb.HExists(ctx, fx.keys.Job(j.Queue, j.ID), "folded").Val() {
+		t.Fatal("a job whose delivery is pending was folded")
+	}
+	retireAt := fx.rdb.ZScore(ctx, fx.keys.QueueRetired(j.Queue), j.ID).Val()
+	if to, _ := fx.rdb.HGet(ctx, fx.keys.QueueStats(j.Queue), "folded_to").Float64(); to < retireAt {
+		t.Fatalf("folded_to %.0f, want past the job passed over (%.0f)", to, retireAt)
+	}
+
+	tryAgain(t, d, tried)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1
+	}, "delivered, the job is still not folded")
+	if fx.rdb.ZScore(ctx, fx.keys.QueueFoldLater(j.Queue), j.ID).Err() == nil {
+		t.Fatal("folded, the job is left in fold_later")
+	}
+	got := fx.get(t, j.ID)
+	if w := got.Webhook; w.State != job.WebhookDelivered || len(w.Tries) != 2 || w.Tries[0].Status != 503 || w.Tries[1].Status != 200 {
+		t.Fatalf("webhook %+v, want delivered, tries 503 then 200", w)
+	}
+	if string(got.Metadata) != string(before.Metadata) || string(got.Result) != string(before.Result) {
+		t.Fatalf("folded: metadata %s, result %s; want %s, %s", got.Metadata, got.Result, before.Metadata, before.Result)
+	}
+}
+
+// tryAgain has d start the next try of the one delivery it holds once its
+// backoff is over, and waits for the try's record.
+func tryAgain(t *testing.T, d *webhook.Drainer, tried *testsignal.Signal) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		n, err := d.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}, "next try never started")
+	tried.Wait(t, 10*time.Second)
+}
+
 // A delivery tried again after its job was folded (its tries, long, moved
-// to the job's folded key) keeps the tries before the fold, and its
-// request carries the job as it was.
+// to the job's folded key), as a worker of the versions before this one's
+// folds it, keeps the tries before the fold, and its request carries the
+// job as it was.
 func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
 	t.Parallel()
 	fx := newFixture(t)
@@ -473,21 +546,19 @@ func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
 	}
 	tried.Wait(t, 10*time.Second)
 
+	// This version's fold waits for the delivery's end: the delivery is
+	// pending again once it is folded, as an older fold leaves it.
+	hash := fx.keys.Job(j.Queue, j.ID)
+	fx.rdb.HSet(ctx, hash, "webhook_state", "delivered")
 	fx.worker(t, execution.Config{FoldAfter: time.Millisecond})
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1
 	}, "job not folded")
-	if fx.rdb.HExists(ctx, fx.keys.Job(j.Queue, j.ID), "webhook_tries").Val() {
+	fx.rdb.HSet(ctx, hash, "webhook_state", "pending")
+	if fx.rdb.HExists(ctx, hash, "webhook_tries").Val() {
 		t.Fatal("the tries, longer than a listpack's values, left in the hash by the fold")
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		n, err := d.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	}, "second try never started")
-	tried.Wait(t, 10*time.Second)
+	tryAgain(t, d, tried)
 	w := fx.get(t, j.ID).Webhook
 	if w.State != job.WebhookDelivered || w.Attempts != 2 || len(w.Tries) != 2 || w.Tries[0].Status != 503 || w.Tries[1].Status != 200 {
 		t.Fatalf("webhook %+v, want delivered, tries 503 then 200", w)

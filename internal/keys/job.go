@@ -63,6 +63,12 @@ func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair")
 // their record (hash and events) is deleted: the end of their retention.
 func (s Space) QueueRetired(queue string) string { return s.key("q:"+queue, "retired") }
 
+// QueueFoldLater is the sorted set of a queue's ended jobs that its fold
+// passed over while their webhook delivery was pending, to fold once it is
+// not (member job id, score when to look again, in Redis-clock
+// milliseconds; internal/scripts/job_fold.lua).
+func (s Space) QueueFoldLater(queue string) string { return s.key("q:"+queue, "fold_later") }
+
 // QueueStats is the hash counting a queue's jobs per state.
 func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats") }
 

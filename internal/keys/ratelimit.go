@@ -46,8 +46,9 @@ func (s Space) UsageDay(tenant string, day time.Time) string {
 }
 
 // UsageSeen is the hash of a tenant's marks of the events counted with a
-// time on the UTC day of day (field: "<counter>:<event id>", value: the n
-// counted), so a retried write is not counted twice.
+// time on the UTC day of day (field: an event's mark, a digest of
+// "<counter>:<event id>"; value: the n counted), so a retried write is not
+// counted twice.
 func (s Space) UsageSeen(tenant string, day time.Time) string {
 	return s.key("usage:"+tenant, "seen:"+day.UTC().Format(time.DateOnly))
 }

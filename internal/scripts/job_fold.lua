@@ -1,25 +1,61 @@
 -- Folds ended jobs of one queue (fold, transition.lua: their events and
 -- long fields into their folded keys, their hashes into listpacks), a
 -- while after they ended: execution/fold.go picks them from the retired
--- index, in the order of its scores, and passes the highest score it took.
--- KEYS[1] stats   KEYS[3i - 1] job hash, KEYS[3i] events and KEYS[3i + 1]
--- folded key of job i (1..n)
--- ARGV[1] the retired score this call's jobs reach
+-- index, in the order of its scores, and passes the highest score it took;
+-- and those due again in fold_later.
+-- KEYS[1] stats   KEYS[2] retired   KEYS[3] fold_later
+-- KEYS[3i + 1] job hash, KEYS[3i + 2] events and KEYS[3i + 3] folded key
+-- of job i (1..n)
+-- ARGV[1] the retired score this call's jobs from the retired index reach
+-- (0: none)   ARGV[2] the highest retired score a job may have to be
+-- folded (its end long enough ago)   ARGV[3] again_ms: how long after a
+-- pass a job passed over is looked at again   ARGV[3 + i] job i's id
 -- Returns the retired score the queue's jobs are folded up to: the higher
--- of ARGV[1] and the one stored (another reaper may be further on). A job
--- that is not ended (retried since it was picked) or has no stream is left.
-local stats = KEYS[1]
-for i = 2, #KEYS, 3 do
-  local j = {key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2]}
-  local state = redis.call('HGET', j.key, 'state')
-  if state and terminal(state) then
-    fold(j)
+-- of ARGV[1] and the one stored (another reaper may be further on).
+--
+-- A job is left, and out of fold_later, when it is not in the retired
+-- index (retried or deleted since it was picked), its retention is over
+-- (its retired score is not after the clock: it is deleted soon), or it
+-- has no stream (folded already). A job whose webhook delivery is pending
+-- is passed over into fold_later, to be looked at again after again_ms: a
+-- drainer of the versions before the fold's reads the job's hash alone,
+-- and would send its folded fields as null. A job whose retired score is
+-- past ARGV[2] ended again since it was picked, or is in fold_later and
+-- this reaper's retention less its fold delay is shorter than that of the
+-- reaper that put it there: it is looked at again when it is ARGV[2]'s
+-- (every job of fold_later due is rescored or removed, so a reaper that
+-- reads full batches of it ends). A job's folded key expires at its retired
+-- score, the end of its retention, when its hash is deleted, by whichever
+-- version (one before the folded key's leaves the key).
+local stats, retired, later = KEYS[1], KEYS[2], KEYS[3]
+local upto, again = tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local waits, done = {}, {}
+for i = 4, #KEYS, 3 do
+  local id = ARGV[(i - 1) / 3 + 3]
+  local retire_at = tonumber(redis.call('ZSCORE', retired, id))
+  if not retire_at or retire_at <= now then
+    done[#done + 1] = id
+  elseif retire_at > upto then
+    waits[#waits + 1], waits[#waits + 2] = now + retire_at - upto, id
+  elseif redis.call('HGET', KEYS[i], 'webhook_state') == 'pending' then
+    waits[#waits + 1], waits[#waits + 2] = now + again, id
+  else
+    fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at})
+    done[#done + 1] = id
   end
 end
-local upto = tonumber(ARGV[1])
+if #waits > 0 then
+  redis.call('ZADD', later, unpack(waits))
+end
+if #done > 0 then
+  redis.call('ZREM', later, unpack(done))
+end
+local reached = tonumber(ARGV[1])
 local stored = tonumber(redis.call('HGET', stats, 'folded_to') or '0')
-if stored >= upto then
+if stored >= reached then
   return int(stored)
 end
-redis.call('HSET', stats, 'folded_to', int(upto))
-return int(upto)
+redis.call('HSET', stats, 'folded_to', int(reached))
+return int(reached)

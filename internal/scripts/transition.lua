@@ -280,8 +280,9 @@ local function folded_empty()
   return {'trace', 'exec_trace', 'metadata', 'error', 'result', 'schedule', 'cost', 'webhook'}
 end
 
--- fold folds job j ({key, events, folded}), which has ended, as described
--- above, and reports whether it did: not when it has no events (folded
+-- fold folds job j ({key, events, folded, expire_at}), which has ended, as
+-- described above, its folded key to expire at expire_at (Unix ms), and
+-- reports whether it did: not when it has no events (folded
 -- already, by this version or an older one), more than fold_max, or more
 -- than fold_max_bytes to move.
 local function fold(j)
@@ -320,7 +321,7 @@ local function fold(j)
   end
   redis.call('DEL', j.key, j.events)
   redis.call('HSET', j.key, unpack(kept))
-  redis.call('SET', j.folded, cjson.encode({f = moved, e = flat}))
+  redis.call('SET', j.folded, cjson.encode({f = moved, e = flat}), 'PXAT', int(j.expire_at))
   return true
 end
 

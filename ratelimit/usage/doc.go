@@ -9,12 +9,16 @@
 // the mark and adds nothing. No interleaving of concurrent duplicates can
 // count one twice, since the check and the write cannot be split.
 //
-//	<prefix>{usage:<tenant>}:seen:2026-03-01   hash "<counter>:<event id>" → n: the marks of the day's events, kept MarkTTL after the last
+//	<prefix>{usage:<tenant>}:seen:2026-03-01   hash mark → n: the marks of the day's events, kept MarkTTL after the last
 //	<prefix>{usage:<tenant>}:day:2026-03-01    hash counter → count, dropped Retention after the day
 //
-// A mark is a field of its day's hash, not a key of its own: a job's
-// handful of events (submitted, started, ended, tokens) cost a few dozen
-// bytes each and no key. A retry is found by a mark of its event's day or
+// A mark is a field of its day's hash, not a key of its own, and the
+// field is a 12-byte digest of "<counter>:<event id>" (SHA-256, cut: two
+// events of a tenant-day share one with a chance of about 4·10^-15 at 10^7
+// events that day), not that string: a job's handful of events
+// (submitted, started, ended, tokens) cost about 56 bytes each and no
+// key. Marks that versions before wrote as "<counter>:<event id>" are
+// looked up too, so an upgrade counts none of their events twice. A retry is found by a mark of its event's day or
 // of the days either side, so a caller whose retry takes the time of the
 // retry rather than of the event, or another process's clock, still
 // counts once across a midnight.
@@ -39,7 +43,7 @@
 //     maxmemory-policy noeviction.
 //
 // A mark costs a hash field per (counter, event id) for MarkTTL: at 100
-// events a second, about 70 million fields over 8 days, a few GB. Size
+// events a second, about 70 million fields over 8 days, 4 GB. Size
 // MarkTTL to the retry window, not longer.
 //
 // Days are UTC: an event at 23:30 in New York on March 1 counts on March 2.

@@ -347,3 +347,56 @@ func TestAddAllCountsEachAddOnItsOwn(t *testing.T) {
 		}
 	})
 }
+
+// An event counted by a version before the marks were digests, under the
+// mark "<counter>:<event id>", is not counted again by this one (an
+// upgrade runs both side by side): a retry finds that mark on its day and
+// on the days either side, an event of the same batch without one counts,
+// and a retry with another n is refused. This version writes a mark as 12
+// bytes, which is all a mark costs.
+//
+// Fails when the marks of the versions before are not looked up (their
+// events count twice), or the marks are written long again.
+func TestMarksOfTheVersionBeforeAreFound(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newCounters(t, rdb, usage.Config{})
+		ctx := t.Context()
+		at := today().Add(time.Hour)
+		// What the version before wrote for evt-old, counted with n 3.
+		if err := rdb.HSet(ctx, ks.UsageSeen("acme", at), "jobs:evt-old", "3").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HIncrBy(ctx, ks.UsageDay("acme", at), "jobs", 3).Err(); err != nil {
+			t.Fatal(err)
+		}
+		events := []usage.Event{{ID: "evt-old", At: at}, {ID: "evt-new", At: at}}
+		if err := c.AddEach(ctx, "acme", "jobs", 3, events); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, c, "acme", "jobs", at); n != 6 {
+			t.Fatalf("count %d, want 6: evt-old counted once before, evt-new now", n)
+		}
+		if add(t, c, "acme", "jobs", 3, "evt-old", at.Add(24*time.Hour)) || add(t, c, "acme", "jobs", 3, "evt-old", at.Add(-24*time.Hour)) {
+			t.Fatal("a retry a day away from the old mark counted again")
+		}
+		if _, err := c.Add(ctx, "acme", "jobs", 4, "evt-old", at); !errors.Is(err, usage.ErrConflict) || !strings.Contains(err.Error(), "n 3, now 4") {
+			t.Fatalf("a retry with another n: %v, want ErrConflict", err)
+		}
+		// Another counter's event of the same id has a mark of its own.
+		if !add(t, c, "acme", "runs", 3, "evt-old", at) {
+			t.Fatal("runs/evt-old taken as counted: jobs/evt-old's mark is not its")
+		}
+		fields, err := rdb.HKeys(ctx, ks.UsageSeen("acme", at)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fields) != 3 {
+			t.Fatalf("%d marks, want the old one and 2 new", len(fields))
+		}
+		for _, f := range fields {
+			if f != "jobs:evt-old" && len(f) != 12 {
+				t.Errorf("mark %q of %d bytes, want 12", f, len(f))
+			}
+		}
+	})
+}
