@@ -24,13 +24,15 @@
 -- this reaper's retention less its fold delay is shorter than that of the
 -- reaper that put it there: it is looked at again when it is ARGV[2]'s
 -- (every job of fold_later due is rescored or removed, so a reaper that
--- reads full batches of it ends). A job's folded key expires at its retired
--- score, the end of its retention, when its hash is deleted, by whichever
--- version (one before the folded key's leaves the key).
+-- reads full batches of it ends). A job's folded key expires a day after
+-- its retired score, the end of its retention, when its hash is deleted,
+-- by whichever version (one before the folded key's leaves the key): the
+-- day is for a reaper late to delete it, so that a read or a retry of a
+-- job past its retention still finds its fields while it is there.
 local stats, retired, later = KEYS[1], KEYS[2], KEYS[3]
 local upto, again = tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
+local linger = 86400000 -- the day past its retention, ms
 local waits, done = {}, {}
 for i = 4, #KEYS, 3 do
   local id = ARGV[(i - 1) / 3 + 3]
@@ -42,7 +44,7 @@ for i = 4, #KEYS, 3 do
   elseif redis.call('HGET', KEYS[i], 'webhook_state') == 'pending' then
     waits[#waits + 1], waits[#waits + 2] = now + again, id
   else
-    fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at})
+    fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at + linger})
     done[#done + 1] = id
   end
 end
