@@ -69,19 +69,12 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	if len(retired) > 0 {
 		last = strconv.FormatFloat(retired[len(retired)-1].Score, 'f', 0, 64)
 	}
-	keys := []string{stats, retiredKey, laterKey}
-	args := []any{last, upto, after.Milliseconds()}
-	add := func(id string) {
-		keys = append(keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
-		args = append(args, id)
-	}
+	ids := make([]string, 0, len(retired)+len(later))
 	for _, z := range retired {
-		add(z.Member.(string))
+		ids = append(ids, z.Member.(string))
 	}
-	for _, id := range later {
-		add(id)
-	}
-	from, err := foldScript.Run(ctx, q.rdb, keys, args...).Text()
+	args := q.newFoldArgs(last, upto, after, append(ids, later...))
+	from, err := foldScript.Run(ctx, q.rdb, args.keys, args.argv...).Text()
 	if err != nil {
 		return false, fmt.Errorf("fold %s: %w", q.name, err)
 	}
@@ -105,6 +98,32 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 		q.folds.from, q.folds.skip = from, 0
 	}
 	return len(retired) == foldBatch || len(later) == foldBatch, nil
+}
+
+// foldArgs is the fold script's KEYS and ARGV.
+type foldArgs struct {
+	keys []string
+	argv []any
+}
+
+// newFoldArgs lays out the fold script's KEYS and ARGV for a fold of ids
+// (those taken from the retired index, then those due in fold_later): last
+// is the highest retired score of the first ("0" for none), upto the
+// highest a job may have to be folded, again how long until a job passed
+// over is looked at again. It is the one place in Go that knows that
+// layout, which the header of internal/scripts/job_fold.lua documents:
+// change the two together.
+func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) foldArgs {
+	a := foldArgs{keys: make([]string, 0, 3+3*len(ids)), argv: make([]any, 0, 3+len(ids))}
+	// KEYS[1..3], ARGV[1..3]
+	a.keys = append(a.keys, q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name), q.keys.QueueFoldLater(q.name))
+	a.argv = append(a.argv, last, upto, again.Milliseconds())
+	// KEYS[3i+1 .. 3i+3] and ARGV[3+i] of job i (1..n)
+	for _, id := range ids {
+		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
+		a.argv = append(a.argv, id)
+	}
+	return a
 }
 
 // folds is where a queue's next fold starts: the retired score from, past

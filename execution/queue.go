@@ -791,6 +791,29 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 	return ids, lanes, nil
 }
 
+// heartbeatArgs is the heartbeat script's KEYS and ARGV.
+type heartbeatArgs struct {
+	keys []string
+	argv []any
+}
+
+// newHeartbeatArgs lays out the heartbeat script's KEYS and ARGV for a
+// renewal of execs' leases. It is the one place in Go that knows that
+// layout, which the header of internal/scripts/execution_heartbeat.lua
+// documents: change the two together.
+func (q *queue) newHeartbeatArgs(execs []*Execution) heartbeatArgs {
+	a := heartbeatArgs{keys: make([]string, 0, 1+len(execs)), argv: make([]any, 0, 1+3*len(execs))}
+	// KEYS[1], ARGV[1]
+	a.keys = append(a.keys, q.keys.QueueLeases(q.name))
+	a.argv = append(a.argv, q.ttl.Milliseconds())
+	// KEYS[1+i] and ARGV[3i-1 .. 3i+1] of execution i (1..n)
+	for _, e := range execs {
+		a.keys = append(a.keys, q.keys.Job(q.name, e.JobID))
+		a.argv = append(a.argv, e.JobID, e.token.String(), e.ID)
+	}
+	return a
+}
+
 // heartbeatStatus is what a heartbeat learned about one execution.
 type heartbeatStatus int
 
@@ -806,17 +829,14 @@ const (
 // round trips. An execution that lost a slot of a key has lost its lease:
 // the slot may be someone else's now.
 func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatStatus, error) {
-	keys := []string{q.keys.QueueLeases(q.name)}
-	args := []any{q.ttl.Milliseconds()}
 	held := map[string][]string{}
 	for _, e := range execs {
-		keys = append(keys, q.keys.Job(q.name, e.JobID))
-		args = append(args, e.JobID, e.token.String(), e.ID)
 		for _, k := range e.keys {
 			held[k] = append(held[k], e.ID)
 		}
 	}
-	res, err := heartbeatScript.Run(ctx, q.rdb, keys, args...).Int64Slice()
+	args := q.newHeartbeatArgs(execs)
+	res, err := heartbeatScript.Run(ctx, q.rdb, args.keys, args.argv...).Int64Slice()
 	if err == nil && len(res) != len(execs) {
 		err = fmt.Errorf("%d values in the reply, want %d", len(res), len(execs))
 	}

@@ -10,6 +10,8 @@
 -- (0: none)   ARGV[2] the highest retired score a job may have to be
 -- folded (its end long enough ago)   ARGV[3] again_ms: how long after a
 -- pass a job passed over is looked at again   ARGV[3 + i] job i's id
+-- (newFoldArgs in execution/fold.go is the one place in Go that lays these
+-- KEYS and ARGV out: change the two together.)
 -- Returns the retired score the queue's jobs are folded up to: the higher
 -- of ARGV[1] and the one stored (another reaper may be further on).
 --
