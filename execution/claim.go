@@ -301,7 +301,7 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *map[strin
 // and, for a claim whose client waits for replicas on one primary, the
 // WAIT the claim owes (confirmation). r is the claim's reservation; nil
 // for the reaper's, which has none.
-func (q *queue) commit(ctx context.Context, args claimArgs, r *reservation) (res claimReply, conf *confirmation, err error) {
+func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation) (res claimReply, conf *confirmation, err error) {
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	var raw []any
@@ -386,8 +386,9 @@ func (q *queue) peekKeys() []string {
 		q.keys.QueueDeadlines(q.name), q.keys.QueueRetired(q.name)}
 }
 
-// claimArgs is the claim script's KEYS and ARGV.
-type claimArgs struct {
+// scriptArgs is one script run's KEYS and ARGV, as a layout function
+// (newClaimArgs, newFoldArgs, newHeartbeatArgs) lays them out.
+type scriptArgs struct {
 	keys []string
 	argv []any
 }
@@ -398,9 +399,9 @@ type claimArgs struct {
 // slots as held says (reservation.held). It is the one place in Go that
 // knows that layout, which the header of internal/scripts/execution_claim.lua
 // documents: change the two together.
-func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) claimArgs {
+func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scriptArgs {
 	n, r := len(pl.ids), len(pl.retired)
-	a := claimArgs{keys: make([]string, 0, 8+3*n+5*r+1), argv: make([]any, 0, 8+3*n+1+r)}
+	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+1), argv: make([]any, 0, 8+3*n+1+r)}
 	// KEYS[1..8], ARGV[1..8]
 	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),

@@ -100,12 +100,6 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	return len(retired) == foldBatch || len(later) == foldBatch, nil
 }
 
-// foldArgs is the fold script's KEYS and ARGV.
-type foldArgs struct {
-	keys []string
-	argv []any
-}
-
 // newFoldArgs lays out the fold script's KEYS and ARGV for a fold of ids
 // (those taken from the retired index, then those due in fold_later): last
 // is the highest retired score of the first ("0" for none), upto the
@@ -113,8 +107,8 @@ type foldArgs struct {
 // over is looked at again. It is the one place in Go that knows that
 // layout, which the header of internal/scripts/job_fold.lua documents:
 // change the two together.
-func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) foldArgs {
-	a := foldArgs{keys: make([]string, 0, 3+3*len(ids)), argv: make([]any, 0, 3+len(ids))}
+func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) scriptArgs {
+	a := scriptArgs{keys: make([]string, 0, 3+3*len(ids)), argv: make([]any, 0, 3+len(ids))}
 	// KEYS[1..3], ARGV[1..3]
 	a.keys = append(a.keys, q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name), q.keys.QueueFoldLater(q.name))
 	a.argv = append(a.argv, last, upto, again.Milliseconds())

@@ -791,18 +791,12 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 	return ids, lanes, nil
 }
 
-// heartbeatArgs is the heartbeat script's KEYS and ARGV.
-type heartbeatArgs struct {
-	keys []string
-	argv []any
-}
-
 // newHeartbeatArgs lays out the heartbeat script's KEYS and ARGV for a
 // renewal of execs' leases. It is the one place in Go that knows that
 // layout, which the header of internal/scripts/execution_heartbeat.lua
 // documents: change the two together.
-func (q *queue) newHeartbeatArgs(execs []*Execution) heartbeatArgs {
-	a := heartbeatArgs{keys: make([]string, 0, 1+len(execs)), argv: make([]any, 0, 1+3*len(execs))}
+func (q *queue) newHeartbeatArgs(execs []*Execution) scriptArgs {
+	a := scriptArgs{keys: make([]string, 0, 1+len(execs)), argv: make([]any, 0, 1+3*len(execs))}
 	// KEYS[1], ARGV[1]
 	a.keys = append(a.keys, q.keys.QueueLeases(q.name))
 	a.argv = append(a.argv, q.ttl.Milliseconds())
