@@ -72,15 +72,34 @@ func (s *Store) fence(ctx context.Context, op string, script *redis.Script, reso
 	if err != nil {
 		return fmt.Errorf("fencing: %s %q: %w", op, resource, err)
 	}
-	accepted, _ := reply[0].(int64)
-	if accepted == 1 {
+	accepted, highest, err := decodeFence(reply)
+	if err != nil {
+		return fmt.Errorf("fencing: %s %q: %w", op, resource, err)
+	}
+	if accepted {
 		return nil
 	}
-	highest, err := parseToken(reply[1])
-	if err != nil {
-		return fmt.Errorf("fencing: %s %q: highest token: %w", op, resource, err)
-	}
 	return &StaleError{Resource: resource, Token: token, Highest: highest}
+}
+
+// decodeFence reads a fenced_*.lua reply, {1, token} or {0, highest}, with
+// its length and types checked: a reply of another shape is an error, not
+// a panic.
+func decodeFence(reply []any) (accepted bool, highest Token, err error) {
+	if len(reply) != 2 {
+		return false, 0, fmt.Errorf("%d values in the reply, want 2", len(reply))
+	}
+	switch reply[0] {
+	case int64(1):
+		return true, 0, nil
+	case int64(0):
+		highest, err = parseToken(reply[1])
+		if err != nil {
+			return false, 0, fmt.Errorf("highest token: %w", err)
+		}
+		return false, highest, nil
+	}
+	return false, 0, fmt.Errorf("reply %v: want 1 or 0 first", reply[0])
 }
 
 // Read returns the last value written to resource and its token; a resource
