@@ -210,10 +210,12 @@ func (w *Watcher) Watch(parent context.Context, id string) (context.Context, con
 	ctx, cancel := context.WithCancelCause(parent)
 	wt := &watch{ctx: ctx, cancel: cancel}
 
+	// Asked before w.mu is taken: the connection has a lock of its own.
+	deaf := !w.live.Load() || !w.nc.IsConnected()
 	w.mu.Lock()
 	w.watches[id] = append(w.watches[id], wt)
 	_, early := w.early.now[id]
-	if _, before := w.early.before[id]; before || early || !w.live.Load() || !w.nc.IsConnected() {
+	if _, before := w.early.before[id]; before || early || deaf {
 		w.fresh[id] = struct{}{}
 	}
 	fresh := len(w.fresh) > 0
