@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 )
 
-var foldScript = scripts.Load("job_fold.lua", "stats.lua", "finished.lua", "transition.lua")
+var foldScript = scripts.Load("job_fold.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
 
 // DefaultFoldAfter is the default Config.FoldAfter.
 const DefaultFoldAfter = time.Minute

@@ -422,14 +422,15 @@ func TestEventsFoldedByTheOlderVersion(t *testing.T) {
 	ks, ctx := keys.New(f.prefix), t.Context()
 	// What the older fold wrote: stream id, type, data per event.
 	var flat []string
-	for _, m := range f.rdb.XRange(ctx, ks.JobEvents("default", j.ID), "-", "+").Val() {
-		flat = append(flat, m.ID, m.Values["type"].(string), m.Values["data"].(string))
+	for _, e := range want {
+		flat = append(flat, e.ID, e.Type, string(e.Data))
 	}
 	packed, err := json.Marshal(flat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.rdb.HSet(ctx, ks.Job("default", j.ID), "events", packed)
+	f.rdb.HDel(ctx, ks.Job("default", j.ID), "states")
 	f.rdb.Del(ctx, ks.JobEvents("default", j.ID))
 	if events := f.allEvents(t, j.ID); !slices.EqualFunc(events, want, sameEvent) {
 		t.Fatalf("folded by the older version: %s\nwant %s", events, want)
@@ -445,5 +446,50 @@ func TestEventsFoldedByTheOlderVersion(t *testing.T) {
 	}
 	if events := f.allEvents(t, j.ID); len(events) != len(want)+1 || !slices.EqualFunc(events[:len(want)], want, sameEvent) {
 		t.Fatalf("retried: %s\nwant %s, then the retry's", events, want)
+	}
+}
+
+// A job's first emitted event gives it its stream: the state events kept
+// in its hash before it move there with their ids, ahead of it, and the
+// later ones follow it there.
+func TestFirstEmitMovesStateEventsToTheStream(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ks := keys.New(f.prefix)
+	emitted := make(chan []job.Event, 1)
+	emit := map[string]execution.Handler{"emit": func(ctx context.Context, e *execution.Execution) (any, error) {
+		id := e.JobID
+		before, err := f.store.Events(ctx, "acme", id, false, "", 0)
+		if err != nil {
+			return nil, err
+		}
+		if f.rdb.Exists(ctx, ks.JobEvents("default", id)).Val() != 0 {
+			t.Error("a running job that emitted nothing has a stream")
+		}
+		if err := e.Emit(ctx, execution.EventProgress, map[string]int{"done": 1}); err != nil {
+			return nil, err
+		}
+		if f.rdb.HExists(ctx, ks.Job("default", id), "states").Val() {
+			t.Error("emitted: the field states is left")
+		}
+		emitted <- before
+		return "ok", nil
+	}}
+	_, stop := f.startWorker(t, execution.Config{}, emit)
+	defer stop()
+	j := f.submit(t, job.Submission{Kind: "emit", Input: raw(`{}`)})
+	f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded)
+	before := <-emitted
+	all := f.allEvents(t, j.ID)
+	var types []string
+	for k, e := range all {
+		types = append(types, e.Type)
+		if k > 0 && testenv.CompareStreamIDs(all[k-1].ID, e.ID) >= 0 {
+			t.Fatalf("event ids %s then %s", all[k-1].ID, e.ID)
+		}
+	}
+	if len(before) != 2 || len(all) != 4 || !slices.EqualFunc(all[:2], before, sameEvent) ||
+		!slices.Equal(types, []string{"state", "state", "progress", "state"}) {
+		t.Fatalf("events %s, want those before the emit %s, the emit and the success", all, before)
 	}
 }

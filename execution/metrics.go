@@ -178,7 +178,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 // been ready, in three round trips whatever the queue's size. A ready
 // job's newest event is
 // the "queued" one that made it ready (nothing else writes to a job that
-// does not run), and its stream id is that moment on Redis's clock; the
+// does not run), and its id (a stream id) is that moment on Redis's clock; the
 // age is taken on Redis's clock too. A delayed job counts from its submit.
 func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, byKey map[string]int64, err error) {
 	ctx, stop := context.WithTimeout(ctx, 2*time.Second)
@@ -209,21 +209,30 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, b
 		return ready, 0, byKey, err // the lane emptied meanwhile
 	}
 	var last *redis.XMessageSliceCmd
+	var states *redis.StringCmd
 	var now *redis.TimeCmd
 	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		last = p.XRevRangeN(ctx, q.keys.JobEvents(q.name, first[0]), "+", "-", 1)
+		states = p.HGet(ctx, q.keys.Job(q.name, first[0]), "states")
 		now = p.Time(ctx)
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, 0, nil, err
 	}
-	if len(last.Val()) == 0 {
-		return ready, 0, byKey, nil // the job ended and its events expired meanwhile
+	// The newest event is in the stream or at the front of the states
+	// field (internal/scripts/states.lua), both ids <ms>-<seq>.
+	var at int64
+	if len(last.Val()) > 0 {
+		ms, _, _ := strings.Cut(last.Val()[0].ID, "-")
+		at, _ = strconv.ParseInt(ms, 10, 64)
 	}
-	ms, _, _ := strings.Cut(last.Val()[0].ID, "-")
-	at, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return ready, 0, byKey, nil // stream ids are always <ms>-<seq>
+	if ms, _, ok := strings.Cut(states.Val(), "-"); ok {
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			at = max(at, n)
+		}
+	}
+	if at == 0 {
+		return ready, 0, byKey, nil // the job ended and its events expired meanwhile
 	}
 	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), byKey, nil
 }

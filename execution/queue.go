@@ -23,10 +23,10 @@ import (
 
 var (
 	peekScript       = scripts.Load("execution_peek.lua")
-	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua")
+	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
-	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua")
-	emitScript       = scripts.Load("execution_emit.lua")
+	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
+	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
 	checkpointScript = scripts.Load("execution_checkpoint.lua")
 )
 

@@ -133,6 +133,13 @@ func (c deleteCall) layout(ks keys.Space) scriptArgs {
 	}
 }
 
+// followCall gives job id of queue its stream (job_follow.lua).
+type followCall struct{ queue, id string }
+
+func (c followCall) layout(ks keys.Space) scriptArgs {
+	return scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobEvents(c.queue, c.id)}}
+}
+
 // layouter is a params struct of a script call.
 type layouter interface{ layout(keys.Space) scriptArgs }
 

@@ -76,7 +76,11 @@
 //	                      minute (finished.lua), and folded_to, the
 //	                      retired score Q's jobs are folded up to
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
-//	                      output, log), capped at about scripts.EventsMaxLen;
+//	                      output, log), capped at about scripts.EventsMaxLen,
+//	                      made when something needs it (its first emitted
+//	                      event, a reader that waits, 4 KB of state events);
+//	                      before, its state events are in its hash's field
+//	                      states (states.lua; Events merges them by id);
 //	                      a minute after the job ends, the workers' reapers
 //	                      fold them into the job's folded key and delete
 //	                      the stream (fold in transition.lua; Events reads

@@ -118,6 +118,17 @@ func (fx fixture) submit(t testing.TB, tenant string, s job.Submission) job.Job 
 	return j
 }
 
+// events returns all the events of job id (fewer than a page), read as the
+// API reads them.
+func (fx fixture) events(t testing.TB, id string) []job.Event {
+	t.Helper()
+	evs, err := fx.store.Events(context.Background(), "", id, true, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
 // stats returns the queue's per-state counts as stored (the hash also
 // holds the ring of finishes per minute, which is left out).
 func (fx fixture) stats(t testing.TB, queue string) map[string]string {

@@ -3,12 +3,10 @@ package job
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,6 +93,7 @@ type Store struct {
 	retry     *redis.Script
 	delete    *redis.Script
 	signal    *redis.Script
+	follow    *redis.Script
 	unlock    *redis.Script
 	tracer    trace.Tracer
 	queueSet  *queueSet
@@ -116,11 +115,12 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
 		limited:   cfg.OnlyLimitedKeys,
-		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
-		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
-		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua"),
-		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "transition.lua"),
-		signal:    scripts.Load("job_signal.lua", "fair.lua", "stats.lua", "finished.lua", "transition.lua", "signal.lua"),
+		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
+		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
+		retry:     scripts.Load("job_retry.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
+		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
+		signal:    scripts.Load("job_signal.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua"),
+		follow:    scripts.Load("job_follow.lua", "states.lua"),
 		unlock:    scripts.Load("unlock.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
@@ -235,136 +235,6 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	}
 	s.traceCancel(ctx, j, r.outcome, start)
 	return j, nil
-}
-
-// Event is one entry of a job's event stream.
-type Event struct {
-	ID   string          `json:"id"`   // the stream entry id, to resume after
-	Type string          `json:"type"` // state, progress, output or log
-	Data json.RawMessage `json:"data"`
-}
-
-// EventsPage is the most events one Events call returns: a replay of a
-// long stream is read a page at a time, never whole.
-const EventsPage = 100
-
-// Events returns the events of job id after the event id after ("" = from
-// the start), at most EventsPage of them. With block > 0 and nothing there yet, it waits up to block
-// for the next events, holding one Redis connection meanwhile. A malformed
-// after is ErrBadCursor.
-//
-// A job's events are in its stream, or in its folded key once a reaper
-// folded them there a while after the job ended (in its hash's field
-// events when an older version folded them; see
-// internal/scripts/transition.lua); a retry puts them back in the stream.
-// A read that finds the stream gone reads the folded events again, in
-// case the fold came between its two reads.
-func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
-	from, err := parseStreamID(cmp.Or(after, "0"))
-	if err != nil {
-		return nil, ErrBadCursor
-	}
-	queue, err := s.locate(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	owner, flat, folded, err := s.foldedEvents(ctx, queue, id)
-	if err != nil {
-		return nil, err
-	}
-	if owner == "" || (!admin && owner != tenant) {
-		return nil, ErrNotFound
-	}
-	if folded {
-		if events, err := unfold(flat, from); err != nil || len(events) > 0 || block <= 0 {
-			return events, err
-		}
-		// Nothing after after: only a retry, which puts them back in the
-		// stream, can bring more.
-	}
-	events, err := s.streamEvents(ctx, queue, id, after, block)
-	if err != nil || len(events) > 0 {
-		return events, err
-	}
-	if _, flat, folded, err = s.foldedEvents(ctx, queue, id); err != nil || !folded {
-		return nil, err
-	}
-	return unfold(flat, from)
-}
-
-// foldedEvents reads the tenant of job id of queue ("" when there is no
-// such job) and, when they are folded, its events: three strings each
-// (unfold).
-func (s *Store) foldedEvents(ctx context.Context, queue, id string) (owner string, flat []string, folded bool, err error) {
-	var r jobRead
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		r = s.readJob(ctx, p, queue, id, []string{"tenant", "events"})
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return "", nil, false, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	// Torn: a retry's expand came between the reads, and the events are
-	// back in the stream.
-	vals, f, ok, _, err := r.values()
-	if err != nil {
-		return "", nil, false, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	owner, _ = vals[0].(string)
-	if ok {
-		return owner, f.Events, true, nil
-	}
-	old, ok := vals[1].(string)
-	if !ok {
-		return owner, nil, false, nil
-	}
-	if err := json.Unmarshal([]byte(old), &flat); err != nil {
-		return "", nil, false, fmt.Errorf("job: events %s: folded events: %w", id, err)
-	}
-	return owner, flat, true, nil
-}
-
-// streamEvents reads the events of job id in queue from its stream, as
-// Events.
-func (s *Store) streamEvents(ctx context.Context, queue, id, after string, block time.Duration) ([]Event, error) {
-	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
-	args := &redis.XReadArgs{Streams: []string{s.keys.JobEvents(queue, id), cmp.Or(after, "0")}, Count: EventsPage, Block: -1}
-	if block > 0 {
-		args.Block = max(block, time.Millisecond)
-	}
-	streams, err := s.rdb.XRead(ctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	var events []Event
-	for _, m := range streams[0].Messages {
-		typ, _ := m.Values["type"].(string)
-		data, _ := m.Values["data"].(string)
-		events = append(events, Event{ID: m.ID, Type: typ, Data: json.RawMessage(data)})
-	}
-	return events, nil
-}
-
-// unfold returns the events after from, at most EventsPage, of a job's
-// folded events: three strings each, its stream id, type and data (fold in
-// internal/scripts/transition.lua).
-func unfold(flat []string, from streamID) ([]Event, error) {
-	if len(flat)%3 != 0 {
-		return nil, fmt.Errorf("job: folded events: malformed (%d strings)", len(flat))
-	}
-	var events []Event
-	for i := 0; i < len(flat) && len(events) < EventsPage; i += 3 {
-		at, err := parseStreamID(flat[i])
-		if err != nil {
-			return nil, fmt.Errorf("job: folded events: %w", err)
-		}
-		if at.after(from) {
-			events = append(events, Event{ID: flat[i], Type: flat[i+1], Data: json.RawMessage(flat[i+2])})
-		}
-	}
-	return events, nil
 }
 
 // QueueStats counts a queue's jobs in the states that are still moving,
@@ -640,30 +510,4 @@ func parseReply(v any) (Job, error) {
 // duration becomes 0 (which would mean "none" or "unlimited").
 func millis(d Duration) int64 {
 	return int64((time.Duration(d) + time.Millisecond - 1) / time.Millisecond)
-}
-
-// streamID is a stream entry id.
-type streamID struct{ ms, seq uint64 }
-
-// parseStreamID reads a stream entry id, "<ms>" or "<ms>-<seq>", each part
-// a uint64, so Redis is never handed one it refuses. A missing seq is 0,
-// as XREAD reads it.
-func parseStreamID(id string) (streamID, error) {
-	ms, seq, hasSeq := strings.Cut(id, "-")
-	var at streamID
-	var err error
-	if at.ms, err = strconv.ParseUint(ms, 10, 64); err != nil {
-		return at, fmt.Errorf("bad stream id %q", id)
-	}
-	if hasSeq {
-		if at.seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
-			return at, fmt.Errorf("bad stream id %q", id)
-		}
-	}
-	return at, nil
-}
-
-// after reports whether id comes after other in a stream.
-func (id streamID) after(other streamID) bool {
-	return id.ms > other.ms || (id.ms == other.ms && id.seq > other.seq)
 }

@@ -103,8 +103,15 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q, want %q", field, h[field], v)
 			}
 		}
-		if len(h) != 34 {
-			t.Errorf("record has %d fields, want 34: %v", len(h), h)
+		if len(h) != 35 {
+			t.Errorf("record has %d fields, want 35: %v", len(h), h)
+		}
+		// Its state event is in its hash (states): it has no stream yet.
+		if evs := fx.events(t, j.ID); len(evs) != 1 || !strings.HasSuffix(h["states"], " "+string(evs[0].Data)+"\n") {
+			t.Errorf("states %q, events %+v: want its queued event", h["states"], evs)
+		}
+		if n := fx.rdb.Exists(ctx, fx.keys.JobEvents("gpu", j.ID)).Val(); n != 0 {
+			t.Error("a job that never streamed has a stream")
 		}
 		if n := fx.rdb.Exists(ctx, fx.keys.JobQueue(j.ID)).Val(); n != 0 {
 			t.Error("a tagged id has a lookup key")
@@ -304,7 +311,7 @@ func TestConcurrentSubmitsWithOneKeyCreateOneJob(t *testing.T) {
 			t.Errorf("stats %v", got)
 		}
 		for id := range ids {
-			if c := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, id)).Val(); c != 1 {
+			if c := len(fx.events(t, id)); c != 1 {
 				t.Errorf("%d events, want 1", c)
 			}
 		}
@@ -480,7 +487,7 @@ func TestCancel(t *testing.T) {
 			if err != nil || again.State != job.StateCancelled || again.FinishedAt == nil || !again.FinishedAt.Equal(*got.FinishedAt) {
 				t.Errorf("second cancel: %+v, %v", again, err)
 			}
-			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 2 {
+			if n := len(fx.events(t, j.ID)); n != 2 {
 				t.Errorf("%d events, want queued and cancelled", n)
 			}
 			if want := bump(statsBefore, "queued", -1, "queued/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
@@ -531,7 +538,7 @@ func TestCancel(t *testing.T) {
 			if err := fx.rdb.ZScore(ctx, fx.keys.QueueRetired(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
 				t.Errorf("running job retired: %v", err)
 			}
-			if n := fx.rdb.XLen(ctx, fx.keys.JobEvents(q, j.ID)).Val(); n != 1 {
+			if n := len(fx.events(t, j.ID)); n != 1 {
 				t.Errorf("%d events, want only queued", n)
 			}
 		})

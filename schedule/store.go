@@ -79,7 +79,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("schedule: %w", err)
 		}
 	}
-	lib := []string{"stats.lua", "finished.lua", "transition.lua"} // redis_now, int
+	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
 		rdb:     rdb,
 		keys:    keys.New(cfg.Prefix),

@@ -32,8 +32,8 @@ import (
 )
 
 var (
-	takeScript   = scripts.Load("webhook_take.lua", "stats.lua", "finished.lua", "transition.lua")
-	recordScript = scripts.Load("webhook_record.lua", "stats.lua", "finished.lua", "transition.lua")
+	takeScript   = scripts.Load("webhook_take.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
+	recordScript = scripts.Load("webhook_record.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
 )
 
 // Bounds of one try. A receiver's answer is read to at most maxAnswer

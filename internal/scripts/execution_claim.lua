@@ -81,18 +81,20 @@ local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
 -- table keyed by name would cost a claim a tenth of its work); c.state is
 -- false when the job does not exist.
 local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
-local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 10, 11, 12, 13, 14, 15, 16, 17
+local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, STATES = 10, 11, 12, 13, 14, 15
+local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 16, 17, 18
 local function read(i, id, key, events, lane, due)
   local f
   if due then
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'max_attempts', 'priority',
-      'cancel_requested')
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'max_attempts',
+      'priority', 'cancel_requested')
   else
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost')
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states')
   end
-  return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2], f = f}
+  return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2],
+    states = f[STATES], f = f}
 end
 
 local function fail(code, message)

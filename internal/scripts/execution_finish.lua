@@ -65,7 +65,7 @@ for i = 1, n do
   local job = KEYS[4 + 3 * i]
   local f = redis.call('HMGET', job, 'state', 'token', 'exec_state', 'cancel_requested', 'tenant',
     'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at', 'pushbacks', 'webhook',
-    'webhook_id')
+    'webhook_id', 'states')
   local state, cancel_requested = f[1], f[4]
   local owner = f[2] == token and f[7] == exec
   if owner and state ~= 'running' and f[3] == outcome then
@@ -141,7 +141,8 @@ for i = 1, n do
     if f[11] and f[11] ~= '0' and outcome ~= 'pushback' then
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- the row ends
     end
-    move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state, webhook = {f[12], f[13]}},
+    move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state, webhook = {f[12], f[13]},
+      states = f[14]},
       next, fields, attempt,
       {f[6], cancel_requested, err, token, f[7], f[8], kept or attempt, f[9], f[10], tx.now_s})
     out[i] = next

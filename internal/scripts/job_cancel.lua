@@ -16,7 +16,7 @@
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
-local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt')
+local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
 local id, state = f[1], f[3]
 -- Another tenant's job is as absent as one that never existed.
 if not id or (tenant ~= '' and f[2] ~= tenant) then
@@ -34,7 +34,7 @@ if state == 'queued' or state == 'retrying' or state == 'waiting' then
     fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting for a signal'}),
       'wait_for', '', 'wait_until', ''}
   end
-  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'cancelled', fields, f[6],
+  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state, states = f[7]}, 'cancelled', fields, f[6],
     with(shown_of(job), fields))
   settle(tx)
   return {'cancelled', record(job, KEYS[11])}

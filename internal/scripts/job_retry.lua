@@ -53,21 +53,20 @@ for i = 1, #ARGV - 4 do
   elseif ended and held and held >= room then
     outcome = 'capped'
   elseif ended then
-    local events = KEYS[3 + 4 * i]
-    local j = {key = key, events = events, folded = folded, id = id, tenant = f[2], state = state}
+    local j = {key = key, events = KEYS[3 + 4 * i], folded = folded, id = id, tenant = f[2], state = state}
     -- The move expands it too, but only after this reads what the move
     -- is made of: retries, and the shown error, may be folded.
     expand(j)
     f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
-      'max_attempts', 'retries', 'pushbacks')
+      'max_attempts', 'retries', 'pushbacks', 'states')
+    j.states = f[10]
     local retries = f[8] or ''
     local original = retries:match('^[^:]*:(%d+)') or f[7]
     local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
     if f[9] and f[9] ~= '0' then
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- a fresh row of pushbacks
     end
-    move(tx, j, 'queued', fields, f[6], with(shown_of(key), fields))
-    local event = redis.call('XREVRANGE', events, '+', '-', 'COUNT', 1)[1][1]
+    local event = move(tx, j, 'queued', fields, f[6], with(shown_of(key), fields))
     if retries ~= '' then
       retries = retries .. ','
     end

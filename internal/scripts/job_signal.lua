@@ -22,7 +22,7 @@ local tenant, name, data, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local max_pending, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
-  'sig:' .. name, 'signals_pending', 'signals_bytes')
+  'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
 local id, state = f[1], f[3]
 -- Another tenant's job is as absent as one that never existed.
 if not id or (tenant ~= '' and f[2] ~= tenant) then
@@ -38,7 +38,7 @@ if state == 'waiting' and f[4] == name then
   local tx = transitions(stats, retired, redis_now(), nil, maxlen)
   local fields = {}
   resumed(fields, signal_json(name, data, false))
-  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state}, 'queued', fields, f[5],
+  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state, states = f[11]}, 'queued', fields, f[5],
     with(shown_of(job), fields))
   settle(tx)
   return {'resumed', record(job, KEYS[9])}

@@ -71,7 +71,7 @@ for i = 0, n - 1 do
       'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[a + 3], 'priority', priority,
       'id', id, 'queue', queue, 'created_at', tx.now_s, 'metadata', ARGV[a + 6], 'on_busy', ARGV[a + 9],
       'nonce', nonce, 'schedule', ARGV[a + 13], 'cost', ARGV[a + 14], 'webhook', ARGV[a + 15]}
-    move(tx, {key = job, events = events, id = id, tenant = tenant, state = ''}, 'queued', fields, '0',
+    move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0',
       {'', '0', '', '0', '', '', '', '', '', ''})
 
     if delay > 0 then

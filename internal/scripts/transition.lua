@@ -50,6 +50,9 @@
 --                      resumed it from its last wait (absent:
 --                      none yet)                               finish, signal, promote
 --   checkpoint         JSON, the last checkpoint (absent: none) checkpoint
+--   states             its events while it has no stream
+--                      (states.lua; absent: in its stream)     move, submit (""),
+--                                                              emit, follow (delete it)
 --   folded             "1": the job is folded (see fold below):
 --                      its long fields and events are in
 --                      {q:Q}:folded:<id> (absent: not folded)  fold (job_fold),
@@ -75,8 +78,8 @@
 -- (checked by may_move) and the caller's fields in one HSET, finished_at
 -- set on reaching a terminal state and cleared on leaving one, the stats
 -- hash's counts per state and per tenant (stats.lua; and finished.lua's
--- per-minute ring), a state
--- event on the job's stream, and the retired index: a terminal job joins
+-- per-minute ring), a state event (in the job's states field or on its
+-- stream: states.lua), and the retired index: a terminal job joins
 -- {q:Q}:retired scored by the end of its retention, and leaves it when it
 -- is retried; forget takes a terminal job out of everything. A job with a
 -- webhook that reaches a terminal state gets a new delivery in the
@@ -170,26 +173,25 @@ local function transitions(stats, retired, now, retention_ms, maxlen, outbox)
     maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
 end
 
--- state_event appends the state event of job j (key, events, id): {"state",
--- "attempt", "job": [finished_at, then shown in shown_names' order], "" for
--- none} (job.Job.At reads it). It is concatenated in one expression: cjson,
--- or a table of the fields, cost as much as the rest of a move. Every
--- value is digits, an id or "" except error, JSON text that cjson quotes,
--- and exec_worker, whose characters the worker checks
--- (execution.Config.ID). A nil value (a script that forgot one) raises.
--- A move to waiting adds "wait": [wait_for, wait_until] (wait), which no
--- other state has.
-local function state_event(tx, j, state, attempt, finished_at, s, wait)
+-- state_data is the data of a state event: {"state", "attempt", "job":
+-- [finished_at, then shown in shown_names' order], "" for none}
+-- (job.Job.At reads it). It is concatenated in one expression: cjson, or a
+-- table of the fields, cost as much as the rest of a move. Every value is
+-- digits, an id or "" except error, JSON text that cjson quotes, and
+-- exec_worker, whose characters the worker checks (execution.Config.ID):
+-- no newline, which states.lua's records rely on. A nil value (a script
+-- that forgot one) raises. A move to waiting adds "wait": [wait_for,
+-- wait_until] (wait), which no other state has.
+local function state_data(state, attempt, finished_at, s, wait)
   local err = s[3]
   if err ~= '' then
     err = cjson.encode(err)
   else
     err = '""'
   end
-  redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state', 'data',
-    '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' .. finished_at .. '","' .. s[1] ..
+  return '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' .. finished_at .. '","' .. s[1] ..
     '","' .. s[2] .. '",' .. err .. ',"' .. s[4] .. '","' .. s[5] .. '","' .. s[6] .. '","' .. s[7] ..
-    '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]' .. (wait or '') .. '}')
+    '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]' .. (wait or '') .. '}'
 end
 
 -- two_of returns the values of names a and b in flat (a list: name,
@@ -242,7 +244,7 @@ end
 -- An ended job is folded a while after its end (fold, run by the workers'
 -- reapers: execution/fold.go), to cost little for the rest of its
 -- retention: a job gets no more events until a retry. Its events leave
--- their stream (a stream costs a few hundred bytes of its own and a node
+-- their stream or its states field (a stream costs a few hundred bytes of its own and a node
 -- preallocated to stream-node-max-bytes, 4 KB by default), and every field
 -- longer than a listpack takes (listpack_value) leaves its hash, into one
 -- string, {q:Q}:folded:<id>: JSON {"f": {name: value, ...}, "e": [events]},
@@ -286,29 +288,36 @@ end
 -- already, by this version or an older one), more than fold_max, or more
 -- than fold_max_bytes to move.
 local function fold(j)
+  local h = redis.call('HGETALL', j.key)
+  local states = false
+  for i = 1, #h, 2 do
+    if h[i] == 'states' then
+      states = h[i + 1]
+      break
+    end
+  end
   local entries = redis.call('XRANGE', j.events, '-', '+', 'COUNT', fold_max + 1)
-  if #entries == 0 or #entries > fold_max then
+  local flat = job_events(states, entries)
+  if #flat == 0 or #flat > 3 * fold_max then
     return false
   end
-  local flat, bytes = {}, 0
-  for _, e in ipairs(entries) do
-    local typ, data = two_of(e[2], 'type', 'data')
-    bytes = bytes + #data
+  local bytes = 0
+  for i = 3, #flat, 3 do
+    bytes = bytes + #flat[i]
     if bytes > fold_max_bytes then
       return false
     end
-    flat[#flat + 1], flat[#flat + 2], flat[#flat + 3] = e[1], typ, data
   end
   local empty = {}
   for _, name in ipairs(folded_empty()) do
     empty[name] = true
   end
-  local h = redis.call('HGETALL', j.key)
   local kept, moved = {'folded', '1'}, {}
   for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
     if name == 'folded' or name == 'events' then
       return false -- folded already: a stream came back under it
+    elseif name == 'states' then -- its events, in flat now
     elseif (#value > listpack_value or #name > listpack_value) and name ~= 'concurrency_keys' then
       bytes = bytes + #value
       if bytes > fold_max_bytes then
@@ -437,8 +446,25 @@ local function move(tx, j, to, fields, attempt, shown)
   if terminal(from) then
     expand(j)
   end
+  local states = j.states
+  if states == nil then
+    states = redis.call('HGET', j.key, 'states')
+  end
+  local data = state_data(to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
+  local id
+  if states and #states + #data < states_max then
+    id = next_state_id(states, tx.now)
+    states = id .. ' ' .. data .. '\n' .. states
+    fields[#fields + 1], fields[#fields + 2] = 'states', states
+  elseif states then
+    stream_states(j, states)
+    states = false
+  end
   redis.call('HSET', j.key, 'state', to, unpack(fields))
-  j.state = to
+  if not id then
+    id = redis.call('XADD', j.events, 'MAXLEN', '~', tx.maxlen, '*', 'type', 'state', 'data', data)
+  end
+  j.state, j.states = to, states
   if from ~= '' then
     count(tx.counts, j.tenant, from, -1)
   end
@@ -448,7 +474,7 @@ local function move(tx, j, to, fields, attempt, shown)
   elseif terminal(from) then
     tx.unretiring[#tx.unretiring + 1] = j.id
   end
-  state_event(tx, j, to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
+  return id
 end
 
 -- forget deletes terminal jobs ids: their records, events and folded
