@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,11 +57,28 @@ type Config struct {
 
 // Counters counts usage exactly once per event id. It is safe for
 // concurrent use.
+//
+// Calls of Add and AddEach made while another's write is out wait for it,
+// and are then written together: one script per tenant, counter and n for
+// all of them, in one round trip. So a busy API, where every submission
+// counts its job, pays one script for many submissions, not one each, and
+// every caller still returns only once its events are counted.
 type Counters struct {
 	rdb       redis.UniversalClient
 	keys      keys.Space
 	markTTL   time.Duration
 	retention time.Duration
+
+	turn chan struct{} // held by the write that is out
+	mu   sync.Mutex
+	next *group // the calls waiting for the next write; nil: none yet
+}
+
+// group is calls of Add and AddEach written together.
+type group struct {
+	adds []Add
+	errs []error
+	done chan struct{} // closed once the group is written
 }
 
 // Day is one UTC day's counts of a tenant.
@@ -85,6 +103,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 		keys:      keys.New(cfg.Prefix),
 		markTTL:   cmp.Or(cfg.MarkTTL, DefaultMarkTTL),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
+		turn:      make(chan struct{}, 1),
 	}, nil
 }
 
@@ -98,8 +117,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 // once in each of several counters. An eventID counted before with another
 // n gets ErrConflict. A day whose counts are past Retention is refused.
 func (c *Counters) Add(ctx context.Context, tenant, counter string, n int64, eventID string, at time.Time) (added bool, err error) {
-	done, err := c.add(ctx, tenant, counter, n, []Event{{ID: eventID, At: at}})
-	return len(done) == 1 && done[0], err
+	a := Add{Tenant: tenant, Counter: counter, N: n, Events: []Event{{ID: eventID, At: at}}, added: make([]bool, 1)}
+	if err := c.join(ctx, &a); err != nil {
+		return false, err
+	}
+	return a.added[0], nil
 }
 
 // Event is one event that AddEach counts: its id and when it happened.
@@ -112,8 +134,7 @@ type Event struct {
 // for each, in one script: what a batch of jobs submitted at once counts.
 // It returns the first error; the events before it were counted.
 func (c *Counters) AddEach(ctx context.Context, tenant, counter string, n int64, events []Event) error {
-	_, err := c.add(ctx, tenant, counter, n, events)
-	return err
+	return c.join(ctx, &Add{Tenant: tenant, Counter: counter, N: n, Events: events})
 }
 
 // Add is one AddEach of AddAll's.
@@ -121,56 +142,109 @@ type Add struct {
 	Tenant, Counter string
 	N               int64
 	Events          []Event
+
+	added []bool // which of Events were added; nil: not wanted
+}
+
+// join writes a with the other calls waiting for the next write (see
+// Counters). The first to join a group waits for the write that is out,
+// then writes the group under its own ctx; the others wait for it, or for
+// their ctx. Bad input is refused before joining, so it fails its own call
+// only.
+func (c *Counters) join(ctx context.Context, a *Add) error {
+	if len(a.Events) == 0 {
+		return nil
+	}
+	if err := c.checkAdd(*a); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	g, first := c.next, c.next == nil
+	if first {
+		g = &group{done: make(chan struct{})}
+		c.next = g
+	}
+	i := len(g.adds)
+	g.adds = append(g.adds, *a)
+	c.mu.Unlock()
+	if first {
+		c.turn <- struct{}{}
+		c.mu.Lock()
+		c.next = nil // the calls from now on make the next group
+		c.mu.Unlock()
+		g.errs = c.AddAll(ctx, g.adds)
+		<-c.turn
+		close(g.done)
+	}
+	select {
+	case <-g.done: // a.added shares its array with g.adds[i].added
+		return g.errs[i]
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // AddAll does each of adds as AddEach does, all in one round trip (a
 // pipeline, split per node on a Cluster): what a worker's batch of
-// executions counts. It returns each one's error.
+// executions counts. Adds of one tenant, counter and n are one script. It
+// returns each one's error.
 func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 	errs := make([]error, len(adds))
-	cmds := make([]*redis.Cmd, len(adds))
-	args := make([][]any, len(adds))
-	keys := make([][]string, len(adds))
+	type script struct {
+		Add
+		of   []int // the indexes in adds of its parts, in order
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	type name struct {
+		tenant, counter string
+		n               int64
+	}
+	var scripts []*script
+	byName := map[name]*script{}
+	for i, a := range adds {
+		if errs[i] = c.checkAdd(a); errs[i] != nil || len(a.Events) == 0 {
+			continue // bad input fails its own add only
+		}
+		k := name{a.Tenant, a.Counter, a.N}
+		s := byName[k]
+		if s == nil {
+			s = &script{Add: Add{Tenant: a.Tenant, Counter: a.Counter, N: a.N}}
+			byName[k], scripts = s, append(scripts, s)
+		}
+		s.Events, s.of = append(s.Events, a.Events...), append(s.of, i)
+	}
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, a := range adds {
-			if keys[i], args[i], errs[i] = c.addArgs(a.Tenant, a.Counter, a.N, a.Events); errs[i] == nil && len(a.Events) > 0 {
-				cmds[i] = addScript.EvalSha(ctx, p, keys[i], args[i]...)
-			}
+		for _, s := range scripts {
+			s.keys, s.args = c.addArgs(s.Add)
+			s.cmd = addScript.EvalSha(ctx, p, s.keys, s.args...)
 		}
 		return nil
 	})
-	for i, a := range adds {
-		if cmds[i] == nil {
-			continue
+	for _, s := range scripts {
+		if redis.HasErrorPrefix(s.cmd.Err(), "NOSCRIPT") {
+			s.cmd = addScript.Run(ctx, c.rdb, s.keys, s.args...) // loads it
 		}
-		cmd := cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = addScript.Run(ctx, c.rdb, keys[i], args[i]...) // loads it
+		res, err := s.cmd.Slice()
+		if err == nil && len(res) != 2*len(s.Events) {
+			err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(s.Events))
 		}
-		_, errs[i] = c.added(cmd, a.Tenant, a.Counter, a.N, a.Events)
+		for _, i := range s.of {
+			a := &adds[i]
+			if err != nil {
+				errs[i] = fmt.Errorf("usage: add %s/%s %q: %w", a.Tenant, a.Counter, a.Events[0].ID, err)
+			} else {
+				res, errs[i] = c.added(a, res)
+			}
+		}
 	}
 	return errs
 }
 
-// add counts events and says which were added.
-func (c *Counters) add(ctx context.Context, tenant, counter string, n int64, events []Event) ([]bool, error) {
-	if len(events) == 0 {
-		return nil, nil
-	}
-	keys, args, err := c.addArgs(tenant, counter, n, events)
-	if err != nil {
-		return nil, err
-	}
-	return c.added(addScript.Run(ctx, c.rdb, keys, args...), tenant, counter, n, events)
-}
-
-// addArgs checks an add and returns its script's keys and arguments.
-func (c *Counters) addArgs(tenant, counter string, n int64, events []Event) ([]string, []any, error) {
-	for _, e := range events {
-		if err := c.check(tenant, counter, n, e); err != nil {
-			return nil, nil, err
-		}
-	}
+// addArgs returns the keys and arguments of a's script; a is checked.
+func (c *Counters) addArgs(a Add) ([]string, []any) {
+	tenant, counter, n, events := a.Tenant, a.Counter, a.N, a.Events
 	keys := make([]string, 0, 4*len(events))
 	args := append(make([]any, 0, 3+3*len(events)), counter, n, c.markTTL.Milliseconds())
 	for _, e := range events {
@@ -179,7 +253,7 @@ func (c *Counters) addArgs(tenant, counter string, n int64, events []Event) ([]s
 			c.keys.UsageSeen(tenant, day.AddDate(0, 0, 1)), c.keys.UsageDay(tenant, day))
 		args = append(args, e.ID, mark(counter, e.ID), day.Add(24*time.Hour).Add(c.retention).UnixMilli())
 	}
-	return keys, args, nil
+	return keys, args
 }
 
 // markLen is the bytes of a mark: 96 bits. Two events of a tenant collide
@@ -200,29 +274,36 @@ func mark(counter, eventID string) string {
 	return string(sum[:markLen])
 }
 
-// added reads the reply of an add's script: which events were added.
-func (c *Counters) added(cmd *redis.Cmd, tenant, counter string, n int64, events []Event) ([]bool, error) {
-	res, err := cmd.Slice()
-	if err == nil && len(res) != 2*len(events) {
-		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(events))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("usage: add %s/%s %q: %w", tenant, counter, events[0].ID, err)
-	}
-	added := make([]bool, len(events))
-	for i, e := range events {
+// added reads a's part of its script's reply, res (two values per event,
+// a's events first), into a.added when wanted, and returns the rest of
+// res and a's error.
+func (c *Counters) added(a *Add, res []any) ([]any, error) {
+	rest := res[2*len(a.Events):]
+	for i, e := range a.Events {
 		switch res[2*i] {
 		case int64(1):
-			added[i] = true
+			if a.added != nil {
+				a.added[i] = true
+			}
 		case int64(0):
-			if first, _ := res[2*i+1].(string); first != strconv.FormatInt(n, 10) {
-				return added, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, tenant, counter, e.ID, first, n)
+			if first, _ := res[2*i+1].(string); first != strconv.FormatInt(a.N, 10) {
+				return rest, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, a.Tenant, a.Counter, e.ID, first, a.N)
 			}
 		default:
-			return added, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
+			return rest, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
 		}
 	}
-	return added, nil
+	return rest, nil
+}
+
+// checkAdd refuses what AddEach refuses before any Redis work.
+func (c *Counters) checkAdd(a Add) error {
+	for _, e := range a.Events {
+		if err := c.check(a.Tenant, a.Counter, a.N, e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // check refuses what Add refuses before any Redis work.

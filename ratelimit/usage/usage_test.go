@@ -1,6 +1,7 @@
 package usage_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -326,9 +327,10 @@ func TestAddAllCountsEachAddOnItsOwn(t *testing.T) {
 			{Tenant: "acme", Counter: "runs", N: 2, Events: twoDays},
 			{Tenant: "globex", Counter: "runs", N: 1, Events: []usage.Event{{ID: "a", At: at}}},
 			{Tenant: "acme", Counter: "bad:name", N: 1, Events: []usage.Event{{ID: "x", At: at}}},
+			{Tenant: "acme", Counter: "runs", N: 2, Events: []usage.Event{{ID: "", At: at}}}, // one script with the first, but bad
 		})
-		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], usage.ErrInvalid) {
-			t.Fatalf("errors %v, want nil, nil, ErrInvalid", errs)
+		if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], usage.ErrInvalid) || !errors.Is(errs[3], usage.ErrInvalid) {
+			t.Fatalf("errors %v, want nil, nil, ErrInvalid, ErrInvalid", errs)
 		}
 		for _, tc := range []struct {
 			tenant string
@@ -399,4 +401,70 @@ func TestMarksOfTheVersionBeforeAreFound(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Calls made while a write is out are written together once it is back,
+// one script for those of one tenant, counter and n, and each returns its
+// own outcome: a duplicate event among them counts once (one of its calls
+// is told added), bad input fails only its own call, and a call whose
+// context ends while it waits returns at once.
+//
+// Fails when calls are not gathered (a script each: many times the
+// commands), or a group's outcomes reach the wrong callers.
+func TestCallsWhileAWriteIsOutShareOneScript(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t).Client(t)
+	c, _ := newCounters(t, rdb, usage.Config{})
+	at := today().Add(time.Hour)
+	release := c.HoldWrites()
+	var wg sync.WaitGroup
+	var added atomic.Int64
+	errs := make(chan error, 64)
+	call := func(id string) {
+		wg.Go(func() {
+			ok, err := c.Add(t.Context(), "acme", "runs", 1, id, at)
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", id, err)
+			}
+			if ok {
+				added.Add(1)
+			}
+		})
+	}
+	for i := range 30 {
+		call(fmt.Sprint("job-", i))
+	}
+	for range 5 {
+		call("dup")
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Waiting() == 35 }, "calls not gathered")
+	if err := c.AddEach(t.Context(), "acme", "bad:name", 1, []usage.Event{{ID: "x", At: at}}); !errors.Is(err, usage.ErrInvalid) {
+		t.Fatalf("bad counter while waiting: %v, want ErrInvalid at once", err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.AddEach(ctx, "acme", "runs", 1, []usage.Event{{ID: "late", At: at}}) }()
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Waiting() == 36 }, "late call not gathered")
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v, want context.Canceled", err)
+	}
+
+	before := testenv.CommandsExecuted(t, rdb)
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := added.Load(); n != 31 {
+		t.Errorf("%d calls told added, want 31 (30 events and one of the 5 duplicates)", n)
+	}
+	if n := testenv.CommandsExecuted(t, rdb) - before; n > 15 {
+		t.Errorf("36 calls written with %d Redis commands: not one script", n)
+	}
+	// The cancelled call had joined the group: its event counts with it.
+	if n := count(t, c, "acme", "runs", at); n != 32 {
+		t.Fatalf("count %d, want 32", n)
+	}
 }
