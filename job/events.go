@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // Event is one event of a job.
@@ -169,6 +171,18 @@ func eventsRead(key, after string, block time.Duration) *redis.XReadArgs {
 	return args
 }
 
+// newEvent is the event of id, typ and data as the scripts store it. A
+// state event with no data is a job's first, its submit's, whose record
+// holds none (internal/scripts/states.lua). A worker of the version
+// before, which knows no such record, copies it so into the job's stream
+// or folded key: the same rule reads it there too.
+func newEvent(id, typ, data string) Event {
+	if typ == "state" && data == "" {
+		data = scripts.SubmittedStateData
+	}
+	return Event{ID: id, Type: typ, Data: json.RawMessage(data)}
+}
+
 // streamEvents returns the events of an eventsRead's reply.
 func streamEvents(streams []redis.XStream, err error) ([]Event, error) {
 	if errors.Is(err, redis.Nil) {
@@ -181,15 +195,16 @@ func streamEvents(streams []redis.XStream, err error) ([]Event, error) {
 	for _, m := range streams[0].Messages {
 		typ, _ := m.Values["type"].(string)
 		data, _ := m.Values["data"].(string)
-		events = append(events, Event{ID: m.ID, Type: typ, Data: json.RawMessage(data)})
+		events = append(events, newEvent(m.ID, typ, data))
 	}
 	return events, nil
 }
 
 // parseStates returns the events of a job's states field, three strings
 // each as unfold reads them, in order: the field holds a record per
-// event, newest first, each "<id> <data>\n" (internal/scripts/states.lua).
-// A malformed record is kept as it is, for unfold to refuse.
+// event, newest first, each "<id> <data>\n" (internal/scripts/states.lua),
+// the data of the submit's event left out. A malformed record is kept as
+// it is, for unfold to refuse.
 func parseStates(states string) []string {
 	records := strings.Split(strings.TrimSuffix(states, "\n"), "\n")
 	flat := make([]string, 0, 3*len(records))
@@ -214,7 +229,7 @@ func unfold(flat []string, from streamID) ([]Event, error) {
 			return nil, fmt.Errorf("job: kept events: %w", err)
 		}
 		if at.after(from) {
-			events = append(events, Event{ID: flat[i], Type: flat[i+1], Data: json.RawMessage(flat[i+2])})
+			events = append(events, newEvent(flat[i], flat[i+1], flat[i+2]))
 		}
 	}
 	return events, nil

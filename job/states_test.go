@@ -65,6 +65,22 @@ func TestStateEventsOutgrowTheirHash(t *testing.T) {
 	})
 }
 
+// A new job whose values are all short has a listpack hash: the record
+// of its first event holds no data, which would be longer than
+// hash-max-listpack-value and make the hash a hashtable (twice the
+// memory, and a fifth of a submit's Redis time).
+//
+// Fails when the submit's event is recorded with its data.
+func TestNewJobHashIsAListpack(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)})
+		if enc := fx.rdb.ObjectEncoding(t.Context(), fx.keys.Job(job.DefaultQueue, j.ID)).Val(); enc != "listpack" {
+			t.Fatalf("the new job's hash is a %s, want a listpack", enc)
+		}
+	})
+}
+
 // A reader waiting for the next event of a job whose events are in its
 // hash is woken by the next move, which the job's new stream now holds.
 func TestFollowerOfAHashJobWakes(t *testing.T) {

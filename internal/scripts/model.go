@@ -14,6 +14,11 @@ import (
 // that appends an event is given it.
 const EventsMaxLen = 1000
 
+// SubmittedStateData is the data of every job's first state event, its
+// submit's move to queued, which a record of the job's states field holds
+// as nothing (states.lua's submitted: the two must be the same bytes).
+const SubmittedStateData = `{"state":"queued","attempt":0,"job":["","","0","","0","","","","","",""]}`
+
 // LimitOf returns key's limit in limits, the limits hash read into key (or
 // "prefix:*") → limit; -1 for none, and 0 is a limit: nothing runs. An
 // exact entry wins over the wildcard of its prefix: "tenant:*" gives every

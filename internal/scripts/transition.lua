@@ -454,7 +454,7 @@ local function move(tx, j, to, fields, attempt, shown)
   local id
   if states and #states + #data < states_max then
     id = next_state_id(states, tx.now)
-    states = id .. ' ' .. data .. '\n' .. states
+    states = id .. ' ' .. kept_data(data) .. '\n' .. states
     fields[#fields + 1], fields[#fields + 2] = 'states', states
   elseif states then
     stream_states(j, states)
