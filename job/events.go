@@ -172,10 +172,9 @@ func eventsRead(key, after string, block time.Duration) *redis.XReadArgs {
 }
 
 // newEvent is the event of id, typ and data as the scripts store it. A
-// state event with no data is a job's first, its submit's, whose record
-// holds none (internal/scripts/states.lua). A worker of the version
-// before, which knows no such record, copies it so into the job's stream
-// or folded key: the same rule reads it there too.
+// state event with no data is a job's first, its submit's, which the
+// scripts keep without its data wherever it is: the job's states field,
+// its stream, its folded key (internal/scripts/states.lua).
 func newEvent(id, typ, data string) Event {
 	if typ == "state" && data == "" {
 		data = scripts.SubmittedStateData

@@ -112,5 +112,9 @@ func TestFollowerOfAHashJobWakes(t *testing.T) {
 		if all := fx.events(t, j.ID); len(all) != 2 || all[0].ID != first[0].ID || string(all[0].Data) != string(first[0].Data) {
 			t.Errorf("after the follow: %+v, want the queued event (as before) and the cancel", all)
 		}
+		// The submit's event keeps no data in the stream either.
+		if es := fx.rdb.XRange(ctx, fx.keys.JobEvents(job.DefaultQueue, j.ID), "-", "+").Val(); len(es) == 0 || es[0].Values["data"] != "" {
+			t.Errorf("stream %+v: want the submit's event first, without its data", es)
+		}
 	})
 }

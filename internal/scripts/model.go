@@ -15,8 +15,9 @@ import (
 const EventsMaxLen = 1000
 
 // SubmittedStateData is the data of every job's first state event, its
-// submit's move to queued, which a record of the job's states field holds
-// as nothing (states.lua's submitted: the two must be the same bytes).
+// submit's move to queued, which the scripts keep as nothing, in the
+// job's states field, stream or folded key (states.lua's submitted: the
+// two must be the same bytes).
 const SubmittedStateData = `{"state":"queued","attempt":0,"job":["","","0","","0","","","","","",""]}`
 
 // LimitOf returns key's limit in limits, the limits hash read into key (or

@@ -25,8 +25,10 @@
 -- (kept_data): so every value of a new job's hash of short fields is at
 -- most 64 bytes (hash-max-listpack-value's default), and its hash stays a
 -- listpack until it runs, not a hashtable, which costs a submit a fifth of
--- its work and a waiting job twice its memory. internal/scripts/model.go
--- holds it for Go's readers of the field.
+-- its work and a waiting job twice its memory. The event keeps no data
+-- wherever it is moved (its stream, its folded key): no script reads a
+-- state event's data, and Go's readers take a state event of none for
+-- this one (scripts.SubmittedStateData in internal/scripts/model.go).
 local submitted = '{"state":"queued","attempt":0,"job":["","","0","","0","","","","","",""]}'
 
 -- kept_data is what the record of an event of data holds.
@@ -68,7 +70,7 @@ local function job_events(states, entries)
   local events = {}
   if states then
     for id, data in string.gmatch(states, '(%d+%-%d+) ([^\n]*)\n') do
-      table.insert(events, 1, {id, 'state', data == '' and submitted or data})
+      table.insert(events, 1, {id, 'state', data})
     end
   end
   if #entries > 0 then
