@@ -94,7 +94,7 @@ func (f *fixture) leaseExpiry(t *testing.T, id string) int64 {
 	return int64(score)
 }
 
-// event is a decoded entry of a job's event stream.
+// event is a decoded event of a job.
 type event struct {
 	typ     string
 	state   job.State // state events
@@ -102,19 +102,27 @@ type event struct {
 	exec    string    // progress events
 }
 
+// events reads every event of job id, page by page, as the API does.
 func (f *fixture) events(t *testing.T, id string) []event {
 	t.Helper()
-	raw, err := f.store.Events(t.Context(), "acme", id, false, "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]event, len(raw))
-	for i, ev := range raw {
-		if out[i], err = decodeEvent(ev.Type, ev.Data); err != nil {
+	var out []event
+	for after := ""; ; {
+		page, err := f.store.Events(t.Context(), "acme", id, false, after, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
+		for _, ev := range page {
+			e, err := decodeEvent(ev.Type, ev.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e)
+		}
+		if len(page) < job.EventsPage {
+			return out
+		}
+		after = page[len(page)-1].ID
 	}
-	return out
 }
 
 func decodeEvent(typ string, data []byte) (event, error) {
@@ -879,17 +887,15 @@ func TestChaosNeverLosesOrDoubleRunsAJob(t *testing.T) {
 	}
 	drains.Wait()
 
-	// Read every job and its stream.
+	// Read every job, and its events as the API reads them.
 	ks := keys.New(f.prefix)
 	records := make(map[string]job.Job, jobs)
 	streams := make(map[string][]event, jobs)
 	for batch := range slices.Chunk(ids, 500) {
 		hs := make([]*redis.MapStringStringCmd, len(batch))
-		xs := make([]*redis.XMessageSliceCmd, len(batch))
 		if _, err := f.rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
 			for k, id := range batch {
 				hs[k] = p.HGetAll(t.Context(), ks.Job(job.DefaultQueue, id))
-				xs[k] = p.XRange(t.Context(), ks.JobEvents(job.DefaultQueue, id), "-", "+")
 			}
 			return nil
 		}); err != nil {
@@ -901,15 +907,7 @@ func TestChaosNeverLosesOrDoubleRunsAJob(t *testing.T) {
 				t.Fatalf("job %s: %v", id, err)
 			}
 			records[id] = j
-			for _, m := range xs[k].Val() {
-				typ, _ := m.Values["type"].(string)
-				data, _ := m.Values["data"].(string)
-				ev, err := decodeEvent(typ, []byte(data))
-				if err != nil {
-					t.Fatal(err)
-				}
-				streams[id] = append(streams[id], ev)
-			}
+			streams[id] = f.events(t, id)
 		}
 	}
 
