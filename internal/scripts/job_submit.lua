@@ -58,19 +58,24 @@ for i = 0, n - 1 do
   else
     local priority, max_wait, delay = ARGV[a + 2], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 10])
     -- A small hash is a listpack that Redis searches from the front: the
-    -- fields claims and finishes read come first (each field HMGET reads costs
-    -- a scan up to it: what both read, then the execution's fields a finish's
-    -- event carries, then what only claims read), then those only written, and
-    -- those only due work, cancels and reads use come last.
-    -- The move writes state first. (The fields: transition.lua.)
+    -- fields claims read come first (each field HMGET reads costs a scan
+    -- up to it), then those only written, and those only due work, cancels
+    -- and reads use come last. The move writes state first. A field that
+    -- has no value yet is left out (the fields: transition.lua), which
+    -- costs a listpack a scan in full where it is read, but spares the
+    -- submit's HSET, and the hash until the job ends, 16 fields: every
+    -- reader takes a field the hash lacks as "" (as of a folded job).
     local fields = {
-      'token', '0', 'attempt', '0', 'exec_id', '', 'exec_state', '', 'cancel_requested', '0',
-      'started_at', '', 'error', '', 'tenant', tenant, 'exec_worker', '', 'exec_attempt', '',
-      'exec_started_at', '', 'exec_heartbeat_at', '', 'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4],
-      'kind', ARGV[a + 1], 'input', ARGV[a + 5], 'timeout_ms', ARGV[a + 7], 'trace', ARGV[a + 11], 'exec_trace', '',
-      'exec_finished_at', '', 'finished_at', '', 'result', '', 'max_attempts', ARGV[a + 3], 'priority', priority,
-      'id', id, 'queue', queue, 'created_at', tx.now_s, 'metadata', ARGV[a + 6], 'on_busy', ARGV[a + 9],
-      'nonce', nonce, 'schedule', ARGV[a + 13], 'cost', ARGV[a + 14], 'webhook', ARGV[a + 15]}
+      'token', '0', 'attempt', '0', 'cancel_requested', '0', 'started_at', '', 'tenant', tenant,
+      'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
+      'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'priority', priority, 'id', id, 'queue', queue,
+      'created_at', tx.now_s, 'on_busy', ARGV[a + 9], 'nonce', nonce}
+    for _, o in ipairs({{'trace', a + 11}, {'metadata', a + 6}, {'schedule', a + 13}, {'cost', a + 14},
+      {'webhook', a + 15}}) do
+      if ARGV[o[2]] ~= '' then
+        fields[#fields + 1], fields[#fields + 2] = o[1], ARGV[o[2]]
+      end
+    end
     move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0',
       {'', '0', '', '0', '', '', '', '', '', ''})
 

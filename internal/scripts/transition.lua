@@ -3,9 +3,11 @@
 -- with move; none writes state, the stats, a state event or the retired
 -- index itself.
 --
--- The job hash, {q:Q}:job:<id>: one string per field, "" for none, times in
--- unix ms of the Redis clock. Who writes each field (submit creates them
--- all; move writes state and finished_at in every script):
+-- The job hash, {q:Q}:job:<id>: one string per field, "" for none (or the
+-- field absent: every reader takes a field the hash lacks as ""), times
+-- in unix ms of the Redis clock. Who writes each field (submit creates
+-- those it has a value for, and token, attempt, cancel_requested and
+-- started_at; move writes state and finished_at in every script):
 --
 --   field              holds                                   written by
 --   state              see may_move                            move
