@@ -367,6 +367,35 @@ func TestTokensGrowAfterTheCounterIsLost(t *testing.T) {
 	})
 }
 
+// A counter ahead of the Redis clock (tokens issued by a primary whose
+// clock ran ahead of this one's) still floors the tokens: each is above it,
+// each above the one before, and the counter keeps its TTL. fence_take
+// writes the clock's tokens first and reads the counter as it was, so this
+// is the path of its second write.
+//
+// Fails when fence_take returns the clock's tokens without the counter's
+// floor, or its second write drops the TTL.
+func TestTokensStayAboveACounterAheadOfTheClock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		ahead := fencing.Token(time.Now().Add(time.Hour).UnixMicro())
+		if err := rdb.Set(t.Context(), ks.LeaseFence("k"), int64(ahead), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		last := ahead
+		for i := range 3 {
+			l := mustAcquire(t, c, "k", fmt.Sprint("a", i), 10, time.Minute)
+			if l.Token <= last {
+				t.Fatalf("acquire %d: token %d, want above %d", i, l.Token, last)
+			}
+			last = l.Token
+		}
+		if ttl := rdb.PTTL(t.Context(), ks.LeaseFence("k")).Val(); ttl <= 0 {
+			t.Fatalf("the counter's TTL is %v after the acquires, want one", ttl)
+		}
+	})
+}
+
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t).Client(t)

@@ -67,7 +67,8 @@ local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local retention, maxlen, backoff = ARGV[4], ARGV[5], tonumber(ARGV[6])
 local d, n = tonumber(ARGV[7]), tonumber(ARGV[8])
 
-local now = redis_now()
+local now_us = clock_us() -- the fencing tokens' floor (fence.lua)
+local now = math.floor(now_us / 1000)
 -- Each number turned into a string costs a sprintf: the hot path formats
 -- now once (tx.now_s), and each job's attempt and token once.
 local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
@@ -365,7 +366,7 @@ end
 -- and one event), their leases, tokens and lanes in a few commands for the
 -- whole batch. expires is the leases' expiry.
 local function start(takes, lanes, expires, reply)
-  local token = fence_take(fence, #takes)
+  local token = fence_take(fence, #takes, now_us)
   local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
     token = token + 1

@@ -45,8 +45,8 @@ local rpm, tpm, adaptive = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
 local budgeted = rpm >= 0 or tpm >= 0 or adaptive
 local step = tpm >= 0 and 2 or 1
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = clock_us()
+local now = math.floor(now_us / 1000)
 
 -- Reap lazily: whoever acquires cleans up after the dead.
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
@@ -154,12 +154,11 @@ if #add > 0 then
   if redis.call('PEXPIRETIME', leases) < tonumber(expires) then
     redis.call('PEXPIREAT', leases, expires)
   end
-  local token = fence_take(fence, #add / 2)
   -- The counter may go once unused: a second after its last token, the
   -- clock's floor (fence_take) is above every token it issued, unless it
   -- issued more than a million in that second. So no key a tenant's jobs
   -- name outlives its use (a tenant may name any key under its own prefix).
-  redis.call('PEXPIRE', fence, ttl + 1000)
+  local token = fence_take(fence, #add / 2, now_us, ttl + 1000)
   for i = 5, #out do
     if out[i] then
       token = token + 1

@@ -25,8 +25,8 @@ local turn, others = KEYS[7], KEYS[8]
 local ticket, ticket_ttl, join = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local holder, ttl, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = clock_us()
+local now = math.floor(now_us / 1000)
 
 -- The line and its counter outlive their last live ticket, then vanish.
 local function keep_alive(key)
@@ -42,7 +42,7 @@ local function grant()
   if redis.call('PEXPIRETIME', leases) < expires then
     redis.call('PEXPIREAT', leases, expires)
   end
-  return fence_take(fence, 1) + 1, expires
+  return fence_take(fence, 1, now_us) + 1, expires
 end
 
 local s = redis.call('GET', state)
