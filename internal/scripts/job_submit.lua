@@ -39,6 +39,9 @@ local held = room and unended(stats, tenant) -- the tenant's jobs not ended, cre
 local out, listed = {}, {} -- listed: score, id of each job created, for the listings
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
+-- The fields a job has only when set: name, and place in its ARGV (k).
+local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15}}
+
 for i = 0, n - 1 do
   local k, a = 8 + 5 * i, 5 + 17 * i
   local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
@@ -70,10 +73,10 @@ for i = 0, n - 1 do
       'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
       'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'priority', priority, 'id', id, 'queue', queue,
       'created_at', tx.now_s, 'on_busy', ARGV[a + 9], 'nonce', nonce}
-    for _, o in ipairs({{'trace', a + 11}, {'metadata', a + 6}, {'schedule', a + 13}, {'cost', a + 14},
-      {'webhook', a + 15}}) do
-      if ARGV[o[2]] ~= '' then
-        fields[#fields + 1], fields[#fields + 2] = o[1], ARGV[o[2]]
+    for _, o in ipairs(optional) do
+      local v = ARGV[a + o[2]]
+      if v ~= '' then
+        fields[#fields + 1], fields[#fields + 2] = o[1], v
       end
     end
     move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0',

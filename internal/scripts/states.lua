@@ -53,6 +53,20 @@ local function next_state_id(states, now)
   return string.format('%.0f', now) .. '-0'
 end
 
+-- two_of returns the values of names a and b in flat (a list: name,
+-- value, ...), '' for one it lacks. (transition.lua uses it too.)
+local function two_of(flat, a, b)
+  local va, vb = '', ''
+  for i = 1, #flat, 2 do
+    if flat[i] == a then
+      va = flat[i + 1]
+    elseif flat[i] == b then
+      vb = flat[i + 1]
+    end
+  end
+  return va, vb
+end
+
 -- id_before says whether stream id a comes before stream id b.
 local function id_before(a, b)
   local am, as = string.match(a, '^(%d+)%-(%d+)$')
@@ -75,14 +89,7 @@ local function job_events(states, entries)
   end
   if #entries > 0 then
     for _, e in ipairs(entries) do
-      local typ, data = '', ''
-      for i = 1, #e[2], 2 do
-        if e[2][i] == 'type' then
-          typ = e[2][i + 1]
-        elseif e[2][i] == 'data' then
-          data = e[2][i + 1]
-        end
-      end
+      local typ, data = two_of(e[2], 'type', 'data')
       events[#events + 1] = {e[1], typ, data}
     end
     if states then

@@ -196,20 +196,6 @@ local function state_data(state, attempt, finished_at, s, wait)
     '","' .. s[8] .. '","' .. s[9] .. '","' .. s[10] .. '"]' .. (wait or '') .. '}'
 end
 
--- two_of returns the values of names a and b in flat (a list: name,
--- value, ...), '' for one it lacks.
-local function two_of(flat, a, b)
-  local va, vb = '', ''
-  for i = 1, #flat, 2 do
-    if flat[i] == a then
-      va = flat[i + 1]
-    elseif flat[i] == b then
-      vb = flat[i + 1]
-    end
-  end
-  return va, vb
-end
-
 -- wait_of is the "wait" member of the state event of a move to waiting
 -- with fields (which hold wait_for and wait_until).
 local function wait_of(fields)

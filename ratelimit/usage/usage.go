@@ -172,7 +172,8 @@ func (c *Counters) join(ctx context.Context, a *Add) error {
 		c.mu.Lock()
 		c.next = nil // the calls from now on make the next group
 		c.mu.Unlock()
-		g.errs = c.AddAll(ctx, g.adds)
+		g.errs = make([]error, len(g.adds))
+		c.write(ctx, g.adds, g.errs) // join checked each
 		<-c.turn
 		close(g.done)
 	}
@@ -190,6 +191,17 @@ func (c *Counters) join(ctx context.Context, a *Add) error {
 // returns each one's error.
 func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 	errs := make([]error, len(adds))
+	for i, a := range adds {
+		errs[i] = c.checkAdd(a) // bad input fails its own add only
+	}
+	c.write(ctx, adds, errs)
+	return errs
+}
+
+// write writes adds, checked, but those errs holds an error for: those of
+// one tenant, counter and n in one script, all in one round trip. It puts
+// each one's outcome in errs.
+func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 	type script struct {
 		Add
 		of   []int // the indexes in adds of its parts, in order
@@ -204,8 +216,8 @@ func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 	var scripts []*script
 	byName := map[name]*script{}
 	for i, a := range adds {
-		if errs[i] = c.checkAdd(a); errs[i] != nil || len(a.Events) == 0 {
-			continue // bad input fails its own add only
+		if errs[i] != nil || len(a.Events) == 0 {
+			continue
 		}
 		k := name{a.Tenant, a.Counter, a.N}
 		s := byName[k]
@@ -239,7 +251,6 @@ func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 			}
 		}
 	}
-	return errs
 }
 
 // addArgs returns the keys and arguments of a's script; a is checked.
