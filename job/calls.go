@@ -51,9 +51,33 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 			// go-redis resends a script whose reply it lost; the nonce lets
 			// the script tell that resend (created) from a replay (existed).
 			uuid.NewString(),
-			n.Schedule, cost(n.tokens()), n.Webhook.url(), flag(p.replay()))
+			n.Schedule, p.cost, n.Webhook.url(), flag(p.replay()))
 	}
 	return a
+}
+
+// created is the record of item p of c that the script created at
+// createdAt (Redis ms, its reply): what HGETALL reads of the new job but
+// the fields no reader of a record reads (states, nonce). It is built
+// here, beside layout, so that the script need not send a new job's
+// fields back; TestCreatedIsTheHash holds the two to the same record.
+func (c submitCall) created(p *submitting, createdAt string) map[string]string {
+	n := p.n
+	keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
+	h := map[string]string{
+		"id": p.id, "state": string(StateQueued), "tenant": c.tenant, "queue": c.queue, "kind": n.Kind,
+		"token": "0", "attempt": "0", "cancel_requested": "0", "started_at": "", "created_at": createdAt,
+		"priority": strconv.Itoa(n.Priority), "max_attempts": strconv.Itoa(n.MaxAttempts),
+		"concurrency_keys": string(keysJSON), "input": string(n.Input), "on_busy": string(n.OnBusy),
+		"timeout_ms": strconv.FormatInt(millis(n.Timeout), 10), "max_wait_ms": strconv.FormatInt(millis(n.MaxWait), 10),
+	}
+	for _, f := range [...]struct{ name, v string }{{"trace", telemetry.Encode(p.span.SpanContext())},
+		{"metadata", string(n.Metadata)}, {"schedule", n.Schedule}, {"cost", p.cost}, {"webhook", n.Webhook.url()}} {
+		if f.v != "" {
+			h[f.name] = f.v
+		}
+	}
+	return h
 }
 
 // cancelCall cancels job id of queue, whose lane is lane, for owner (""

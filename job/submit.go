@@ -141,6 +141,7 @@ type submitting struct {
 	n       Submission // normalized
 	idem    string
 	rules   *keyRules
+	cost    string // its estimated tokens as the job hash keeps them
 	fresh   string // the id this request made up
 	id      string // the job's: fresh, or the one its idempotency key stands for
 	span    trace.Span
@@ -194,6 +195,7 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			b.out[i].Err = err
 			continue
 		}
+		p.cost = cost(p.n.tokens())
 		p.fresh = jobid.New(p.n.Queue)
 		p.id = p.fresh
 		if b.s.needsRules(p.sub, p.n) {
@@ -388,22 +390,60 @@ func (b *batch) create(ctx context.Context) error {
 	return nil
 }
 
-// createIn runs the submit script once for items, all of one queue, and
-// reads their answers.
+// submitChunk is the most items one run of the submit script takes. A
+// batch's runs are pipelined, so Redis runs one while the next is on its
+// way to it and the reply of the one before is read: Go's work and
+// Redis's overlap, which a single run of every item would leave in turn.
+const submitChunk = 100
+
+// createIn runs the submit script for items, all of one queue, in chunks
+// pipelined in order, and reads their answers. Every chunk gets the same
+// room: the script counts the jobs the chunks before it created, which
+// are the queue's by then.
 func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
 	if b.limit.Max > 0 {
 		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
 	}
-	res, err := s.run(ctx, s.submit, submitCall{tenant: b.tenant, queue: q, room: room, items: in}).Slice()
-	if err == nil && len(res) != 2*len(in) {
-		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(in))
+	var calls []submitCall
+	for chunk := range slices.Chunk(in, submitChunk) {
+		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, items: chunk})
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			a := c.layout(s.keys)
+			cmds[i] = s.submit.EvalSha(ctx, p, a.keys, a.argv...)
+		}
+		return nil
+	})
+	for i, c := range calls {
+		// Redis lost its script cache (a restart): this chunk, and those
+		// after it unless another client loaded the script in between, are
+		// run again, in order.
+		cmd := cmds[i]
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			cmd = s.run(ctx, s.submit, c)
+		}
+		if err := b.answer(c, cmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// answer reads the submit script's reply to c.
+func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
+	q, items := c.queue, c.items
+	res, err := cmd.Slice()
+	if err == nil && len(res) != 2*len(items) {
+		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(items))
 	}
 	if err != nil {
-		return fmt.Errorf("job: submit %d jobs to %s: %w", len(in), q, err)
+		return fmt.Errorf("job: submit %d jobs to %s: %w", len(items), q, err)
 	}
-	for i, p := range in {
+	for i, p := range items {
 		status, reply := res[2*i], res[2*i+1]
 		switch status {
 		case int64(-1):
@@ -416,7 +456,12 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 			p.span = nil
 			continue
 		}
-		j, err := parseReply(reply)
+		var j Job
+		if at, ok := reply.(string); ok { // created by this run
+			j, err = ParseRecord(c.created(p, at))
+		} else {
+			j, err = parseReply(reply)
+		}
 		if err != nil {
 			return err
 		}

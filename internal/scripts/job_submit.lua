@@ -22,12 +22,12 @@
 -- replay), which may have been deleted since; "" for an id made by this call
 -- (submitCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
--- Returns a flat list, two values per job in order: 1, the new job's
--- record as HGETALL reads it
--- when created (also to a resent call that had created it: its nonce is
--- the job's); 0, its record (record, transition.lua) when it existed; -1, n when the queue holds n >=
--- the cap of the tenant's jobs not ended (nothing written); -2, 0 when the
--- job was deleted (nothing written: a replay does not bring it back).
+-- Returns a flat list, two values per job in order: 1, its created_at
+-- when this call created it; 1, its record (record, transition.lua) to a
+-- resent call that had created it (its nonce is the job's); 0, its record
+-- when it existed; -1, n when the queue holds n >= the cap of the tenant's
+-- jobs not ended (nothing written); -2, 0 when the job was deleted
+-- (nothing written: a replay does not bring it back).
 local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, queue, maxlen, room = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -101,10 +101,9 @@ for i = 0, n - 1 do
     if held then
       held = held + 1
     end
-    -- The new job's record is what move wrote: its state and fields.
-    table.insert(fields, 1, 'state')
-    table.insert(fields, 2, 'queued')
-    out[#out + 1], out[#out + 2] = 1, fields
+    -- The caller knows the new job's record from what it sent (submitCall
+    -- in job/calls.go): only the clock is new to it.
+    out[#out + 1], out[#out + 2] = 1, tx.now_s
   end
 end
 -- Each lane's jobs wait in it in the order they came, pushed at once; the

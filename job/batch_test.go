@@ -1,0 +1,114 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/leasehold/leasehold/job"
+)
+
+// The job SubmitBatch answers for an item it created is the job its hash
+// holds, field for field, for items with and without each optional field.
+// The submit script sends a created job's clock back, not its fields: the
+// Go side builds the rest from what it sent.
+//
+// Fails when a field the script writes is built otherwise in Go (a value
+// formatted differently, a field left out or added).
+func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
+	t.Parallel()
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	eachBackend(t, job.Config{TracerProvider: tp}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		items := []job.BatchItem{
+			{Submission: job.Submission{Kind: "echo"}},
+			{Submission: job.Submission{Kind: "echo", Queue: "gpu", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
+				ConcurrencyKeys: []string{"model:m"}, Priority: -3, MaxAttempts: 4, Timeout: dur(90 * time.Second),
+				MaxWait: dur(time.Minute), Delay: dur(time.Hour), OnBusy: job.OnBusyReject,
+				Metadata: json.RawMessage(`{"z": 1, "a": 2}`), Cost: &job.Cost{Tokens: 77},
+				Webhook: &job.WebhookTarget{URL: "https://hooks.example.com/done"}}},
+			{Submission: job.Submission{Kind: "llm.chat", Input: json.RawMessage(`{"model": "m", "messages": [{"role": "user", "content": "hi"}]}`)}},
+		}
+		res, err := fx.store.SubmitBatch(ctx, "acme", items, job.Cap{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if r.Err != nil || !r.Created {
+				t.Fatalf("item %d: created %v, %v", i, r.Created, r.Err)
+			}
+			stored, err := job.ParseRecord(fx.rdb.HGetAll(ctx, fx.keys.Job(r.Job.Queue, r.Job.ID)).Val())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Job.Trace.IsValid() {
+				t.Errorf("item %d: no trace", i)
+			}
+			if !reflect.DeepEqual(r.Job, stored) {
+				t.Errorf("item %d:\nanswered %+v\n  stored %+v", i, r.Job, stored)
+			}
+		}
+	})
+}
+
+// A batch of one queue runs as several pipelined scripts: the items are
+// created in order across them, each counted against the tenant's cap
+// after those before it; after Redis has lost its scripts too.
+//
+// Fails when a chunk is run out of order (the lane's order differs from
+// the items'), when a chunk is given room that the chunks before it took
+// (more than the cap created), or when a lost script fails the batch.
+func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		for _, flush := range []bool{false, true} {
+			t.Run(fmt.Sprintf("flushed=%v", flush), func(t *testing.T) {
+				queue := fmt.Sprintf("q%v", flush)
+				// A submit loads the script, which the batch's pipeline then
+				// finds, or has lost.
+				if _, _, err := fx.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: queue + "-load"}, ""); err != nil {
+					t.Fatal(err)
+				}
+				if flush {
+					fx.onEveryMaster(t, func(ctx context.Context, m *redis.Client) error { return m.ScriptFlush(ctx).Err() })
+				}
+				const n, max = 350, 250
+				items := make([]job.BatchItem, n)
+				for i := range items {
+					items[i] = job.BatchItem{Submission: job.Submission{Kind: "echo", Queue: queue,
+						Metadata: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}}
+				}
+				res, err := fx.store.SubmitBatch(ctx, "acme", items, job.Cap{Max: max})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for i, r := range res {
+					var capped *job.CapError
+					switch {
+					case i < max && (r.Err != nil || !r.Created || string(r.Job.Metadata) != fmt.Sprintf(`{"n":%d}`, i)):
+						t.Fatalf("item %d: %v, %v, metadata %s", i, r.Created, r.Err, r.Job.Metadata)
+					case i >= max && !errors.As(r.Err, &capped):
+						t.Fatalf("item %d past the cap: %v", i, r.Err)
+					}
+					if i < max {
+						ids = append(ids, r.Job.ID)
+					}
+				}
+				lane := fx.rdb.ZRange(ctx, fx.keys.QueueLane(queue, `["tenant:acme"]`), 0, -1).Val()
+				if !reflect.DeepEqual(lane, ids) {
+					t.Errorf("the lane holds %d jobs in another order than the items' %d", len(lane), len(ids))
+				}
+			})
+		}
+	})
+}
