@@ -65,7 +65,8 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 //
 // Fails when a chunk is run out of order (the lane's order differs from
 // the items'), when a chunk is given room that the chunks before it took
-// (more than the cap created), or when a lost script fails the batch.
+// (more than the cap created), or when a lost script fails the batch or
+// reorders it (a chunk run again after those behind it).
 func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/jobid"
+	"github.com/leasehold/leasehold/internal/parallel"
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -178,11 +179,13 @@ func (b *batch) keep(ok func(p *submitting) error) {
 	})
 }
 
-// prepare normalizes and validates every item, and checks each against
-// its keys' rules, read once for all the items that need them.
+// prepare normalizes and validates every item, on every CPU at once
+// (parallel.Each), and checks each against its keys' rules, read once for
+// all the items that need them.
 func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
-	var ruled []string // keys whose rules an item needs
-	for i, it := range items {
+	prepared := make([]*submitting, len(items))
+	parallel.Each(len(items), func(i int) {
+		it := items[i]
 		p := &submitting{at: i, sub: it.Submission, idem: it.IdempotencyKey}
 		var err error
 		if p.idem != "" && !validIdempotencyKey(p.idem) {
@@ -193,9 +196,18 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 		}
 		if err != nil {
 			b.out[i].Err = err
-			continue
+			return
 		}
 		p.cost = cost(p.n.tokens())
+		prepared[i] = p
+	})
+	var ruled []string // keys whose rules an item needs
+	for _, p := range prepared {
+		if p == nil {
+			continue
+		}
+		// Made in order: ids made in one process are, and a batch's jobs
+		// list in the order of its items (jobid.New).
 		p.fresh = jobid.New(p.n.Queue)
 		p.id = p.fresh
 		if b.s.needsRules(p.sub, p.n) {
@@ -400,6 +412,14 @@ const submitChunk = 100
 // pipelined in order, and reads their answers. Every chunk gets the same
 // room: the script counts the jobs the chunks before it created, which
 // are the queue's by then.
+//
+// Several chunks are sent with EVAL, which sends the script's text (41 KB,
+// which Redis hashes, about 1 % of a chunk's work): with EVALSHA, a
+// chunk that found the script lost (NOSCRIPT, after a restart or a
+// failover) could be run again after the chunks behind it, if another
+// client had loaded the script in between, and their jobs would be ahead
+// of its own and counted first against the cap. One chunk is run as
+// every script is, by its hash.
 func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
@@ -410,23 +430,19 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	for chunk := range slices.Chunk(in, submitChunk) {
 		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, items: chunk})
 	}
+	if len(calls) == 1 {
+		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))
+	}
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
 			a := c.layout(s.keys)
-			cmds[i] = s.submit.EvalSha(ctx, p, a.keys, a.argv...)
+			cmds[i] = s.submit.Eval(ctx, p, a.keys, a.argv...)
 		}
 		return nil
 	})
 	for i, c := range calls {
-		// Redis lost its script cache (a restart): this chunk, and those
-		// after it unless another client loaded the script in between, are
-		// run again, in order.
-		cmd := cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = s.run(ctx, s.submit, c)
-		}
-		if err := b.answer(c, cmd); err != nil {
+		if err := b.answer(c, cmds[i]); err != nil {
 			return err
 		}
 	}
