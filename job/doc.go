@@ -152,8 +152,9 @@
 // answered or refused on its own, a refused one writing nothing. Its
 // round trips are per batch, not per job: the keys' rules, then the
 // idempotency records and the cap's counts, then the queues' names, then
-// one run of the create script per queue (per run of consecutive items of one
-// queue under a cap, so each is counted after the ones before it).
+// one pipeline of the create script per queue, 100 items a run (per run of
+// consecutive items of one queue under a cap, so each is counted after the
+// ones before it).
 //
 // Retention must be at least the idempotency TTL: a retry must never find
 // the record but not the job, or it would create the job a second time.
