@@ -11,14 +11,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasehold/leasehold/job"
 )
 
 // The job SubmitBatch answers for an item it created is the job its hash
-// holds, field for field, for items with and without each optional field.
-// The submit script sends a created job's clock back, not its fields: the
-// Go side builds the rest from what it sent.
+// holds, field for field, for items with and without each optional field,
+// traced and not. The submit script sends a created job's clock back, not
+// its fields: the Go side builds the rest from what it sent.
 //
 // Fails when a field the script writes is built otherwise in Go (a value
 // formatted differently, a field left out or added).
@@ -26,37 +27,45 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 	t.Parallel()
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	eachBackend(t, job.Config{TracerProvider: tp}, func(t *testing.T, fx fixture) {
-		ctx := t.Context()
-		items := []job.BatchItem{
-			{Submission: job.Submission{Kind: "echo"}},
-			{Submission: job.Submission{Kind: "echo", Queue: "gpu", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
-				ConcurrencyKeys: []string{"model:m"}, Priority: -3, MaxAttempts: 4, Timeout: dur(90 * time.Second),
-				MaxWait: dur(time.Minute), Delay: dur(time.Hour), OnBusy: job.OnBusyReject,
-				Metadata: json.RawMessage(`{"z": 1, "a": 2}`), Cost: &job.Cost{Tokens: 77},
-				Webhook: &job.WebhookTarget{URL: "https://hooks.example.com/done"}}},
-			{Submission: job.Submission{Kind: "llm.chat", Input: json.RawMessage(`{"model": "m", "messages": [{"role": "user", "content": "hi"}]}`)}},
+	for _, traced := range []bool{true, false} {
+		cfg := job.Config{TracerProvider: noop.NewTracerProvider()}
+		if traced {
+			cfg.TracerProvider = tp
 		}
-		res, err := fx.store.SubmitBatch(ctx, "acme", items, job.Cap{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range res {
-			if r.Err != nil || !r.Created {
-				t.Fatalf("item %d: created %v, %v", i, r.Created, r.Err)
-			}
-			stored, err := job.ParseRecord(fx.rdb.HGetAll(ctx, fx.keys.Job(r.Job.Queue, r.Job.ID)).Val())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !r.Job.Trace.IsValid() {
-				t.Errorf("item %d: no trace", i)
-			}
-			if !reflect.DeepEqual(r.Job, stored) {
-				t.Errorf("item %d:\nanswered %+v\n  stored %+v", i, r.Job, stored)
-			}
-		}
-	})
+		t.Run(fmt.Sprintf("traced=%v", traced), func(t *testing.T) {
+			eachBackend(t, cfg, func(t *testing.T, fx fixture) {
+				ctx := t.Context()
+				items := []job.BatchItem{
+					{Submission: job.Submission{Kind: "echo"}},
+					{Submission: job.Submission{Kind: "echo", Queue: "gpu", Input: json.RawMessage(`{"b": [1, 2], "a": "x"}`),
+						ConcurrencyKeys: []string{"model:m"}, Priority: -3, MaxAttempts: 4, Timeout: dur(90 * time.Second),
+						MaxWait: dur(time.Minute), Delay: dur(time.Hour), OnBusy: job.OnBusyReject,
+						Metadata: json.RawMessage(`{"z": 1, "a": 2}`), Cost: &job.Cost{Tokens: 77}, Schedule: "nightly",
+						Webhook: &job.WebhookTarget{URL: "https://hooks.example.com/done"}}},
+					{Submission: job.Submission{Kind: "llm.chat", Input: json.RawMessage(`{"model": "m", "messages": [{"role": "user", "content": "hi"}]}`)}},
+				}
+				res, err := fx.store.SubmitBatch(ctx, "acme", items, job.Cap{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range res {
+					if r.Err != nil || !r.Created {
+						t.Fatalf("item %d: created %v, %v", i, r.Created, r.Err)
+					}
+					stored, err := job.ParseRecord(fx.rdb.HGetAll(ctx, fx.keys.Job(r.Job.Queue, r.Job.ID)).Val())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Job.Trace.IsValid() != traced {
+						t.Errorf("item %d: trace valid %v, want %v", i, r.Job.Trace.IsValid(), traced)
+					}
+					if !reflect.DeepEqual(r.Job, stored) {
+						t.Errorf("item %d:\nanswered %+v\n  stored %+v", i, r.Job, stored)
+					}
+				}
+			})
+		})
+	}
 }
 
 // A batch of one queue runs as several pipelined scripts: the items are

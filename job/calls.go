@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
-	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // The calls of this package's scripts: one params struct each, whose
@@ -41,13 +39,11 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 	a.argv = append(a.argv, c.tenant, q, scripts.EventsMaxLen, c.room)
 	for _, p := range c.items {
 		n, id := p.n, p.id
-		keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
-		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, string(keysJSON)), ks.JobDeleted(q, id),
+		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
 			ks.JobFolded(q, id))
 		a.argv = append(a.argv,
-			id, n.Kind, n.Priority, n.MaxAttempts, keysJSON, []byte(n.Input), []byte(n.Metadata),
-			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay),
-			telemetry.Encode(p.span.SpanContext()),
+			id, n.Kind, n.Priority, n.MaxAttempts, p.lane, []byte(n.Input), []byte(n.Metadata),
+			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace,
 			// go-redis resends a script whose reply it lost; the nonce lets
 			// the script tell that resend (created) from a replay (existed).
 			uuid.NewString(),
@@ -60,18 +56,18 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 // createdAt (Redis ms, its reply): what HGETALL reads of the new job but
 // the fields no reader of a record reads (states, nonce). It is built
 // here, beside layout, so that the script need not send a new job's
-// fields back; TestCreatedIsTheHash holds the two to the same record.
+// fields back; TestSubmitBatchAnswersTheJobsRecords holds the two to the
+// same record.
 func (c submitCall) created(p *submitting, createdAt string) map[string]string {
 	n := p.n
-	keysJSON, _ := json.Marshal(n.ConcurrencyKeys) // strings always marshal
 	h := map[string]string{
 		"id": p.id, "state": string(StateQueued), "tenant": c.tenant, "queue": c.queue, "kind": n.Kind,
 		"token": "0", "attempt": "0", "cancel_requested": "0", "started_at": "", "created_at": createdAt,
 		"priority": strconv.Itoa(n.Priority), "max_attempts": strconv.Itoa(n.MaxAttempts),
-		"concurrency_keys": string(keysJSON), "input": string(n.Input), "on_busy": string(n.OnBusy),
+		"concurrency_keys": p.lane, "input": string(n.Input), "on_busy": string(n.OnBusy),
 		"timeout_ms": strconv.FormatInt(millis(n.Timeout), 10), "max_wait_ms": strconv.FormatInt(millis(n.MaxWait), 10),
 	}
-	for _, f := range [...]struct{ name, v string }{{"trace", telemetry.Encode(p.span.SpanContext())},
+	for _, f := range [...]struct{ name, v string }{{"trace", p.trace},
 		{"metadata", string(n.Metadata)}, {"schedule", n.Schedule}, {"cost", p.cost}, {"webhook", n.Webhook.url()}} {
 		if f.v != "" {
 			h[f.name] = f.v

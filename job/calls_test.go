@@ -1,11 +1,8 @@
 package job
 
 import (
-	"context"
 	"fmt"
 	"testing"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/keys"
 )
@@ -17,8 +14,7 @@ import (
 // one, fails here; the scripts' own tests catch the rest.
 func TestScriptCallsLayOutWhatTheirScriptsRead(t *testing.T) {
 	ks := keys.New("lh")
-	none := trace.SpanFromContext(context.Background())
-	items := []*submitting{{id: "j1", span: none}, {id: "j2", span: none}}
+	items := []*submitting{{id: "j1"}, {id: "j2"}}
 	for _, c := range []struct {
 		name       string
 		call       layouter

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/parallel"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -97,9 +98,9 @@ func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) (
 // in order, each counted against the cap after the ones before it; a
 // queue's items count against the cap in the queues after it.
 //
-// An error (Redis failed) means the batch stopped: the items before the
-// failure may have been created, which resending them with idempotency
-// keys finds.
+// An error (Redis failed) means the batch stopped: the items not answered
+// may have been created, those before the failure and, within its queue,
+// after it, which resending them with idempotency keys finds.
 func (s *Store) SubmitBatch(ctx context.Context, tenant string, items []BatchItem, limit Cap) ([]BatchResult, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
@@ -143,6 +144,8 @@ type submitting struct {
 	idem    string
 	rules   *keyRules
 	cost    string // its estimated tokens as the job hash keeps them
+	lane    string // its concurrency keys as JSON: its lane (fair.lua)
+	trace   string // its submit span's traceparent ("" untraced)
 	fresh   string // the id this request made up
 	id      string // the job's: fresh, or the one its idempotency key stands for
 	span    trace.Span
@@ -199,6 +202,8 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			return
 		}
 		p.cost = cost(p.n.tokens())
+		lane, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
+		p.lane = string(lane)
 		prepared[i] = p
 	})
 	var ruled []string // keys whose rules an item needs
@@ -361,10 +366,9 @@ func (b *batch) checkRoom(ctx context.Context) error {
 }
 
 // create names the queues in the set of queues, then runs the submit
-// script per queue:
-// without a cap, once for all the items of each queue; under a cap, once
-// for each run of consecutive items of one queue,
-// so that each item is counted after every item before it, in whichever
+// script on the items of each queue (createIn), one queue after another;
+// under a cap, on each run of consecutive items of one queue instead, so
+// that each item is counted after every item before it, in whichever
 // queue.
 func (b *batch) create(ctx context.Context) error {
 	if len(b.live) == 0 {
@@ -387,6 +391,7 @@ func (b *batch) create(ctx context.Context) error {
 			groups[k] = append(groups[k], p)
 		}
 		_, p.span = s.startSubmit(ctx, b.tenant, p.n.Queue, p.id)
+		p.trace = telemetry.Encode(p.span.SpanContext())
 	}
 	if err := s.queueSet.add(ctx, queues); err != nil {
 		b.endSpans(err)
@@ -403,17 +408,18 @@ func (b *batch) create(ctx context.Context) error {
 }
 
 // submitChunk is the most items one run of the submit script takes. A
-// batch's runs are pipelined, so Redis runs one while the next is on its
-// way to it and the reply of the one before is read: Go's work and
-// Redis's overlap, which a single run of every item would leave in turn.
+// queue's runs are pipelined, so that Redis runs one while the next is
+// sent and the reply of the one before is read, where one run of every
+// item would leave the sending, the running and the reading in turn.
 const submitChunk = 100
 
 // createIn runs the submit script for items, all of one queue, in chunks
 // pipelined in order, and reads their answers. Every chunk gets the same
 // room: the script counts the jobs the chunks before it created, which
-// are the queue's by then.
+// are the queue's by then. Redis runs every chunk of the pipeline, so a
+// chunk that fails does not stop those after it: each is answered.
 //
-// Several chunks are sent with EVAL, which sends the script's text (41 KB,
+// The chunks of a queue of several are sent with EVAL, which sends the script's text (41 KB,
 // which Redis hashes, about 1 % of a chunk's work): with EVALSHA, a
 // chunk that found the script lost (NOSCRIPT, after a restart or a
 // failover) could be run again after the chunks behind it, if another
@@ -441,12 +447,11 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 		}
 		return nil
 	})
+	var errs []error
 	for i, c := range calls {
-		if err := b.answer(c, cmds[i]); err != nil {
-			return err
-		}
+		errs = append(errs, b.answer(c, cmds[i]))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // answer reads the submit script's reply to c.

@@ -125,10 +125,7 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 			s.wake(r, j.Queue)
 		}
 	}
-	body, err = json.Marshal(batchBody[batchEntry]{Jobs: entries})
-	if err != nil {
-		panic(err) // only API types, which always marshal
-	}
+	body = marshal(batchBody[batchEntry]{Jobs: entries})
 	<-counted
 	writeBody(w, http.StatusOK, "application/json", body)
 }

@@ -85,11 +85,16 @@ func writeConflict(w http.ResponseWriter, j job.Job, detail string) {
 
 // writeJSON answers with v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeBody(w, status, "application/json", marshal(v))
+}
+
+// marshal is v, an API type, as JSON: API types always marshal.
+func marshal(v any) []byte {
 	body, err := json.Marshal(v)
 	if err != nil {
-		panic(err) // only API types, which always marshal
+		panic(err)
 	}
-	writeBody(w, status, "application/json", body)
+	return body
 }
 
 func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {

@@ -27,3 +27,30 @@ func TestEachCallsEveryIndexOnce(t *testing.T) {
 		runtime.GOMAXPROCS(prev)
 	}
 }
+
+// A panic in a part started on a goroutine of its own reaches the caller,
+// after every part has returned.
+//
+// Fails when the panic ends the process (the test binary dies), or when
+// Each returns before the other parts have.
+func TestEachRaisesAPartsPanicOnTheCaller(t *testing.T) {
+	prev := runtime.GOMAXPROCS(4)
+	defer runtime.GOMAXPROCS(prev)
+	var calls atomic.Int32
+	defer func() {
+		if p := recover(); p != "item 0" {
+			t.Errorf("recovered %v, want item 0's panic", p)
+		}
+		// Four parts of 25: the first stops at its panic, the others run.
+		if got := calls.Load(); got != 75 {
+			t.Errorf("%d calls returned before the panic reached the caller, want the other parts' 75", got)
+		}
+	}()
+	parallel.Each(100, func(i int) {
+		if i == 0 {
+			panic("item 0")
+		}
+		calls.Add(1)
+	})
+	t.Error("Each returned")
+}
