@@ -419,13 +419,13 @@ const submitChunk = 100
 // are the queue's by then. Redis runs every chunk of the pipeline, so a
 // chunk that fails does not stop those after it: each is answered.
 //
-// The chunks of a queue of several are sent with EVAL, which sends the script's text (41 KB,
-// which Redis hashes, about 1 % of a chunk's work): with EVALSHA, a
-// chunk that found the script lost (NOSCRIPT, after a restart or a
-// failover) could be run again after the chunks behind it, if another
-// client had loaded the script in between, and their jobs would be ahead
-// of its own and counted first against the cap. One chunk is run as
-// every script is, by its hash.
+// The chunks of a queue of several are sent with EVAL, which sends the
+// script's text (41 KB, which Redis hashes: about 1 % of a chunk's work).
+// With EVALSHA, a chunk that found the script lost (NOSCRIPT, after a
+// restart or a failover) could be run again after the chunks behind it,
+// if another client had loaded the script in between, and their jobs
+// would be ahead of its own and counted first against the cap. One chunk
+// is run as every script is, by its hash.
 func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
