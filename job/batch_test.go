@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,46 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 					t.Errorf("the lane holds %d jobs in another order than the items' %d", len(lane), len(ids))
 				}
 			})
+		}
+	})
+}
+
+// Redis runs every script of a pipeline: when one chunk of a queue's
+// items fails, the chunks after it still create their jobs, and those are
+// answered too. The batch reports the failure; the failed chunk's items
+// are left unanswered.
+//
+// Fails when the answers stop at the failed chunk (jobs created but not
+// reported), or when the failure is not reported.
+func TestSubmitBatchAnswersTheChunksAfterAFailedOne(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		// A replay of key "k" names job x, whose key now holds a string:
+		// the submit script's read of it fails, and with it x's chunk.
+		sub := job.Submission{Kind: "echo", Queue: "q"}
+		x, _, err := fx.store.Submit(ctx, "acme", sub, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fx.rdb.Set(ctx, fx.keys.Job("q", x.ID), "not a hash", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		const n, bad = 250, 150 // three chunks; the second fails
+		items := make([]job.BatchItem, n)
+		for i := range items {
+			items[i] = job.BatchItem{Submission: sub}
+		}
+		items[bad].IdempotencyKey = "k"
+		res, err := fx.store.SubmitBatch(ctx, "acme", items, job.Cap{})
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("SubmitBatch = %v, want the failed chunk's WRONGTYPE", err)
+		}
+		for i, r := range res {
+			failed := i >= 100 && i < 200
+			if answered := r.Created && r.Err == nil; answered == failed {
+				t.Fatalf("item %d (failed chunk %v): created %v, %v", i, failed, r.Created, r.Err)
+			}
 		}
 	})
 }
