@@ -47,7 +47,7 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 			// go-redis resends a script whose reply it lost; the nonce lets
 			// the script tell that resend (created) from a replay (existed).
 			uuid.NewString(),
-			n.Schedule, p.cost, n.Webhook.url(), flag(p.replay()))
+			n.Schedule, cost(p.tokens), n.Webhook.url(), flag(p.replay()))
 	}
 	return a
 }
@@ -68,7 +68,7 @@ func (c submitCall) created(p *submitting, createdAt string) map[string]string {
 		"timeout_ms": strconv.FormatInt(millis(n.Timeout), 10), "max_wait_ms": strconv.FormatInt(millis(n.MaxWait), 10),
 	}
 	for _, f := range [...]struct{ name, v string }{{"trace", p.trace},
-		{"metadata", string(n.Metadata)}, {"schedule", n.Schedule}, {"cost", p.cost}, {"webhook", n.Webhook.url()}} {
+		{"metadata", string(n.Metadata)}, {"schedule", n.Schedule}, {"cost", cost(p.tokens)}, {"webhook", n.Webhook.url()}} {
 		if f.v != "" {
 			h[f.name] = f.v
 		}

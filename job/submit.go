@@ -143,7 +143,7 @@ type submitting struct {
 	n       Submission // normalized
 	idem    string
 	rules   *keyRules
-	cost    string // its estimated tokens as the job hash keeps them
+	tokens  int64  // its estimated tokens (Submission.tokens)
 	lane    string // its concurrency keys as JSON: its lane (fair.lua)
 	trace   string // its submit span's traceparent ("" untraced)
 	fresh   string // the id this request made up
@@ -201,7 +201,7 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			b.out[i].Err = err
 			return
 		}
-		p.cost = cost(p.n.tokens())
+		p.tokens = p.n.tokens()
 		lane, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
 		p.lane = string(lane)
 		prepared[i] = p
@@ -355,7 +355,7 @@ func (b *batch) checkRoom(ctx context.Context) error {
 			return nil
 		}
 		var busy *BusyError
-		rerr := b.s.room(ctx, p.rules, p.n.ConcurrencyKeys, p.n.tokens())
+		rerr := b.s.room(ctx, p.rules, p.n.ConcurrencyKeys, p.tokens)
 		if errors.As(rerr, &busy) {
 			return rerr
 		}

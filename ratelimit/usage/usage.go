@@ -148,9 +148,11 @@ type Add struct {
 
 // join writes a with the other calls waiting for the next write (see
 // Counters). The first to join a group waits for the write that is out,
-// then writes the group under its own ctx; the others wait for it, or for
-// their ctx. Bad input is refused before joining, so it fails its own call
-// only.
+// then writes the group; the others wait for it, or for their ctx. The
+// group is written without the first's cancellation (go-redis's timeouts
+// bound it): the others' counts are in it, and a caller that gave up must
+// not fail them. Bad input is refused before joining, so it fails its own
+// call only.
 func (c *Counters) join(ctx context.Context, a *Add) error {
 	if len(a.Events) == 0 {
 		return nil
@@ -173,9 +175,10 @@ func (c *Counters) join(ctx context.Context, a *Add) error {
 		c.next = nil // the calls from now on make the next group
 		c.mu.Unlock()
 		g.errs = make([]error, len(g.adds))
-		c.write(ctx, g.adds, g.errs) // join checked each
+		c.write(context.WithoutCancel(ctx), g.adds, g.errs) // join checked each
 		<-c.turn
 		close(g.done)
+		return g.errs[i]
 	}
 	select {
 	case <-g.done: // a.added shares its array with g.adds[i].added
@@ -213,7 +216,7 @@ func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 		tenant, counter string
 		n               int64
 	}
-	var scripts []*script
+	var runs []*script
 	byName := map[name]*script{}
 	for i, a := range adds {
 		if errs[i] != nil || len(a.Events) == 0 {
@@ -223,18 +226,18 @@ func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 		s := byName[k]
 		if s == nil {
 			s = &script{Add: Add{Tenant: a.Tenant, Counter: a.Counter, N: a.N}}
-			byName[k], scripts = s, append(scripts, s)
+			byName[k], runs = s, append(runs, s)
 		}
 		s.Events, s.of = append(s.Events, a.Events...), append(s.of, i)
 	}
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range scripts {
+		for _, s := range runs {
 			s.keys, s.args = c.addArgs(s.Add)
 			s.cmd = addScript.EvalSha(ctx, p, s.keys, s.args...)
 		}
 		return nil
 	})
-	for _, s := range scripts {
+	for _, s := range runs {
 		if redis.HasErrorPrefix(s.cmd.Err(), "NOSCRIPT") {
 			s.cmd = addScript.Run(ctx, c.rdb, s.keys, s.args...) // loads it
 		}

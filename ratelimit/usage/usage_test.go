@@ -468,3 +468,44 @@ func TestCallsWhileAWriteIsOutShareOneScript(t *testing.T) {
 		t.Fatalf("count %d, want 32", n)
 	}
 }
+
+// The call that writes a group (the first to join it) may give up while
+// it waits for the write that is out: the group is written all the same,
+// and the other calls of it get their own outcome, not its cancellation.
+//
+// Fails when the group is written under the first call's context (every
+// call of it fails with context.Canceled, and nothing is counted).
+func TestAGroupIsWrittenWhenItsFirstCallGivesUp(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t).Client(t)
+	c, _ := newCounters(t, rdb, usage.Config{})
+	at := today().Add(time.Hour)
+	release := c.HoldWrites()
+	ctx, stop := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() { _, err := c.Add(ctx, "acme", "runs", 1, "first", at); first <- err }()
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Waiting() == 1 }, "first call not gathered")
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			if _, err := c.Add(t.Context(), "acme", "runs", 1, fmt.Sprint("job-", i), at); err != nil {
+				errs <- err
+			}
+		})
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return c.Waiting() == 4 }, "calls not gathered")
+	stop()
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a call of the group: %v, want it counted", err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the first call, its event counted: %v", err)
+	}
+	if n := count(t, c, "acme", "runs", at); n != 4 {
+		t.Fatalf("count %d, want 4", n)
+	}
+}
