@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 )
 
 // DefaultQueue is the queue of a submission that names none.
@@ -343,55 +342,6 @@ func chatModel(s Submission) (string, bool) {
 	return in.Model, true
 }
 
-// foldedDuplicate finds two keys of one object, anywhere in raw, that are
-// equal when case is ignored as encoding/json ignores it. The last of such
-// keys wins in one decoder, and the one matching a field's case in
-// another: {"model":"gpt-4o","MODEL":" "} could mean two models.
-func foldedDuplicate(raw json.RawMessage) (first, second string, found bool) {
-	type frame struct {
-		keys      map[string]string // folded → as written; nil in an array
-		expectKey bool
-	}
-	var stack []*frame
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].keys != nil {
-			stack[n-1].expectKey = true
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", "", false // io.EOF, or invalid JSON, which Validate reports
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, &frame{keys: map[string]string{}, expectKey: true})
-			case '[':
-				stack = append(stack, &frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				valueDone()
-			}
-		case string:
-			if top := len(stack) - 1; top >= 0 && stack[top].keys != nil && stack[top].expectKey {
-				folded := strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, t)
-				if was, ok := stack[top].keys[folded]; ok {
-					return was, t, true
-				}
-				stack[top].keys[folded] = t
-				stack[top].expectKey = false
-				continue
-			}
-			valueDone()
-		default:
-			valueDone()
-		}
-	}
-}
-
 // absent reports whether raw JSON is missing or null: both mean the default.
 func absent(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
@@ -416,16 +366,17 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 		}
 		keys = append(keys, k)
 	}
-	if !absent(s.Input) {
-		if a, b, dup := foldedDuplicate(s.Input); dup {
-			v.add("input", "has the keys %q and %q in one object, which differ only in case: name each once", a, b)
-		}
-	}
 	var err error
 	if absent(s.Input) {
 		s.Input = json.RawMessage(`{}`)
-	} else if s.Input, err = canonical(s.Input); err != nil {
-		return s, fmt.Errorf("job: input: %w", err)
+	} else {
+		var dup []string
+		if s.Input, dup, err = canonical(s.Input); err != nil {
+			return s, fmt.Errorf("job: input: %w", err)
+		}
+		if dup != nil {
+			v.add("input", "has the keys %q and %q in one object, which differ only in case: name each once", dup[0], dup[1])
+		}
 	}
 	if model, ok := chatModel(s); ok {
 		// The fleet never exceeds a model's limit: llm.chat is always
@@ -447,29 +398,10 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 	s.OnBusy = cmp.Or(s.OnBusy, OnBusyQueue)
 	if absent(s.Metadata) {
 		s.Metadata = nil
-	} else if s.Metadata, err = canonical(s.Metadata); err != nil {
+	} else if s.Metadata, _, err = canonical(s.Metadata); err != nil {
 		return s, fmt.Errorf("job: metadata: %w", err)
 	}
 	return s, nil
-}
-
-// canonical re-encodes JSON with object keys sorted and no white space, so
-// key order and spacing do not make two bodies differ. Numbers stay as
-// written (1.0 and 1 differ).
-func canonical(raw json.RawMessage) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // hash identifies a normalized submission for idempotency.

@@ -109,10 +109,15 @@ func decodeMembers(raw map[string]json.RawMessage, v any) (given map[string]bool
 }
 
 // decodeObject splits a body that must be exactly one JSON object into its
-// members.
+// members. A body that is one takes json.Unmarshal alone; the decoder
+// that names what is wrong runs only for one that is not.
 func decodeObject(body []byte) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
 	var raw map[string]json.RawMessage
+	if json.Unmarshal(body, &raw) == nil && raw != nil {
+		return raw, nil
+	}
+	raw = nil
+	dec := json.NewDecoder(bytes.NewReader(body))
 	err := dec.Decode(&raw)
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
