@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/parallel"
@@ -23,6 +24,32 @@ type batchEntry struct {
 	Status  int             `json:"status"`
 	Job     *job.Job        `json:"job,omitempty"`
 	Problem json.RawMessage `json:"problem,omitempty"`
+}
+
+// batchAnswer is marshal(batchBody[batchEntry]{Jobs: entries}), byte for
+// byte, without encoding/json's second pass over each job's JSON (it
+// compacts what a MarshalJSON returns), which was half the encoding.
+// TestBatchAnswerIsJSONMarshals holds the two to the same bytes.
+func batchAnswer(entries []batchEntry) []byte {
+	b := append(make([]byte, 0, 512*len(entries)), `{"jobs":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(append(b, `{"status":`...), int64(e.Status), 10)
+		if e.Job != nil {
+			j, err := e.Job.MarshalJSON()
+			if err != nil {
+				panic(err) // as marshal does: a Job always encodes
+			}
+			b = append(append(b, `,"job":`...), j...)
+		}
+		if len(e.Problem) > 0 {
+			b = append(append(b, `,"problem":`...), e.Problem...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
 }
 
 // batchBody is the body of POST /v1/jobs/batch, in and out.
@@ -125,7 +152,7 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 			s.wake(r, j.Queue)
 		}
 	}
-	body = marshal(batchBody[batchEntry]{Jobs: entries})
+	body = batchAnswer(entries)
 	<-counted
 	writeBody(w, http.StatusOK, "application/json", body)
 }
