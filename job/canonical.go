@@ -106,9 +106,9 @@ const maxCanonMembers = 32
 
 // canonWriter appends to out the canonical form of the JSON in in, in one
 // pass, for the JSON clients send: every string one that encoding/json
-// writes back as it is (see string), every key ASCII, no two keys of an object equal when case is
-// ignored, at most maxCanonMembers keys an object and maxCanonDepth
-// levels. Anything else, invalid JSON included, stops it (a method
+// writes back as it is (see string), every key ASCII, no two keys of an
+// object equal when case is ignored, at most maxCanonMembers keys an
+// object and maxCanonDepth levels. Anything else, invalid JSON included, stops it (a method
 // returns false), and canonical takes the slow way.
 type canonWriter struct {
 	in      []byte
@@ -117,10 +117,10 @@ type canonWriter struct {
 	scratch []byte // an object's members while they are put in order
 }
 
-// member is one member of an object, as written to out: its key (without
-// the quotes) from key to colon, and the member (key, colon, value) from
-// key-1 to end.
-type member struct{ key, colon, end int }
+// member is one member of an object, as written to out: its key, without
+// the quotes, is out[key:quote] (quote is its closing quote), and the
+// whole member, quotes, colon and value, out[key-1:end].
+type member struct{ key, quote, end int }
 
 func (w *canonWriter) space() {
 	for w.pos < len(w.in) && (w.in[w.pos] == ' ' || w.in[w.pos] == '\t' || w.in[w.pos] == '\n' || w.in[w.pos] == '\r') {
@@ -283,14 +283,14 @@ func (w *canonWriter) object(depth int) bool {
 		if !w.string(true) {
 			return false
 		}
-		m.colon = len(w.out) - 1
-		key := w.out[m.key:m.colon]
+		m.quote = len(w.out) - 1
+		key := w.out[m.key:m.quote]
 		for _, o := range members {
-			if bytes.EqualFold(w.out[o.key:o.colon], key) {
+			if bytes.EqualFold(w.out[o.key:o.quote], key) {
 				return false
 			}
 		}
-		if n := len(members); n > 0 && bytes.Compare(w.out[members[n-1].key:members[n-1].colon], key) > 0 {
+		if n := len(members); n > 0 && bytes.Compare(w.out[members[n-1].key:members[n-1].quote], key) > 0 {
 			sorted = false
 		}
 		if w.next() != ':' {
@@ -316,7 +316,7 @@ func (w *canonWriter) object(depth int) bool {
 	}
 	if !sorted {
 		slices.SortFunc(members, func(a, b member) int {
-			return bytes.Compare(w.out[a.key:a.colon], w.out[b.key:b.colon])
+			return bytes.Compare(w.out[a.key:a.quote], w.out[b.key:b.quote])
 		})
 		w.scratch = append(w.scratch[:0], w.out[start:]...)
 		w.out = w.out[:start+1]
