@@ -82,7 +82,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		}
 		wcfg.Usage = counters
 	}
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, TracerProvider: wcfg.TracerProvider})
+	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, TracerProvider: wcfg.TracerProvider, UsageRetention: wcfg.Usage.Retention()})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
@@ -102,7 +102,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS, Usage: wcfg.Usage})
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}

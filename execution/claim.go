@@ -119,7 +119,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 		q.costs.set(lane, c)
 	}
-	q.counted(ctx, res)
+	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	claimed, err = q.executions(res, pl, &r, p.asked)
 	if err != nil {
 		return claimed, busy, conf, err
@@ -165,7 +165,7 @@ func (q *queue) reap(ctx context.Context) (more bool, err error) {
 	if err != nil {
 		return more, err
 	}
-	q.counted(ctx, res)
+	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	return more, nil
 }
 
@@ -337,13 +337,6 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation) (re
 	return res, conf, nil
 }
 
-// counted counts what the claim script's reply res found: the executions
-// lost, the jobs expired.
-func (q *queue) counted(ctx context.Context, res claimReply) {
-	q.usage.lost(ctx, res.lost)
-	q.metrics.expiredJobs(ctx, q.name, res.expired)
-}
-
 // executions returns the executions of the jobs res hands out, candidates
 // of pl with the slots r took, granted at asked.
 func (q *queue) executions(res claimReply, pl claimPlan, r *reservation, asked time.Time) ([]*Execution, error) {
@@ -401,7 +394,7 @@ type scriptArgs struct {
 // documents: change the two together.
 func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scriptArgs {
 	n, r := len(pl.ids), len(pl.retired)
-	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+1), argv: make([]any, 0, 8+3*n+1+r)}
+	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+2), argv: make([]any, 0, 8+3*n+1+r+1)}
 	// KEYS[1..8], ARGV[1..8]
 	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
@@ -429,7 +422,9 @@ func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, hel
 	for _, id := range pl.retired {
 		a.argv = append(a.argv, id)
 	}
-	// KEYS[#KEYS]
-	a.keys = append(a.keys, q.keys.QueueWebhooks(q.name))
+	// KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
+	day, drop := q.usageDay()
+	a.keys = append(a.keys, day, q.keys.QueueWebhooks(q.name))
+	a.argv = append(a.argv, drop)
 	return a
 }

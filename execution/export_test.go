@@ -31,7 +31,6 @@ func Fold(ctx context.Context, w *Worker, after time.Duration) (bool, error) {
 const (
 	ServiceHeartbeats    = serviceHeartbeats
 	ServiceFinisher      = serviceFinisher
-	ServiceUsage         = serviceUsage
 	ServiceReaper        = serviceReaper
 	ServiceCancelWatcher = serviceCancelWatcher
 	ServiceLimits        = serviceLimits

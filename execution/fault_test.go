@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Fault tests: worker processes (this test binary, re-executed in the
@@ -1041,7 +1043,8 @@ func (f *fixture) runningOn(t *testing.T, worker string) []started {
 // execution. Its lease expires unrenewed and the reaper spends the attempt:
 // a max_attempts 1 job fails with lease_lost without ever having run (with
 // more attempts left it runs a lease TTL late, one attempt down). This is
-// the "unknown outcome" of a write whose reply is lost, on the claim.
+// the "unknown outcome" of a write whose reply is lost, on the claim. The
+// claim run twice counts its execution started once.
 func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -1056,9 +1059,13 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	proxied.rdb = redis.NewClient(&redis.Options{Addr: proxy.addr()})
 	t.Cleanup(func() { proxied.rdb.Close() })
 
+	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	j := f.submit(t, job.Submission{Kind: faultKind, MaxAttempts: 1})
 	var ran atomic.Int64
-	proxied.startWorker(t, execution.Config{}, map[string]execution.Handler{
+	proxied.startWorker(t, execution.Config{Usage: counters}, map[string]execution.Handler{
 		faultKind: func(context.Context, *execution.Execution) (any, error) {
 			ran.Add(1)
 			return "ran", nil
@@ -1071,6 +1078,10 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	if done.State != job.StateSucceeded || ran.Load() != 1 {
 		t.Fatalf("state %s attempt %d error %+v; the handler ran %d times. Want succeeded, run once: "+
 			"a claim whose reply was lost, retried, left the job to the reaper", done.State, done.Attempt, done.Error, ran.Load())
+	}
+	want := map[string]int64{usage.JobsSubmitted: 1, usage.ExecutionsStarted: 1, usage.ExecutionsEnded("succeeded"): 1}
+	if got := usageOf(t, f, counters); !maps.Equal(got, want) {
+		t.Errorf("usage %v, want %v", got, want)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 var (
@@ -51,9 +52,11 @@ type queue struct {
 	leases *lease.Client
 	// back is how soon this worker comes back to a lane whose keys were
 	// full: how long a refusal marks the jobs as waiting (lease.AcquireAll).
-	back    time.Duration
-	usage   *usageCounter // nil: executions are not counted
-	metrics *metrics
+	back time.Duration
+	// usageTTL is how long a day's usage counts are kept (0: executions
+	// are not counted).
+	usageTTL time.Duration
+	metrics  *metrics
 	// blocked holds the lanes the last claim left waiting for a full key:
 	// the next one looks at more lanes, and reads one job of each of those
 	// (its jobs share its keys: one tells whether there is room for any).
@@ -247,17 +250,10 @@ func (p peekReply) full() bool {
 
 // claimReply is the claim script's reply (see execution_claim.lua).
 type claimReply struct {
-	blocked []string // lanes left waiting for a full key
-	lost    []lostExecution
+	blocked []string         // lanes left waiting for a full key
 	expired []string         // the lane of each job expired at max_wait
 	costs   map[string]int64 // lane -> the cost of its last job read that had reserved tokens
 	jobs    []claimedJob
-}
-
-// lostExecution is an execution the claim found lost (its lease expired).
-type lostExecution struct {
-	id, tenant string
-	state      job.State // the job's state after it
 }
 
 // claimedJob is one job the claim handed out.
@@ -279,33 +275,26 @@ type claimedJob struct {
 // panic or a job run with half its fields.
 func decodeClaim(res []any) (claimReply, error) {
 	var out claimReply
-	if len(res) < 4 || (len(res)-4)%claimedJobFields != 0 {
-		return out, fmt.Errorf("claim reply of %d values: want 4 lists and %d values per job", len(res), claimedJobFields)
+	if len(res) < 3 || (len(res)-3)%claimedJobFields != 0 {
+		return out, fmt.Errorf("claim reply of %d values: want 3 lists and %d values per job", len(res), claimedJobFields)
 	}
 	blocked, err1 := stringList(res[0])
-	lost, err2 := stringList(res[1])
-	expired, err3 := stringList(res[2])
-	costs, err4 := stringList(res[3])
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	expired, err2 := stringList(res[1])
+	costs, err3 := stringList(res[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return out, fmt.Errorf("claim reply: %w", err)
-	}
-	if len(lost)%3 != 0 {
-		return out, fmt.Errorf("claim reply: %d values of lost executions, want 3 each", len(lost))
 	}
 	if len(costs)%2 != 0 {
 		return out, fmt.Errorf("claim reply: %d values of costs, want 2 each", len(costs))
 	}
 	out.blocked, out.expired = blocked, expired
-	for i := 0; i < len(lost); i += 3 {
-		out.lost = append(out.lost, lostExecution{id: lost[i], tenant: lost[i+1], state: job.State(lost[i+2])})
-	}
 	for i := 0; i < len(costs); i += 2 {
 		if out.costs == nil {
 			out.costs = map[string]int64{}
 		}
 		out.costs[costs[i]], _ = strconv.ParseInt(costs[i+1], 10, 64) // "" or "0" for a job without one
 	}
-	for f := res[4:]; len(f) > 0; f = f[claimedJobFields:] {
+	for f := res[3:]; len(f) > 0; f = f[claimedJobFields:] {
 		j, err := decodeClaimedJob(f[:claimedJobFields])
 		if err != nil {
 			return out, fmt.Errorf("claim reply: job %d: %w", len(out.jobs)+1, err)
@@ -857,6 +846,17 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	return out, nil
 }
 
+// usageDay names the usage day the queue's claims and finishes count in
+// now, and when its counts are dropped (unix ms; "" when the worker counts
+// no usage: see Config.Usage), as the scripts take them.
+func (q *queue) usageDay() (key string, dropAt any) {
+	now := time.Now()
+	if q.usageTTL == 0 {
+		return q.keys.QueueUsage(q.name, now), ""
+	}
+	return q.keys.QueueUsage(q.name, now), usage.DropAt(now, q.usageTTL).UnixMilli()
+}
+
 // finishing is one execution's finish, and what came of it.
 type finishing struct {
 	e     *Execution
@@ -875,17 +875,18 @@ type finishBatch struct {
 }
 
 func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
+	day, drop := q.usageDay()
 	b := &finishBatch{
 		fs: fs,
 		keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
 			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name)},
-		args: []any{q.retention.Milliseconds(), scripts.EventsMaxLen, len(fs)},
+		args: []any{q.retention.Milliseconds(), scripts.EventsMaxLen, len(fs), drop},
 	}
 	for _, f := range fs {
 		id := f.e.JobID
 		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
 	}
-	b.keys = append(b.keys, q.keys.QueueWebhooks(q.name))
+	b.keys = append(b.keys, day, q.keys.QueueWebhooks(q.name))
 	for _, f := range fs {
 		var errJSON []byte
 		if f.o.err != nil {

@@ -17,7 +17,6 @@ import (
 const (
 	serviceHeartbeats    = "heartbeats"     // Worker.heartbeats: renews the leases
 	serviceFinisher      = "finisher"       // Worker.finisher: writes the finishes
-	serviceUsage         = "usage"          // usageCounter.run: writes the usage counts
 	serviceReaper        = "reaper"         // Reaper.Run: the queues' due work and folds
 	serviceCancelWatcher = "cancel watcher" // cancel.Watcher.Run: fast cancels over NATS
 	serviceLimits        = "limits"         // Worker.keepLimits: refreshes the limits and paused queues

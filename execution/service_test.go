@@ -7,7 +7,6 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Every service of a worker starts with its Run, and each is told apart by
@@ -15,12 +14,8 @@ import (
 // stopped (goleak checks that none is left).
 func TestWorkerStartsEveryService(t *testing.T) {
 	f := newFixture(t)
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := execution.Config{Usage: counters}
-	names := []string{execution.ServiceHeartbeats, execution.ServiceFinisher, execution.ServiceUsage,
+	var cfg execution.Config
+	names := []string{execution.ServiceHeartbeats, execution.ServiceFinisher,
 		execution.ServiceReaper, execution.ServiceCancelWatcher, execution.ServiceLimits}
 	started := map[string]*testsignal.Signal{}
 	for _, name := range names {

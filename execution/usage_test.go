@@ -15,28 +15,13 @@ import (
 )
 
 // An execution whose worker loses Redis is found lost by another worker's
-// claim, and the job's retry runs there: the tenant's usage counts two
-// executions started, one lost and one succeeded, each once: whether the
-// lost execution's worker counted its start (the claim's count of it adds
-// nothing) or not (the claim's count makes up for it). The job, which no
-// API counted, is counted submitted once.
+// claim, and the job's retry runs there: the tenant's usage counts the job
+// submitted once, two executions started, one lost and one succeeded. Each
+// is counted by the script that makes it happen, so the counts are there
+// as soon as the state is: a worker that dies between its claim and any
+// count of its own cannot leave one out.
 func TestUsageCountsLostAndRetriedExecutions(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name        string
-		countsStart bool // whether worker a counts its own start
-	}{
-		{"start counted by its worker", true},
-		{"start not counted by its worker", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			testUsageLost(t, tc.countsStart)
-		})
-	}
-}
-
-func testUsageLost(t *testing.T, countsStart bool) {
 	f := newFixture(t)
 	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
 	if err != nil {
@@ -50,31 +35,12 @@ func testUsageLost(t *testing.T, countsStart bool) {
 		}
 		return "ok", nil
 	}
-	counts := func() map[string]int64 {
-		now := time.Now()
-		days, err := counters.Get(t.Context(), "acme", now.Add(-24*time.Hour), now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := map[string]int64{}
-		for _, d := range days {
-			for k, v := range d.Counts {
-				sum[k] += v
-			}
-		}
-		return sum
-	}
 
-	// Worker a runs on a client of its own, to be closed under it; its
-	// usage, if any, goes through the shared client.
+	// Worker a runs on a client of its own, to be closed under it. Its
+	// lease, lost when its client closes, must run out soon.
 	aRDB := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr(), MaxRetries: -1})
 	t.Cleanup(func() { aRDB.Close() })
-	// Its lease, lost when its client closes, must run out soon.
-	aCfg := execution.Config{LeaseTTL: 500 * time.Millisecond}
-	if countsStart {
-		aCfg.Usage = counters
-	}
-	a, err := execution.NewWorker(aRDB, f.config(aCfg))
+	a, err := execution.NewWorker(aRDB, f.config(execution.Config{LeaseTTL: 500 * time.Millisecond, Usage: counters}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +52,8 @@ func testUsageLost(t *testing.T, countsStart bool) {
 
 	j := f.submit(t, job.Submission{Kind: "first-blocks", MaxAttempts: 2})
 	f.waitState(t, j.ID, 5*time.Second, job.StateRunning)
-	if countsStart {
-		testenv.Eventually(t, 5*time.Second, func() bool { return counts()[usage.ExecutionsStarted] == 1 },
-			"worker a's start was not counted")
+	if got := usageOf(t, f, counters); got[usage.JobsSubmitted] != 1 || got[usage.ExecutionsStarted] != 1 {
+		t.Errorf("usage of a running job: %v, want 1 submitted and 1 started", got)
 	}
 	aRDB.Close() // a can neither renew its lease nor record a finish now
 
@@ -96,18 +61,51 @@ func testUsageLost(t *testing.T, countsStart bool) {
 	if end := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed); end.State != job.StateSucceeded || end.Attempt != 2 {
 		t.Fatalf("job %s at attempt %d, want succeeded at 2", end.State, end.Attempt)
 	}
-	// The job was submitted past the API, which counts it: the claims
-	// count it once all the same, as they do when the API's count failed.
 	want := map[string]int64{
 		usage.JobsSubmitted:                1,
 		usage.ExecutionsStarted:            2,
 		usage.ExecutionsEnded("lost"):      1,
 		usage.ExecutionsEnded("succeeded"): 1,
 	}
-	got := map[string]int64{} // filled in place, so the failure shows the last read
-	testenv.Eventually(t, 5*time.Second, func() bool {
-		clear(got)
-		maps.Copy(got, counts())
-		return maps.Equal(got, want)
-	}, "usage %v, want %v", got, want)
+	if got := usageOf(t, f, counters); !maps.Equal(got, want) {
+		t.Errorf("usage %v, want %v", got, want)
+	}
+}
+
+// A worker without Config.Usage counts no execution; the job is counted
+// submitted all the same, by the store that created it.
+func TestUsageOfAWorkerThatCountsNone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t, execution.Config{}, map[string]execution.Handler{"echo": echo})
+	j := f.submit(t, job.Submission{Kind: "echo", Input: raw(`"hi"`)})
+	f.waitState(t, j.ID, 5*time.Second, job.StateSucceeded)
+	if got, want := usageOf(t, f, counters), map[string]int64{usage.JobsSubmitted: 1}; !maps.Equal(got, want) {
+		t.Errorf("usage %v, want %v", got, want)
+	}
+}
+
+// usageOf sums acme's usage of yesterday and today, as GET /v1/usage reads
+// it: its counters, and what the queues counted.
+func usageOf(t *testing.T, f *fixture, counters *usage.Counters) map[string]int64 {
+	t.Helper()
+	now := time.Now()
+	days, err := counters.Get(t.Context(), "acme", now.Add(-24*time.Hour), now)
+	if err == nil {
+		err = f.store.AddUsage(t.Context(), "acme", days)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]int64{}
+	for _, d := range days {
+		for k, v := range d.Counts {
+			sum[k] += v
+		}
+	}
+	return sum
 }

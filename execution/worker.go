@@ -76,9 +76,10 @@ type Config struct {
 	CancelSubject string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// Usage counts each tenant's executions started and their outcomes
-	// (see usage.ExecutionsStarted and usage.ExecutionsEnded); default nil:
-	// not counted.
+	// Usage, when set, has the claim and finish scripts count each
+	// tenant's executions started and their outcomes (usage.Lifecycle) in
+	// the queue's usage, in the step that starts or ends each, kept for
+	// its Retention; default nil: not counted.
 	Usage *usage.Counters
 	// MeterProvider gets the worker's metrics (metrics.go); default
 	// otel.GetMeterProvider().
@@ -121,7 +122,6 @@ type Worker struct {
 	reaper   *Reaper
 	limits   *limits
 	paused   paused
-	usage    *usageCounter // nil: not counted
 	metrics  *metrics
 	tracer   trace.Tracer
 
@@ -235,9 +235,6 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		limits:   &limits{},
 		tracer:   telemetry.Tracer(cfg.TracerProvider),
 	}
-	if cfg.Usage != nil {
-		w.usage = &usageCounter{c: cfg.Usage, log: w.log}
-	}
 	metrics, err := newMetrics(cfg.MeterProvider, w)
 	if err != nil {
 		return nil, fmt.Errorf("execution: metrics: %w", err)
@@ -248,14 +245,17 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var usageTTL time.Duration // 0: not counted
+	if cfg.Usage != nil {
+		usageTTL = cfg.Usage.Retention()
+	}
 	for _, name := range cfg.Queues {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
-			back: 2 * cfg.Poll, metrics: w.metrics})
-		w.queues[len(w.queues)-1].usage = w.usage
+			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics})
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
@@ -310,10 +310,6 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	svc.start(bgCtx, serviceHeartbeats, w.heartbeats)
 	svc.start(bgCtx, serviceFinisher, w.finisher)
-	if w.usage != nil {
-		w.usage.open()
-		svc.start(bgCtx, serviceUsage, w.usage.run)
-	}
 	svc.start(ctx, serviceReaper, w.reaper.Run)
 	if w.watcher != nil {
 		svc.start(bgCtx, serviceCancelWatcher, w.watcher.Run)
@@ -626,12 +622,6 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		ctx, unwatch = w.watcher.Watch(ctx, e.JobID)
 		defer unwatch()
 	}
-	w.usage.add(ctx, e.Tenant, usage.ExecutionsStarted, e.ID)
-	// The API counts a new job once it is created, and may fail to (its
-	// count timed out): every claim counts it again, with the job id as
-	// the event id and its creation (the id's time) as the event's, which
-	// adds nothing when the count was made.
-	w.usage.addAt(ctx, e.Tenant, usage.JobsSubmitted, e.JobID, jobTime(e.JobID))
 
 	runCtx, stopRun := context.WithTimeout(ctx, e.Timeout)
 	var o outcome
@@ -677,7 +667,6 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		if w.log.Enabled(ctx, slog.LevelDebug) {
 			w.execLog(e).DebugContext(ctx, "execution finished", "outcome", o.state, "state", state)
 		}
-		w.usage.ended(ctx, e.Tenant, string(o.state), e.ID)
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
 		if w.cfg.NATS != nil && (state == job.StateQueued || limited) {

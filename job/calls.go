@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // The calls of this package's scripts: one params struct each, whose
@@ -23,20 +24,23 @@ type scriptArgs struct {
 	argv []any
 }
 
-// submitCall creates items, all of queue, for tenant (job_submit.lua).
-// room is how many of the tenant's jobs not ended queue may hold before
-// the first item ("" for no cap).
+// submitCall creates items, all of queue, for tenant (job_submit.lua),
+// counted on the usage day of at, kept usageTTL after it. room is how
+// many of the tenant's jobs not ended queue may hold before the first item
+// ("" for no cap).
 type submitCall struct {
 	tenant, queue, room string
+	at                  time.Time
+	usageTTL            time.Duration
 	items               []*submitting
 }
 
 func (c submitCall) layout(ks keys.Space) scriptArgs {
 	q := c.queue
-	a := scriptArgs{keys: make([]string, 0, 7+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
+	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 5+17*len(c.items))}
 	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
-		ks.QueueFair(q), ks.QueueStats(q), ks.QueueAllJobs(q), ks.QueueTenantJobs(q, c.tenant))
-	a.argv = append(a.argv, c.tenant, q, scripts.EventsMaxLen, c.room)
+		ks.QueueFair(q), ks.QueueStats(q), ks.QueueAllJobs(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at))
+	a.argv = append(a.argv, c.tenant, q, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli())
 	for _, p := range c.items {
 		n, id := p.n, p.id
 		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),

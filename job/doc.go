@@ -75,6 +75,9 @@
 //	                      (stats.lua), the ring of jobs ended per
 //	                      minute (finished.lua), and folded_to, the
 //	                      retired score Q's jobs are folded up to
+//	{q:Q}:usage:<date>    hash: per <counter>/<tenant>, the jobs created,
+//	                      executions started and ended of the UTC day
+//	                      (usage.Lifecycle, stats.lua), read by AddUsage
 //	{q:Q}:events:<id>     stream of the job's events (state, progress,
 //	                      output, log), capped at about scripts.EventsMaxLen,
 //	                      made when something needs it (its first emitted

@@ -17,6 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Errors callers branch on.
@@ -78,6 +79,10 @@ type Config struct {
 	// neither hold slots nobody limits nor fill Redis with keys nobody
 	// configured. A program that submits its own jobs may leave it off.
 	OnlyLimitedKeys bool
+	// UsageRetention is how long the count of each day's jobs submitted is
+	// kept after the day ends (its queue's usage; see AddUsage). Default
+	// usage.DefaultRetention (400 days), as usage.Counters keeps the rest.
+	UsageRetention time.Duration
 }
 
 // Store keeps jobs in Redis.
@@ -86,7 +91,8 @@ type Store struct {
 	keys      keys.Space
 	retention time.Duration
 	idemTTL   time.Duration
-	limited   bool // Config.OnlyLimitedKeys
+	usageTTL  time.Duration // Config.UsageRetention
+	limited   bool          // Config.OnlyLimitedKeys
 	leases    *lease.Client
 	submit    *redis.Script
 	cancel    *redis.Script
@@ -114,6 +120,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),
+		usageTTL:  cmp.Or(cfg.UsageRetention, usage.DefaultRetention),
 		limited:   cfg.OnlyLimitedKeys,
 		submit:    scripts.Load("job_submit.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
 		cancel:    scripts.Load("job_cancel.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
@@ -125,8 +132,8 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
 	s.queueSet = &queueSet{rdb: rdb, keys: s.keys}
-	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond {
-		return nil, fmt.Errorf("job: retention %v and idempotency TTL %v must be positive", s.retention, s.idemTTL)
+	if s.retention < time.Millisecond || s.idemTTL < time.Millisecond || s.usageTTL < time.Millisecond {
+		return nil, fmt.Errorf("job: retention %v, idempotency TTL %v and usage retention %v must be positive", s.retention, s.idemTTL, s.usageTTL)
 	}
 	if s.retention < s.idemTTL {
 		return nil, fmt.Errorf("job: retention %v is shorter than the idempotency TTL %v", s.retention, s.idemTTL)

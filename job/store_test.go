@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 func TestNewStoreConfig(t *testing.T) {
@@ -853,6 +854,11 @@ func TestSubmitResentAfterALostReplyIsCreated(t *testing.T) {
 			}
 			if !created {
 				t.Errorf("a resent submit reported its own job as existing: %+v", j)
+			}
+			// Run twice, the script counted its job once.
+			days := []usage.Day{{Date: time.Now().UTC().Truncate(24 * time.Hour)}}
+			if err := fx.store.AddUsage(t.Context(), "acme", days); err != nil || days[0].Counts[usage.JobsSubmitted] != 2 {
+				t.Errorf("jobs_submitted of the warm-up and the resent job: %v, %v; want 2", days[0].Counts, err)
 			}
 			if idemKey == "" {
 				return

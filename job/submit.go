@@ -433,8 +433,9 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
 	}
 	var calls []submitCall
+	at := time.Now() // the usage day the jobs count in
 	for chunk := range slices.Chunk(in, submitChunk) {
-		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, items: chunk})
+		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, at: at, usageTTL: s.usageTTL, items: chunk})
 	}
 	if len(calls) == 1 {
 		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))

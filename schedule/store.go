@@ -21,7 +21,6 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
-	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Errors callers branch on.
@@ -43,9 +42,6 @@ type Config struct {
 	// NATS wakes an idle worker of a fired job's queue; nil: workers find
 	// the job when they poll.
 	NATS *nats.Conn
-	// Usage counts each fired job in its tenant's jobs_submitted, as the
-	// API counts a submission; nil: not counted.
-	Usage *usage.Counters
 	// TracerProvider makes the span of each fire, which starts the fired
 	// job's trace; default the global one.
 	TracerProvider trace.TracerProvider
@@ -58,7 +54,6 @@ type Store struct {
 	prefix  string
 	jobs    *job.Store
 	nc      *nats.Conn
-	usage   *usage.Counters
 	tracer  trace.Tracer
 	create  *redis.Script
 	due     *redis.Script
@@ -86,7 +81,6 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		prefix:  cfg.Prefix,
 		jobs:    jobs,
 		nc:      cfg.NATS,
-		usage:   cfg.Usage,
 		tracer:  telemetry.Tracer(cfg.TracerProvider),
 		create:  scripts.Load("schedule_create.lua", lib...),
 		due:     scripts.Load("schedule_due.lua", lib...),
@@ -443,11 +437,6 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 	}
 	if s.nc != nil {
 		_ = execution.Wake(s.nc, s.prefix, j.Queue) // a lost wake-up costs a poll
-	}
-	if s.usage != nil {
-		// Bookkeeping, as for a submission: a count that fails is not
-		// made up, and the fire stands.
-		_, _ = s.usage.Add(ctx, j.Tenant, usage.JobsSubmitted, 1, j.ID, j.CreatedAt)
 	}
 	return j, true, nil
 }

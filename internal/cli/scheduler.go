@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/ratelimit/usage"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -17,18 +16,14 @@ import (
 // (schedule.Scheduler) until the group stops. Every API and worker
 // process runs one: there is no leader, and any of them may die.
 // Fired jobs are held to the API's rules (the keys a tenant may name),
-// and count in the tenants' usage, as submissions do; meters gets how late
-// each fire was.
+// and count in the tenants' usage, as every job does (job.Store); meters
+// gets how late each fire was.
 func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
-	counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
-	if err != nil {
-		return nil, nil, err
-	}
 	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix, OnlyLimitedKeys: true})
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, NATS: nc, Usage: counters, Jobs: jobs})
+	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, NATS: nc, Jobs: jobs})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -137,14 +137,6 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 			entries[i] = batchEntry{Status: http.StatusOK, Job: &j} // an idempotent replay
 		}
 	}
-	// The usage is counted while the answer is encoded: both take a few
-	// ms a thousand jobs, the count most of it in Redis. The answer waits
-	// for the count, so a client that reads its usage next finds the jobs.
-	counted := make(chan struct{})
-	go func() {
-		defer close(counted)
-		s.countSubmitted(ctx, c.tenant, created...)
-	}()
 	var woken []string
 	for _, j := range created {
 		if !slices.Contains(woken, j.Queue) {
@@ -153,7 +145,6 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 	}
 	body = batchAnswer(entries)
-	<-counted
 	writeBody(w, http.StatusOK, "application/json", body)
 }
 

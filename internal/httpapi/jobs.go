@@ -61,7 +61,6 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 		writeJSON(w, http.StatusOK, s.shown(c, j)) // an idempotent replay
 		return
 	}
-	s.countSubmitted(ctx, c.tenant, j)
 	s.wake(r, j.Queue)
 	w.Header().Set("Location", "/v1/jobs/"+j.ID)
 	writeJSON(w, http.StatusCreated, s.shown(c, j))

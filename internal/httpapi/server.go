@@ -217,8 +217,14 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}
 	var err error
+	if s.usage == nil {
+		if s.usage, err = usage.New(cfg.Redis, usage.Config{Prefix: cfg.Prefix}); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider, OnlyLimitedKeys: true}); err != nil {
+		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
+			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -233,12 +239,7 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
-	if s.usage == nil {
-		if s.usage, err = usage.New(cfg.Redis, usage.Config{Prefix: cfg.Prefix}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
-	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, Usage: s.usage}); err != nil {
+	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider

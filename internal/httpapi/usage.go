@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,30 +10,6 @@ import (
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
-
-// usageTimeout bounds the count of a submission: bookkeeping that must not
-// hold the answer long.
-const usageTimeout = time.Second
-
-// countSubmitted counts new jobs, all of tenant, in its usage, each job
-// id as the event id, in one round trip: a replayed submission creates no
-// job and reaches no count, and a count written twice adds once. A failed
-// count is logged; the jobs stand and the client gets its 201s, and the
-// jobs' claims count them too (execution.Worker), under the same event ids.
-func (s *server) countSubmitted(ctx context.Context, tenant string, jobs ...job.Job) {
-	if len(jobs) == 0 {
-		return
-	}
-	events := make([]usage.Event, len(jobs))
-	for i, j := range jobs {
-		events[i] = usage.Event{ID: j.ID, At: j.CreatedAt}
-	}
-	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), usageTimeout)
-	defer stop()
-	if err := s.usage.AddEach(ctx, tenant, usage.JobsSubmitted, 1, events); err != nil {
-		s.log.WarnContext(ctx, "usage not counted", attrJobID, jobs[0].ID, "jobs", len(jobs), attrErr, err)
-	}
-}
 
 // usageReport is the body of GET /v1/usage.
 type usageReport struct {
@@ -67,9 +42,14 @@ func (s *server) getUsage(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
+	// The tenant's counters (tokens), and what its jobs' queues counted of
+	// their lives.
 	days, err := s.usage.Get(ctx, tenant, from, to)
 	if errors.Is(err, usage.ErrInvalid) {
 		err = fieldError("tenant", "must be 1 to 256 bytes, without braces") // the dates were checked above
+	}
+	if err == nil {
+		err = s.store.AddUsage(ctx, tenant, days)
 	}
 	if err != nil {
 		s.fail(w, r, err)

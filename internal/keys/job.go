@@ -1,5 +1,7 @@
 package keys
 
+import "time"
+
 // Job keys. Everything of one queue shares the hash tag {q:<queue>}, so a
 // queue is one slot and every script on it is atomic on a cluster. Queue
 // names and job ids are validated by package job before they get here: no
@@ -71,6 +73,14 @@ func (s Space) QueueFoldLater(queue string) string { return s.key("q:"+queue, "f
 
 // QueueStats is the hash counting a queue's jobs per state.
 func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats") }
+
+// QueueUsage is the hash of what a queue's scripts count of its tenants'
+// usage on the UTC day of day (field "<counter>/<tenant>", value: count;
+// internal/scripts/stats.lua): in the queue's slot, so that the move that
+// creates, starts or ends a job counts it in the same step.
+func (s Space) QueueUsage(queue string, day time.Time) string {
+	return s.key("q:"+queue, "usage:"+day.UTC().Format(time.DateOnly))
+}
 
 // QueueTenantJobs indexes one tenant's jobs in a queue by creation time.
 func (s Space) QueueTenantJobs(queue, tenant string) string {

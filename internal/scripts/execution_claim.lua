@@ -10,7 +10,9 @@
 -- KEYS[4 + 3n + 5j] job hash, KEYS[5 + 3n + 5j] events, KEYS[6 + 3n + 5j]
 -- tenant index, KEYS[7 + 3n + 5j] all index and KEYS[8 + 3n + 5j] folded
 -- key (transition.lua's fold) of retired job j
--- KEYS[#KEYS], the last, the webhook outbox (transition.lua)
+-- KEYS[#KEYS - 1] the usage day the executions started and lost are
+-- counted in (stats.lua)   KEYS[#KEYS], the last, the webhook outbox
+-- (transition.lua)
 -- ARGV[1] want    ARGV[2] lease ttl_ms      ARGV[3] worker id
 -- ARGV[4] retention_ms (of a job that turns terminal)   ARGV[5] events MAXLEN
 -- ARGV[6] backoff_ms before retrying a job whose lease expired
@@ -23,15 +25,14 @@
 -- it was not asked for (the caller takes them in the keys' own slots
 -- first, with the candidate's execution id: see execution/queue.go)
 -- then r, the number of retired jobs the peek found past their retention,
--- and their r ids
+-- and their r ids; ARGV[#ARGV], the last, when the usage day's counts are
+-- dropped (unix ms; "" = not counted)
 -- (newClaimArgs in execution/claim.go is the one place in Go that lays
 -- these KEYS and ARGV out: change the two together.)
--- Returns {blocked, lost, expired, costs, then 12 values for each job claimed: id,
+-- Returns {blocked, expired, costs, then 12 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace, checkpoint, signal}, where blocked lists the lanes left waiting because one of
--- their keys was full, lost lists 3 values for each
--- execution found lost (execution id, tenant, the job's new state), expired
--- the lane (concurrency keys) of each job expired at max_wait, costs
+-- their keys was full, expired the lane (concurrency keys) of each job expired at max_wait, costs
 -- the lane and cost of each candidate that reserved tokens and was taken,
 -- or left because its cost is above what it reserved, trace
 -- is the traceparent of the job's submit span and exec_trace that of its
@@ -72,6 +73,7 @@ local now = math.floor(now_us / 1000)
 -- Each number turned into a string costs a sprintf: the hot path formats
 -- now once (tx.now_s), and each job's attempt and token once.
 local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
+use_day(tx, KEYS[#KEYS - 1], ARGV[#ARGV])
 
 -- read reads candidate i (its id, job hash, events and lane) in one
 -- HMGET: what a claim decides on and hands out, and error, the one shown
@@ -131,9 +133,9 @@ end
 
 -- reap finalises c's execution if its lease expired: the owner is gone.
 -- Its job is retried (spending the attempt), or fails on its last attempt,
--- or, when a cancel was acknowledged, is cancelled, never retried. lost
--- gets 3 values per execution: its id, the tenant, the job's new state.
-local function reap(c, lost)
+-- or, when a cancel was acknowledged, is cancelled, never retried. The
+-- execution is counted in its tenant's usage as lost.
+local function reap(c)
   local lease = redis.call('ZSCORE', leases, c.id)
   if not lease or tonumber(lease) > now then
     return
@@ -153,9 +155,7 @@ local function reap(c, lost)
   end
   local fields = {'error', err, 'exec_state', 'lost', 'exec_finished_at', tx.now_s}
   move(tx, c, next, fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
-  for _, v in ipairs({c.f[EXEC_ID] or '', c.tenant or '', next}) do
-    lost[#lost + 1] = v
-  end
+  use(tx, c.tenant, 'executions_lost')
 end
 
 -- expire ends c as expired if it waited past its max_wait without
@@ -197,13 +197,13 @@ end
 -- check reads every candidate again and does the due work of the first d.
 -- It returns the candidates still alive, those an earlier run of this very
 -- call claimed (recognised by their execution ids, ARGV after the
--- candidates' ids), and the lost and expired lists of the reply.
+-- candidates' ids), and the expired list of the reply.
 local function check()
   local ours = {}
   for i = 1, n do
     ours[ARGV[8 + n + i]] = true
   end
-  local live, reclaimed, lost, expired = {}, {}, {}, {}
+  local live, reclaimed, expired = {}, {}, {}
   for i = 1, n do
     local c = read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], i <= d)
     if not c.state then
@@ -216,14 +216,14 @@ local function check()
       reclaimed[#reclaimed + 1] = c
     else
       if i <= d then
-        reap(c, lost)
+        reap(c)
         expire(c, expired)
         promote(c)
       end
       live[#live + 1] = c
     end
   end
-  return live, reclaimed, lost, expired
+  return live, reclaimed, expired
 end
 
 -- waiting returns the candidates of live still queued in their lanes (one
@@ -345,7 +345,7 @@ local function take(lanes, room, clock, costs)
   return takes, blocked, clock
 end
 
--- The reply: blocked, lost, expired, costs, then 12 values per job handed
+-- The reply: blocked, expired, costs, then 12 values per job handed
 -- out. The checkpoint and the signal that resumed the job are read for the
 -- jobs handed out alone: a candidate not taken would carry up to 256 KiB
 -- for nothing. A job never started has neither (an execution writes the
@@ -363,8 +363,9 @@ local function hand_out(reply, c, exec_id, token, attempt)
 end
 
 -- start claims the jobs taken: a new execution each (one move: one HSET
--- and one event), their leases, tokens and lanes in a few commands for the
--- whole batch. expires is the leases' expiry.
+-- and one event, counted in its tenant's usage), their leases, tokens and
+-- lanes in a few commands for the whole batch. expires is the leases'
+-- expiry.
 local function start(takes, lanes, expires, reply)
   local token = fence_take(fence, #takes, now_us)
   local lease_args, waited = {}, {}
@@ -390,6 +391,7 @@ local function start(takes, lanes, expires, reply)
     move(tx, c, 'running', fields, attempt,
       {started_at, '0', c.f[ERROR] or '', token_s, exec_id, worker, attempt, tx.now_s, tx.now_s, ''})
     hand_out(reply, c, exec_id, token, n_attempt)
+    use(tx, c.tenant, 'executions_started')
   end
   redis.call('ZADD', leases, unpack(lease_args))
   if #waited > 0 then
@@ -403,20 +405,20 @@ local function start(takes, lanes, expires, reply)
 end
 
 delete_retired(8 + 3 * n)
-local live, reclaimed, lost, expired = check()
+local live, reclaimed, expired = check()
 local lanes = lanes_of(waiting(live))
 
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the owner's trust window (claim sent + ttl) does.
 local expires = int(now + 1 + ttl)
-local reply = {{}, lost, expired, {}}
+local reply = {{}, expired, {}}
 for _, c in ipairs(reclaimed) do
   redis.call('ZADD', leases, 'XX', expires, c.id)
   hand_out(reply, c, c.f[EXEC_ID], tonumber(redis.call('HGET', c.key, 'token')), tonumber(c.f[ATTEMPT]))
 end
 
 local clock_was = fair_clock(fair)
-local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was, reply[4])
+local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was, reply[3])
 reply[1] = blocked
 if #takes > 0 then
   start(takes, lanes, expires, reply)

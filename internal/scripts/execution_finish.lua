@@ -6,9 +6,11 @@
 -- KEYS[5] stats (stats.lua, finished.lua)   KEYS[6] retired
 -- KEYS[4 + 3i] job hash, KEYS[5 + 3i] events and KEYS[6 + 3i] lane
 -- (fair.lua) of execution i (1..n)
--- KEYS[#KEYS], the last, the webhook outbox (transition.lua)
+-- KEYS[#KEYS - 1] the usage day each execution's end is counted in
+-- (stats.lua)   KEYS[#KEYS], the last, the webhook outbox (transition.lua)
 -- ARGV[1] retention_ms (of a job that turns terminal)   ARGV[2] events MAXLEN
--- ARGV[3] n, the executions
+-- ARGV[3] n, the executions   ARGV[4] when the usage day's counts are
+-- dropped (unix ms; "" = not counted)
 -- then for each execution: job id, token, attempt (the job's, set by the
 --   claim that issued the token),
 --   outcome (succeeded | failed | timed_out | cancelled | handed_off |
@@ -46,11 +48,12 @@ local retention, maxlen, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local max_pushbacks = 50
 
 local tx = transitions(stats, retired, redis_now(), retention, maxlen, KEYS[#KEYS])
+use_day(tx, KEYS[#KEYS - 1], ARGV[4])
 
 -- released holds the ids whose leases end: removed once per batch.
 local out, released = {}, {}
 
-local at = 3
+local at = 4
 for i = 1, n do
   local id, token, attempt, outcome = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
   local result, err, retryable, backoff = ARGV[at + 5], ARGV[at + 6], ARGV[at + 7] == '1', ARGV[at + 8]
@@ -145,6 +148,7 @@ for i = 1, n do
       states = f[14]},
       next, fields, attempt,
       {f[6], cancel_requested, err, token, f[7], f[8], kept or attempt, f[9], f[10], tx.now_s})
+    use(tx, f[5], 'executions_' .. outcome)
     out[i] = next
   end
 end

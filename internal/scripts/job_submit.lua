@@ -4,10 +4,12 @@
 -- Shared by the batch:
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] deadlines   KEYS[4] fair (fair.lua)
 -- KEYS[5] stats (stats.lua)   KEYS[6] all index   KEYS[7] tenant index
+-- KEYS[8] the usage day each job created is counted in (stats.lua)
 -- ARGV[1] tenant   ARGV[2] queue   ARGV[3] events stream MAXLEN
 -- ARGV[4] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
--- Then per job i (from 0): KEYS[8 + 5i + k] and ARGV[5 + 17i + k]:
+-- ARGV[5] when the usage day's counts are dropped (unix ms; "" = not counted)
+-- Then per job i (from 0): KEYS[9 + 5i + k] and ARGV[6 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
 -- k=3 the job's deletion mark (job_delete.lua)   k=4 its folded key (transition.lua's fold)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
@@ -31,10 +33,11 @@
 local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, queue, maxlen, room = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = (#ARGV - 4) / 17
+local n = (#ARGV - 5) / 17
 
 local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
+use_day(tx, KEYS[8], ARGV[5])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
 local out, listed = {}, {} -- listed: score, id of each job created, for the listings
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
@@ -43,7 +46,7 @@ local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; b
 local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15}}
 
 for i = 0, n - 1 do
-  local k, a = 8 + 5 * i, 5 + 17 * i
+  local k, a = 9 + 5 * i, 6 + 17 * i
   local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
@@ -98,6 +101,7 @@ for i = 0, n - 1 do
       redis.call('ZADD', deadlines, now + delay + max_wait, id)
     end
     listed[#listed + 1], listed[#listed + 2] = tx.now_s, id
+    use(tx, tenant, 'jobs_submitted')
     if held then
       held = held + 1
     end

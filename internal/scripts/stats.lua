@@ -32,3 +32,40 @@ local function unended(stats, tenant)
     'waiting/' .. tenant)
   return (tonumber(n[1]) or 0) + (tonumber(n[2]) or 0) + (tonumber(n[3]) or 0) + (tonumber(n[4]) or 0)
 end
+
+-- A queue's usage: each tenant's jobs created and executions started and
+-- ended (ratelimit/usage's lifecycle counters), counted per UTC day in
+-- the hash {q:Q}:usage:<date>, field <counter>/<tenant>, which GET
+-- /v1/usage adds to the tenant's other counts (job.Store.AddUsage). Each
+-- is counted by the move that makes it happen, in the same step: exactly
+-- once, with no mark of the event. The caller names the day and when its
+-- counts are dropped (use_day); a script not given one counts nothing.
+
+-- use_day makes the moves of tx count usage in the day hash key, whose
+-- counts are dropped at drop_at (unix ms; "" counts nothing).
+local function use_day(tx, key, drop_at)
+  if drop_at ~= '' then
+    tx.usage, tx.drop_at = key, drop_at
+  end
+end
+
+-- use counts one event of tenant's counter in tx's day (written by
+-- settle).
+local function use(tx, tenant, counter)
+  if tx.usage then
+    local field = counter .. '/' .. tenant
+    tx.used[field] = (tx.used[field] or 0) + 1
+  end
+end
+
+-- write_usage adds tx's usage to its day, one HINCRBY per counter and
+-- tenant; the first count of a field sets the day's drop time (the same
+-- for every field: so a day written again, or by an older version's
+-- script, keeps it).
+local function write_usage(tx)
+  for field, n in pairs(tx.used) do
+    if redis.call('HINCRBY', tx.usage, field, n) == n then
+      redis.call('PEXPIREAT', tx.usage, tx.drop_at)
+    end
+  end
+end

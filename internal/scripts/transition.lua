@@ -172,7 +172,7 @@ end
 local function transitions(stats, retired, now, retention_ms, maxlen, outbox)
   return {stats = stats, retired = retired, now = now, now_s = int(now), outbox = outbox,
     retire_at = retention_ms and int(now + tonumber(retention_ms)),
-    maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}}
+    maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}, usage = false, used = {}}
 end
 
 -- state_data is the data of a state event: {"state", "attempt", "job":
@@ -478,10 +478,11 @@ local function forget(retired, ids, keys, indexes)
   end
 end
 
--- settle writes what the moves of tx changed in the stats hash and the
--- retired index: a few commands for the whole script.
+-- settle writes what the moves of tx changed in the stats hash, the
+-- retired index and the usage: a few commands for the whole script.
 local function settle(tx)
   write_counts(tx.stats, tx.counts)
+  write_usage(tx)
   for state, delta in pairs(tx.counts) do
     count_finished(tx.stats, tx.now, state, delta) -- the ended states only
   end

@@ -1,6 +1,9 @@
-// Package usage keeps per-tenant usage counters (jobs submitted, tokens
-// used) per UTC day, counting each event exactly once however often its
-// write is retried.
+// Package usage keeps per-tenant usage counters (tokens used, and any
+// counter a caller names) per UTC day, counting each event exactly once
+// however often its write is retried. The counters of a job's life
+// (Lifecycle: jobs submitted, executions started and ended) are counted
+// by Leasehold's queues themselves, in the step of each event, and read
+// with job.Store.AddUsage; this package names them and their days (DropAt).
 //
 // Counters.Add takes an event id along with the amount (AddEach many
 // events, in one script). One script checks the event's mark, adds the

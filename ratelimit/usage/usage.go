@@ -400,10 +400,9 @@ func validName(what, s string) error {
 
 // The counters Leasehold keeps. They are what GET /v1/usage shows.
 const (
-	// JobsSubmitted counts new jobs; the event id is the job id.
+	// JobsSubmitted counts new jobs.
 	JobsSubmitted = "jobs_submitted"
-	// ExecutionsStarted counts executions claimed by a worker; the event
-	// id is the execution id.
+	// ExecutionsStarted counts executions claimed by a worker.
 	ExecutionsStarted = "executions_started"
 	// LLMPromptTokens and LLMCompletionTokens count the tokens llm.chat
 	// executions used, as the upstream reported them; the event id is the
@@ -414,6 +413,27 @@ const (
 
 // ExecutionsEnded is the counter of executions that ended with outcome:
 // succeeded, failed, timed_out, cancelled, handed_off, pushback, waiting
-// (recorded by their worker) or lost (found by a claim after its lease expired). The event id
-// is the execution id.
+// (recorded by their worker) or lost (found by a claim after its lease expired).
 func ExecutionsEnded(outcome string) string { return "executions_" + outcome }
+
+// Lifecycle returns the counters of a job's life: jobs submitted and
+// executions started and ended. Leasehold's queues count these themselves,
+// in the step that creates, starts or ends each (job.Store.AddUsage reads
+// them), not through Counters: exactly once, with no mark per event.
+func Lifecycle() []string {
+	out := []string{JobsSubmitted, ExecutionsStarted}
+	for _, o := range []string{"succeeded", "failed", "timed_out", "cancelled", "handed_off", "pushback", "waiting", "lost"} {
+		out = append(out, ExecutionsEnded(o))
+	}
+	return out
+}
+
+// DropAt is when the counts of the UTC day of at are dropped, kept for
+// retention after the day ends: what a queue's day of lifecycle counts
+// expires at.
+func DropAt(at time.Time, retention time.Duration) time.Time {
+	return utcDay(at).Add(24 * time.Hour).Add(retention)
+}
+
+// Retention is how long c keeps a day's counts after the day ends.
+func (c *Counters) Retention() time.Duration { return c.retention }
