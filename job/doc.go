@@ -61,9 +61,10 @@
 //	                      orders only a lane's own jobs
 //	{q:Q}:lane:<keys>     zset of one lane's claimable ids (a tenant's jobs
 //	                      with one set of concurrency keys), score
-//	                      (100-priority)*2^43 + arrival: priority, then FIFO
-//	{q:Q}:fair            hash: the virtual clock, the arrival counter and
-//	                      each waiting lane's count of jobs
+//	                      (100-priority)*2^43 + when it joined (Redis ms),
+//	                      ties by id: priority, then FIFO
+//	{q:Q}:fair            hash: the virtual clock and each waiting lane's
+//	                      count of jobs
 //	{q:Q}:scheduled       zset of ids waiting for a time (delay, retry
 //	                      backoff, a wait's timeout), score = unix ms when
 //	                      they become ready

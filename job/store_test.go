@@ -173,9 +173,10 @@ func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
 		priorities := []int{0, 5, 0, -3, 5, 100, -100, 0}
-		ids := make([]string, len(priorities))
+		ids, created := make([]string, len(priorities)), make([]int64, len(priorities))
 		for i, p := range priorities {
-			ids[i] = fx.submit(t, "acme", job.Submission{Kind: "echo", Priority: p}).ID
+			j := fx.submit(t, "acme", job.Submission{Kind: "echo", Priority: p})
+			ids[i], created[i] = j.ID, j.CreatedAt.UnixMilli()
 		}
 		// In their lane, highest priority first and equal priorities in
 		// submission order; the ready set holds the lane at its virtual
@@ -193,11 +194,12 @@ func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("ready order\n got %v\nwant %v", got, want)
 		}
-		// The score is exact: (100 - priority) * 2^43 + arrival.
+		// The score is exact: (100 - priority) * 2^43 + when the job joined
+		// its lane, its creation (Redis ms).
 		for _, z := range zs {
 			i := slices.Index(ids, z.Member.(string))
 			score := int64(z.Score)
-			if float64(score) != z.Score || score>>43 != int64(100-priorities[i]) || score&(1<<43-1) != int64(i+1) {
+			if float64(score) != z.Score || score>>43 != int64(100-priorities[i]) || score&(1<<43-1) != created[i] {
 				t.Errorf("job %d (priority %d): score %.0f", i, priorities[i], z.Score)
 			}
 		}

@@ -56,9 +56,8 @@ func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "d
 // as stored (a JSON array). See internal/scripts/fair.lua.
 func (s Space) QueueLane(queue, lane string) string { return s.key("q:"+queue, "lane:"+lane) }
 
-// QueueFair is the hash of a queue's fair-queueing state: its virtual clock,
-// its arrival counter and each waiting lane's count of jobs (see
-// internal/scripts/fair.lua).
+// QueueFair is the hash of a queue's fair-queueing state: its virtual clock
+// and each waiting lane's count of jobs (see internal/scripts/fair.lua).
 func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair") }
 
 // QueueRetired is the sorted set of a queue's terminal jobs, scored by when

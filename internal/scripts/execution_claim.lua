@@ -183,7 +183,7 @@ local function promote(c)
     return
   end
   redis.call('ZREM', scheduled, c.id)
-  fair_push(fair, ready, c.lane, c.f[LANE_KEYS], c.id, c.f[PRIORITY])
+  fair_push(fair, ready, c.lane, c.f[LANE_KEYS], c.id, c.f[PRIORITY], now)
   if state == 'retrying' then
     move(tx, c, 'queued', {}, c.f[ATTEMPT], shown_of(c.key))
   elseif state == 'waiting' then

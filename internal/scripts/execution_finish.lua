@@ -96,7 +96,7 @@ for i = 1, n do
       fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
-      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]), tx.now)
     elseif outcome == 'waiting' then
       kept = attempt
       attempt = tostring(tonumber(attempt) - 1)
@@ -109,7 +109,7 @@ for i = 1, n do
         redis.call('HDEL', job, sig)
         signal_take(fields, g[5], g[6], #g[4])
         fields[#fields + 1], fields[#fields + 2] = 'signal', signal_json(wait_for, g[4], false)
-        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]))
+        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]), tx.now)
       else
         next = 'waiting'
         local untl = int(tx.now + tonumber(wait_ms))

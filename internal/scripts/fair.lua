@@ -4,7 +4,8 @@
 -- always names its tenant.
 --
 -- Each lane keeps its waiting jobs in a sorted set of its own (score
--- (100 - priority) * 2^43 + arrival: priority, then FIFO), and the ready set
+-- (100 - priority) * 2^43 + the Redis clock in ms when it joined, ties by
+-- id: priority, then FIFO), and the ready set
 -- holds the lanes (member: the lane), each scored by its virtual start. A
 -- lane takes the next turn of the queue's virtual clock (clock + 1) when it
 -- starts afresh and after each claim of its head, and each claim moves the
@@ -15,11 +16,16 @@
 -- holds one place in the ready set, not one per job, so it never hides
 -- the lanes behind it from a claim's bounded look.
 --
--- The fair hash holds the clock, the arrival counter, and per lane with jobs
--- waiting the count of them (field '#' .. lane), which GET /v1/limits sums
--- into each key's "waiting".
+-- The fair hash holds the clock, and per lane with jobs waiting the count
+-- of them (field '#' .. lane), which GET /v1/limits sums into each key's
+-- "waiting".
 -- 2^43 per band keeps every score an exact integer in a double
--- (201 * 2^43 < 2^53).
+-- (201 * 2^43 < 2^53), and holds the clock in ms until the year 2248.
+-- Jobs that join a lane in one ms share a score, and a sorted set orders
+-- those by member: ids made in one process are in order (internal/jobid),
+-- so a batch's jobs wait in its order without a counter to write. (Lanes
+-- written by a version before, scored by an arrival counter, keep their
+-- jobs ahead of those scored by the clock: they came first.)
 local FAIR_BAND = 8796093022208
 
 local function fair_int(x) return string.format('%.0f', x) end
@@ -42,14 +48,13 @@ local function fair_place(ready, set, lane, start)
 end
 
 -- fair_push_all makes jobs ids (of priorities, one each) wait in lane,
--- whose sorted set is set, in order: what fair_push does for each, in a
--- few commands for all. A lane already waiting keeps its turn; a new one
--- takes the clock's next turn.
-local function fair_push_all(fair, ready, set, lane, ids, priorities)
-  local arrival = redis.call('HINCRBY', fair, 'arrival', #ids) - #ids
+-- whose sorted set is set, from now (the Redis clock in ms), in order:
+-- what fair_push does for each, in a few commands for all. A lane already
+-- waiting keeps its turn; a new one takes the clock's next turn.
+local function fair_push_all(fair, ready, set, lane, ids, priorities, now)
   local members = {}
   for i, id in ipairs(ids) do
-    members[2 * i - 1] = fair_int((100 - tonumber(priorities[i])) * FAIR_BAND + arrival + i)
+    members[2 * i - 1] = fair_int((100 - tonumber(priorities[i])) * FAIR_BAND + now)
     members[2 * i] = id
   end
   redis.call('ZADD', set, unpack(members))
@@ -62,9 +67,10 @@ local function fair_push_all(fair, ready, set, lane, ids, priorities)
   end
 end
 
--- fair_push makes job id (of priority) wait in lane (see fair_push_all).
-local function fair_push(fair, ready, set, lane, id, priority)
-  fair_push_all(fair, ready, set, lane, {id}, {priority})
+-- fair_push makes job id (of priority) wait in lane from now (see
+-- fair_push_all).
+local function fair_push(fair, ready, set, lane, id, priority, now)
+  fair_push_all(fair, ready, set, lane, {id}, {priority}, now)
 end
 
 -- fair_remove takes job id out of lane (claimed, cancelled, expired): the

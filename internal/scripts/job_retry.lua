@@ -71,7 +71,7 @@ for i = 1, #ARGV - 4 do
       retries = retries .. ','
     end
     redis.call('HSET', key, 'retries', retries .. event .. ':' .. f[7])
-    fair_push(fair, ready, KEYS[4 + 4 * i], f[3], id, f[4])
+    fair_push(fair, ready, KEYS[4 + 4 * i], f[3], id, f[4], tx.now)
     if tonumber(f[5]) > 0 then
       redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)
     end

@@ -34,8 +34,8 @@ end
 
 if state == 'waiting' and f[4] == name then
   redis.call('ZREM', scheduled, id) -- its timeout
-  fair_push(fair, ready, lane, f[6], id, tonumber(f[7]))
   local tx = transitions(stats, retired, redis_now(), nil, maxlen)
+  fair_push(fair, ready, lane, f[6], id, tonumber(f[7]), tx.now)
   local fields = {}
   resumed(fields, signal_json(name, data, false))
   move(tx, {key = job, events = events, id = id, tenant = f[2], state = state, states = f[11]}, 'queued', fields, f[5],

@@ -114,7 +114,7 @@ end
 -- lanes take their turns in the order of their first job.
 for _, lane in ipairs(lanes) do
   local p = pushed[lane]
-  fair_push_all(fair, ready, p.set, lane, p.ids, p.priorities)
+  fair_push_all(fair, ready, p.set, lane, p.ids, p.priorities, now)
 end
 if #listed > 0 then
   redis.call('ZADD', tenant_index, unpack(listed))
