@@ -71,8 +71,8 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	entries := make([]batchEntry, len(raws))
-	var items []job.BatchItem
-	var at []int // the index of each of items in the batch
+	items := make([]job.BatchItem, 0, len(raws))
+	at := make([]int, 0, len(raws)) // the index of each of items in the batch
 	decoded, errs := s.decodeItems(c.tenant, raws)
 	for i, err := range errs {
 		if err == nil {
@@ -96,20 +96,18 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	var limited []int // the items over the rate
-	items, at = slices.Clone(items), slices.Clone(at)
-	for k := len(items) - 1; k >= 0; k-- {
-		if !admitted[k] {
-			limited = append(limited, at[k])
-			items, at = slices.Delete(items, k, k+1), slices.Delete(at, k, k+1)
-		}
-	}
-	for _, i := range limited {
-		if entries[i], err = s.itemProblem(r, errRateLimited); err != nil {
+	// The items over the rate are answered so, and left out.
+	kept := 0
+	for k := range items {
+		if admitted[k] {
+			items[kept], at[kept] = items[k], at[k]
+			kept++
+		} else if entries[at[k]], err = s.itemProblem(r, errRateLimited); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
+	items, at = items[:kept], at[:kept]
 	var results []job.BatchResult
 	if len(items) > 0 {
 		results, err = s.store.SubmitBatch(ctx, c.tenant, items, s.capOf())
@@ -118,7 +116,7 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 			return
 		}
 	}
-	var created []job.Job
+	var woken []string // the queues of the jobs created
 	for k, res := range results {
 		i := at[k]
 		switch {
@@ -131,17 +129,13 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		case res.Created:
 			j := s.shown(c, res.Job)
 			entries[i] = batchEntry{Status: http.StatusCreated, Job: &j}
-			created = append(created, res.Job)
+			if !slices.Contains(woken, j.Queue) {
+				woken = append(woken, j.Queue)
+				s.wake(r, j.Queue)
+			}
 		default:
 			j := s.shown(c, res.Job)
 			entries[i] = batchEntry{Status: http.StatusOK, Job: &j} // an idempotent replay
-		}
-	}
-	var woken []string
-	for _, j := range created {
-		if !slices.Contains(woken, j.Queue) {
-			woken = append(woken, j.Queue)
-			s.wake(r, j.Queue)
 		}
 	}
 	body = batchAnswer(entries)
