@@ -34,6 +34,19 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 			}
 			return nil, execution.Permanent(errors.New("no"))
 		},
+		// 12 KB of deltas, and its result their text: more than a fold
+		// takes, but for the packing.
+		"answer": func(ctx context.Context, e *execution.Execution) (any, error) {
+			var text strings.Builder
+			for i := range 20 {
+				delta := fmt.Sprintf("%03d %s", i, strings.Repeat("word ", 119))
+				if err := e.Emit(ctx, execution.EventOutput, map[string]string{"text": delta}); err != nil {
+					return nil, err
+				}
+				text.WriteString(delta)
+			}
+			return map[string]string{"text": text.String()}, nil
+		},
 		"many": func(ctx context.Context, e *execution.Execution) (any, error) {
 			for i := range 120 {
 				if err := e.Emit(ctx, execution.EventLog, i); err != nil {
@@ -50,11 +63,13 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	few := f.submit(t, job.Submission{Kind: "few", Input: input, MaxAttempts: 1})
 	many := f.submit(t, job.Submission{Kind: "many", Input: input})
 	short := f.submit(t, job.Submission{Kind: "few", Input: raw(`{}`), MaxAttempts: 1})
+	answer := f.submit(t, job.Submission{Kind: "answer", Input: raw(`{}`)})
+	f.waitState(t, answer.ID, 10*time.Second, job.StateSucceeded)
 	f.waitState(t, few.ID, 10*time.Second, job.StateFailed)
 	f.waitState(t, many.ID, 10*time.Second, job.StateSucceeded)
 	f.waitState(t, short.ID, 10*time.Second, job.StateFailed)
 	stop()
-	fewEvents, manyEvents := f.allEvents(t, few.ID), f.allEvents(t, many.ID)
+	fewEvents, manyEvents, answerEvents := f.allEvents(t, few.ID), f.allEvents(t, many.ID), f.allEvents(t, answer.ID)
 	fewJob, err := json.Marshal(f.get(t, few.ID))
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +112,12 @@ func TestFoldedEventsReadAsTheStream(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return f.rdb.Exists(ctx, ks.JobEvents("default", short.ID)).Val() == 0
 	}, "the job of short values not folded")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.JobEvents("default", answer.ID)).Val() == 0
+	}, "the job of 12 KB of deltas, its result's text, not folded")
+	if got := f.allEvents(t, answer.ID); len(got) != 23 || !slices.EqualFunc(got, answerEvents, sameEvent) {
+		t.Fatalf("the job of 12 KB of deltas folded: %d events, want the %d before", len(got), len(answerEvents))
+	}
 
 	// Retried, it fails again and is folded again: the old events, then
 	// those of its second run.
@@ -167,9 +188,12 @@ func TestFoldedJobReadsAsBefore(t *testing.T) {
 func foldedReadsAsBefore(t *testing.T, f *fixture) {
 	long := strings.Repeat("the quick brown fox ", 8)
 	handlers := map[string]execution.Handler{
-		// Fails its first attempt, succeeds its second (after a retry).
+		// Fails its first attempt, succeeds its second (after a retry). Its
+		// deltas are its result's text, which the fold packs, but for the
+		// plain string, the empty text and the text not in the result.
 		"chat": func(ctx context.Context, e *execution.Execution) (any, error) {
-			for _, d := range []any{long, map[string]any{"text": "token-1 token-2"}} {
+			for _, d := range []any{long, map[string]any{"text": long[:30]}, map[string]any{"text": ""},
+				map[string]any{"text": long[30:]}, map[string]any{"text": "token-1 token-2"}} {
 				if err := e.Emit(ctx, execution.EventOutput, d); err != nil {
 					return nil, err
 				}
@@ -235,6 +259,9 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 			}
 			f.reads(t, id, subs[name]).same(t, before[name], fmt.Sprintf("round %d: %s folded", round, name))
 		}
+		if packed := packedOutputs(t, f, ids["chat"]); round == 1 && packed != 4 {
+			t.Errorf("the chat job's %d output events packed, want 4: each run's 2 deltas of its result's text", packed)
+		}
 		if round == 1 {
 			break
 		}
@@ -270,6 +297,27 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 			t.Fatalf("job %s deleted: %d of its keys left", id, n)
 		}
 	}
+}
+
+// packedOutputs returns how many output events of job id's folded key the
+// fold packed as a run of its result (type "o").
+func packedOutputs(t *testing.T, f *fixture, id string) int {
+	t.Helper()
+	var folded struct{ E []string }
+	b, err := f.rdb.Get(t.Context(), keys.New(f.prefix).JobFolded("default", id)).Bytes()
+	if err == nil {
+		err = json.Unmarshal(b, &folded)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := 1; i < len(folded.E); i += 3 {
+		if folded.E[i] == "o" {
+			n++
+		}
+	}
+	return n
 }
 
 // reads is what each reader of a job answers, as the API shows it.
@@ -402,18 +450,26 @@ func TestFoldedKeyExpiresADayAfterTheRetentionEnd(t *testing.T) {
 	}
 }
 
+// failed runs a job that fails at once, its only attempt, and returns it
+// as submitted; no worker runs after.
+func (f *fixture) failed(t *testing.T) job.Job {
+	t.Helper()
+	fail := map[string]execution.Handler{"fail": func(context.Context, *execution.Execution) (any, error) {
+		return nil, execution.Permanent(errors.New("no"))
+	}}
+	_, stop := f.startWorker(t, execution.Config{}, fail)
+	defer stop()
+	j := f.submit(t, job.Submission{Kind: "fail", Input: raw(`{}`), MaxAttempts: 1})
+	f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+	return j
+}
+
 // A job whose events the previous version folded into its hash's field
 // events reads the same, and a retry puts them back in its stream.
 func TestEventsFoldedByTheOlderVersion(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	fail := map[string]execution.Handler{"fail": func(context.Context, *execution.Execution) (any, error) {
-		return nil, execution.Permanent(errors.New("no"))
-	}}
-	_, stop := f.startWorker(t, execution.Config{}, fail)
-	j := f.submit(t, job.Submission{Kind: "fail", Input: raw(`{}`), MaxAttempts: 1})
-	f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
-	stop()
+	j := f.failed(t)
 	want := f.allEvents(t, j.ID)
 	wantJob, err := json.Marshal(f.get(t, j.ID))
 	if err != nil {
@@ -443,6 +499,55 @@ func TestEventsFoldedByTheOlderVersion(t *testing.T) {
 	}
 	if f.rdb.HExists(ctx, ks.Job("default", j.ID), "events").Val() {
 		t.Fatal("retried: the field events is left")
+	}
+	if events := f.allEvents(t, j.ID); len(events) != len(want)+1 || !slices.EqualFunc(events[:len(want)], want, sameEvent) {
+		t.Fatalf("retried: %s\nwant %s, then the retry's", events, want)
+	}
+}
+
+// A retry puts the events of a folded key back in the job's stream as
+// they were before the fold packed them: each id, and the output deltas
+// that are runs of the result's text (no job retried has a result in this
+// version; a later one might).
+func TestPackedEventsExpandedByARetry(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	j := f.failed(t)
+	states := f.allEvents(t, j.ID)
+	if len(states) != 3 {
+		t.Fatalf("%d events, want 3", len(states))
+	}
+	// The job's events as the fold would find them: its state events,
+	// given ids of their own (one after a sequence), and two deltas.
+	result := `{"text":"say \"hi\" back","usage":{"total_tokens":34}}`
+	deltas := []string{`say \"hi\"`, ` back`}
+	want := []job.Event{
+		{ID: "1796000000000-0", Type: "state", Data: states[0].Data},
+		{ID: "1796000000012-0", Type: "state", Data: states[1].Data},
+		{ID: "1796000000012-1", Type: "output", Data: raw(`{"text":"` + deltas[0] + `"}`)},
+		{ID: "1796000000013-0", Type: "output", Data: raw(`{"text":"` + deltas[1] + `"}`)},
+		{ID: "1796000000020-3", Type: "state", Data: states[2].Data},
+	}
+	run := func(d string) string { return fmt.Sprintf("%d,%d", strings.Index(result, d), len(d)) }
+	packed := []string{"1796000000000-0", "state", "", "+12", "state", string(states[1].Data),
+		"+0-1", "o", run(deltas[0]), "+1", "o", run(deltas[1]), "+7-3", "state", string(states[2].Data)}
+	folded, err := json.Marshal(map[string]any{"f": map[string]string{"result": result}, "E": packed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, ctx := keys.New(f.prefix), t.Context()
+	f.rdb.HSet(ctx, ks.Job("default", j.ID), "folded", "1")
+	f.rdb.HDel(ctx, ks.Job("default", j.ID), "states")
+	f.rdb.Del(ctx, ks.JobEvents("default", j.ID))
+	f.rdb.Set(ctx, ks.JobFolded("default", j.ID), folded, time.Hour)
+	if events := f.allEvents(t, j.ID); !slices.EqualFunc(events, want, sameEvent) {
+		t.Fatalf("packed: %s\nwant %s", events, want)
+	}
+	if _, err := f.store.Retry(ctx, "acme", j.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if f.rdb.Exists(ctx, ks.JobFolded("default", j.ID)).Val() != 0 {
+		t.Fatal("retried: the folded key is left")
 	}
 	if events := f.allEvents(t, j.ID); len(events) != len(want)+1 || !slices.EqualFunc(events[:len(want)], want, sameEvent) {
 		t.Fatalf("retried: %s\nwant %s, then the retry's", events, want)

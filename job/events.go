@@ -119,7 +119,9 @@ func (s *Store) readEvents(ctx context.Context, queue, id, after string, from st
 	}
 	switch old, states := vals[1], vals[2]; {
 	case folded:
-		k.kept = f.Events
+		if k.kept, err = f.events(); err != nil {
+			return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
+		}
 		if s, ok := f.Fields["states"]; ok {
 			// Folded by an older worker, which knew nothing of the field
 			// and moved it as a long one (docs/operations.md, Upgrading):

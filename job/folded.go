@@ -1,11 +1,14 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,10 +16,12 @@ import (
 // folded is what a reaper moved out of an ended job's hash and stream into
 // its folded key (internal/scripts/transition.lua's fold), so the hash is
 // a small listpack: its long fields by name, and its events, three
-// strings each (stream id, type, data) in order.
+// strings each (stream id, type, data) in order: packed (Packed), or as
+// they are (Events) by a version before the packing.
 type folded struct {
 	Fields map[string]string `json:"f"`
 	Events []string          `json:"e"`
+	Packed []string          `json:"E"`
 }
 
 // readFolded reads the reply of a GET of a job's folded key; ok is false
@@ -33,6 +38,71 @@ func readFolded(cmd *redis.StringCmd) (f folded, ok bool, err error) {
 		return folded{}, false, fmt.Errorf("job: folded key: %w", err)
 	}
 	return f, true, nil
+}
+
+// events returns f's events, three strings each, unpacked.
+func (f folded) events() ([]string, error) {
+	if f.Packed == nil {
+		return f.Events, nil
+	}
+	events, err := unpackEvents(f.Packed, f.Fields["result"])
+	if err != nil {
+		return nil, fmt.Errorf("folded key: %w", err)
+	}
+	return events, nil
+}
+
+// unpackEvents returns the events packed as the fold packs them (its
+// comment in transition.lua says how; expand there unpacks them too):
+// each id after the first as "+<ms after the one before>[-<seq>]", and an
+// output event that is a run of result's bytes as type "o" and data
+// "<offset>,<length>".
+func unpackEvents(packed []string, result string) ([]string, error) {
+	if len(packed)%3 != 0 {
+		return nil, fmt.Errorf("%d packed event strings, not three each", len(packed))
+	}
+	events := make([]string, len(packed))
+	var ms uint64
+	for i := 0; i < len(packed); i += 3 {
+		id, typ, data := packed[i], packed[i+1], packed[i+2]
+		if rest, ok := strings.CutPrefix(id, "+"); ok {
+			d, seq, _ := strings.Cut(rest, "-")
+			n, err := strconv.ParseUint(d, 10, 64)
+			seq = cmp.Or(seq, "0")
+			if _, errSeq := strconv.ParseUint(seq, 10, 64); err != nil || errSeq != nil || ms+n < ms {
+				return nil, fmt.Errorf("packed event id %q", id)
+			}
+			ms += n
+			id = strconv.FormatUint(ms, 10) + "-" + seq
+		} else {
+			sid, err := parseStreamID(id)
+			if err != nil {
+				return nil, fmt.Errorf("packed event id %q", id)
+			}
+			ms = sid.ms
+		}
+		if typ == "o" {
+			from, n, ok := outputRun(data, len(result))
+			if !ok {
+				return nil, fmt.Errorf("packed output %q of a result of %d bytes", data, len(result))
+			}
+			typ, data = "output", `{"text":"`+result[from:from+n]+`"}`
+		}
+		events[i], events[i+1], events[i+2] = id, typ, data
+	}
+	return events, nil
+}
+
+// outputRun parses a packed output's "<offset>,<length>", a run within a
+// result of size bytes.
+func outputRun(data string, size int) (from, n int, ok bool) {
+	a, b, _ := strings.Cut(data, ",")
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA != nil || errB != nil || x > uint64(size) || y > uint64(size)-x {
+		return 0, 0, false
+	}
+	return int(x), int(y), true
 }
 
 // merge adds to h, a job's shown fields (shown) as its hash holds them,

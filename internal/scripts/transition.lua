@@ -235,8 +235,9 @@ end
 -- their stream or its states field (a stream costs a few hundred bytes of its own and a node
 -- preallocated to stream-node-max-bytes, 4 KB by default), and every field
 -- longer than a listpack takes (listpack_value) leaves its hash, into one
--- string, {q:Q}:folded:<id>: JSON {"f": {name: value, ...}, "e": [events]},
--- e three strings per event in order: its stream id, type and data. The
+-- string, {q:Q}:folded:<id>: JSON {"f": {name: value, ...}, "E": [events]},
+-- E three strings per event in order: its stream id, type and data,
+-- packed (fold says how; a version before wrote them unpacked as e). The
 -- hash is then written anew with its short fields and folded "1", so Redis
 -- makes it a listpack (~20 bytes a field) where one long value had made it
 -- a hashtable (~70 bytes a field; Redis never turns one back by itself).
@@ -252,9 +253,10 @@ end
 -- before they run a script on it (job.Store's Cancel, Retry, Signal).
 --
 -- fold_max and fold_max_bytes are the most events, and bytes of their
--- data and of the long fields, a job may have to be folded: a long stream
--- is mostly events, so folding it would save little, hold Redis long, and
--- make every read of the job (Get, List) read the whole folded string.
+-- data as packed and of the long fields, a job may have to be folded: a
+-- long stream is mostly events, so folding it would save little, hold
+-- Redis long, and make every read of the job (Get, List) read the whole
+-- folded string. An LLM job's deltas, packed, are a few bytes each.
 local fold_max, fold_max_bytes = 100, 16384
 
 -- listpack_value is hash-max-listpack-value as Redis ships it: a hash with
@@ -275,6 +277,13 @@ end
 -- reports whether it did: not when it has no events (folded
 -- already, by this version or an older one), more than fold_max, or more
 -- than fold_max_bytes to move.
+--
+-- The events go to E packed, three strings each as in flat: an id after
+-- the first as "+<ms after the one before>", with "-<seq>" when its
+-- sequence is not 0; an output event whose text is a run of the result's
+-- bytes, as an LLM job's deltas are, as type "o" and data
+-- "<offset>,<length>" of that run in the field result (bytes, from 0).
+-- expand unpacks them, and package job (folded.events).
 local function fold(j)
   local h = redis.call('HGETALL', j.key)
   local states = false
@@ -289,18 +298,11 @@ local function fold(j)
   if #flat == 0 or #flat > 3 * fold_max then
     return false
   end
-  local bytes = 0
-  for i = 3, #flat, 3 do
-    bytes = bytes + #flat[i]
-    if bytes > fold_max_bytes then
-      return false
-    end
-  end
   local empty = {}
   for _, name in ipairs(folded_empty()) do
     empty[name] = true
   end
-  local kept, moved = {'folded', '1'}, {}
+  local kept, moved, bytes = {'folded', '1'}, {}, 0
   for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
     if name == 'folded' or name == 'events' then
@@ -308,17 +310,39 @@ local function fold(j)
     elseif name == 'states' then -- its events, in flat now
     elseif (#value > listpack_value or #name > listpack_value) and name ~= 'concurrency_keys' then
       bytes = bytes + #value
-      if bytes > fold_max_bytes then
-        return false
-      end
       moved[name] = value
     elseif value ~= '' or not empty[name] then
       kept[#kept + 1], kept[#kept + 2] = name, value
     end
   end
+  local result, packed, prev, at = moved.result or '', {}, nil, 1
+  for i = 1, #flat, 3 do
+    local id, typ, data = flat[i], flat[i + 1], flat[i + 2]
+    local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+    ms = tonumber(ms)
+    if prev and ms and ms >= prev then
+      id = '+' .. int(ms - prev) .. (seq ~= '0' and '-' .. seq or '')
+    end
+    prev = ms
+    if typ == 'output' and #data > 11 and data:sub(1, 9) == '{"text":"' and data:sub(-2) == '"}' then
+      local text = data:sub(10, -3)
+      -- Deltas follow on in the result, but those of an earlier attempt
+      -- start it again.
+      local from = string.find(result, text, at, true) or string.find(result, text, 1, true)
+      if from then
+        at = from + #text
+        typ, data = 'o', int(from - 1) .. ',' .. int(#text)
+      end
+    end
+    packed[i], packed[i + 1], packed[i + 2] = id, typ, data
+    bytes = bytes + #data
+  end
+  if bytes > fold_max_bytes then
+    return false
+  end
   redis.call('DEL', j.key, j.events)
   redis.call('HSET', j.key, unpack(kept))
-  redis.call('SET', j.folded, cjson.encode({f = moved, e = flat}), 'PXAT', int(j.expire_at))
+  redis.call('SET', j.folded, cjson.encode({f = moved, E = packed}), 'PXAT', int(j.expire_at))
   return true
 end
 
@@ -383,7 +407,25 @@ local function expand(j)
   if m[1] then
     local packed = redis.call('GET', j.folded)
     local f = packed and cjson.decode(packed) or {f = {}, e = {}}
-    flat, moved = f.e, f.f
+    flat, moved = f.e or {}, f.f
+    -- Unpacked as fold packed them; folded by an older version, they are
+    -- in e as they were.
+    local result, prev = moved.result or '', 0
+    for i = 1, #(f.E or {}), 3 do
+      local id, typ, data = f.E[i], f.E[i + 1], f.E[i + 2]
+      local d, seq = string.match(id, '^%+(%d+)%-?(%d*)$')
+      if d then
+        prev = prev + tonumber(d)
+        id = int(prev) .. '-' .. (seq ~= '' and seq or '0')
+      else
+        prev = tonumber(string.match(id, '^(%d+)'))
+      end
+      if typ == 'o' then
+        local from, n = string.match(data, '^(%d+),(%d+)$')
+        typ, data = 'output', '{"text":"' .. result:sub(from + 1, from + n) .. '"}'
+      end
+      flat[i], flat[i + 1], flat[i + 2] = id, typ, data
+    end
     redis.call('DEL', j.folded)
     redis.call('HDEL', j.key, 'folded')
   elseif m[2] then
