@@ -506,31 +506,29 @@ func TestEventsFoldedByTheOlderVersion(t *testing.T) {
 }
 
 // A retry puts the events of a folded key back in the job's stream as
-// they were before the fold packed them: each id, and the output deltas
-// that are runs of the result's text (no job retried has a result in this
-// version; a later one might).
+// they were before the fold packed them: each id, a state event, and the
+// output deltas that are runs of the result's text (no job retried has a
+// result in this version; a later one might).
 func TestPackedEventsExpandedByARetry(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	j := f.failed(t)
-	states := f.allEvents(t, j.ID)
-	if len(states) != 3 {
-		t.Fatalf("%d events, want 3", len(states))
-	}
-	// The job's events as the fold would find them: its state events,
-	// given ids of their own (one after a sequence), and two deltas.
+	submitted := f.allEvents(t, j.ID)[0]
+	// Events as the fold would find them: the submit's, then a start, two
+	// deltas and a failure, of ids of their own (one after a sequence).
 	result := `{"text":"say \"hi\" back","usage":{"total_tokens":34}}`
 	deltas := []string{`say \"hi\"`, ` back`}
 	want := []job.Event{
-		{ID: "1796000000000-0", Type: "state", Data: states[0].Data},
-		{ID: "1796000000012-0", Type: "state", Data: states[1].Data},
+		{ID: "1796000000000-0", Type: "state", Data: submitted.Data},
+		{ID: "1796000000012-0", Type: "state", Data: raw(`{"state":"running","attempt":1,"job":["","1796000000012","0","","17","e-1","w-1","1","1796000000012","1796000000012",""]}`)},
 		{ID: "1796000000012-1", Type: "output", Data: raw(`{"text":"` + deltas[0] + `"}`)},
 		{ID: "1796000000013-0", Type: "output", Data: raw(`{"text":"` + deltas[1] + `"}`)},
-		{ID: "1796000000020-3", Type: "state", Data: states[2].Data},
+		{ID: "1796000000020-3", Type: "state", Data: raw(`{"state":"failed","attempt":1,"job":["1796000000020","1796000000012","0","{\"code\":\"x\"}"]}`)},
 	}
 	run := func(d string) string { return fmt.Sprintf("%d,%d", strings.Index(result, d), len(d)) }
-	packed := []string{"1796000000000-0", "state", "", "+12", "state", string(states[1].Data),
-		"+0-1", "o", run(deltas[0]), "+1", "o", run(deltas[1]), "+7-3", "state", string(states[2].Data)}
+	packed := []string{"1796000000000-0", "state", "",
+		"+12", "s", "running,1,,1796000000012,0,,17,e-1,w-1,1,1796000000012,1796000000012,",
+		"+0-1", "o", run(deltas[0]), "+1", "o", run(deltas[1]), "+7-3", "state", string(want[4].Data)}
 	folded, err := json.Marshal(map[string]any{"f": map[string]string{"result": result}, "E": packed})
 	if err != nil {
 		t.Fatal(err)

@@ -54,8 +54,9 @@ func (f folded) events() ([]string, error) {
 
 // unpackEvents returns the events packed as the fold packs them (its
 // comment in transition.lua says how; expand there unpacks them too):
-// each id after the first as "+<ms after the one before>[-<seq>]", and an
-// output event that is a run of result's bytes as type "o" and data
+// each id after the first as "+<ms after the one before>[-<seq>]", a
+// state event as type "s" and data "<state>,<attempt>,<job values>", and
+// an output event that is a run of result's bytes as type "o" and data
 // "<offset>,<length>".
 func unpackEvents(packed []string, result string) ([]string, error) {
 	if len(packed)%3 != 0 {
@@ -81,7 +82,15 @@ func unpackEvents(packed []string, result string) ([]string, error) {
 			}
 			ms = sid.ms
 		}
-		if typ == "o" {
+		switch typ {
+		case "s":
+			state, rest, _ := strings.Cut(data, ",")
+			attempt, values, ok := strings.Cut(rest, ",")
+			if !ok {
+				return nil, fmt.Errorf("packed state %q", data)
+			}
+			typ, data = "state", `{"state":"`+state+`","attempt":`+attempt+`,"job":["`+strings.ReplaceAll(values, ",", `","`)+`"]}`
+		case "o":
 			from, n, ok := outputRun(data, len(result))
 			if !ok {
 				return nil, fmt.Errorf("packed output %q of a result of %d bytes", data, len(result))

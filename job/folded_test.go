@@ -12,7 +12,7 @@ func TestUnpackEvents(t *testing.T) {
 	result := `{"text":"say \"hi\" back"}`
 	got, err := unpackEvents([]string{
 		"1796000000000-0", "state", "",
-		"+12", "state", `{"state":"running"}`,
+		"+12", "s", `running,1,,17,0,,w-1`,
 		"+0-1", "o", "9,10",
 		"+1", "o", "19,5",
 		"+0-4", "output", `{"text":"!"}`,
@@ -20,7 +20,7 @@ func TestUnpackEvents(t *testing.T) {
 	}, result)
 	want := []string{
 		"1796000000000-0", "state", "",
-		"1796000000012-0", "state", `{"state":"running"}`,
+		"1796000000012-0", "state", `{"state":"running","attempt":1,"job":["","17","0","","w-1"]}`,
 		"1796000000012-1", "output", `{"text":"say \"hi\""}`,
 		"1796000000013-0", "output", `{"text":" back"}`,
 		"1796000000013-4", "output", `{"text":"!"}`,
@@ -37,8 +37,10 @@ func TestUnpackEvents(t *testing.T) {
 		{"1-0", "state", "", "+-1", "state", ""},
 		{"1-0", "state", "", "+18446744073709551616", "state", ""},
 		{"1-0", "state", "", "+18446744073709551615", "state", ""}, // past the largest id
-		{"1-0", "o", "26,1"},                                       // past the result's end
-		{"1-0", "o", "20,10"},                                      // runs past it
+		{"1-0", "s", "running,1"},                                  // no job values
+		{"1-0", "s", "running"},
+		{"1-0", "o", "26,1"},  // past the result's end
+		{"1-0", "o", "20,10"}, // runs past it
 		{"1-0", "o", "-1,2"},
 		{"1-0", "o", "1"},
 		{"1-0", "o", ""},

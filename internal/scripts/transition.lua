@@ -280,10 +280,13 @@ end
 --
 -- The events go to E packed, three strings each as in flat: an id after
 -- the first as "+<ms after the one before>", with "-<seq>" when its
--- sequence is not 0; an output event whose text is a run of the result's
--- bytes, as an LLM job's deltas are, as type "o" and data
--- "<offset>,<length>" of that run in the field result (bytes, from 0).
--- expand unpacks them, and package job (folded.events).
+-- sequence is not 0; a state event (state_data) whose job values hold no
+-- quote, backslash or comma as type "s" and data
+-- "<state>,<attempt>,<value>,<value>,...", none of its JSON's quotes
+-- (which the folded key's JSON would escape again); an output event whose
+-- text is a run of the result's bytes, as an LLM job's deltas are, as
+-- type "o" and data "<offset>,<length>" of that run in the field result
+-- (bytes, from 0). expand unpacks them, and package job (folded.events).
 local function fold(j)
   local h = redis.call('HGETALL', j.key)
   local states = false
@@ -324,7 +327,13 @@ local function fold(j)
       id = '+' .. int(ms - prev) .. (seq ~= '0' and '-' .. seq or '')
     end
     prev = ms
-    if typ == 'output' and #data > 11 and data:sub(1, 9) == '{"text":"' and data:sub(-2) == '"}' then
+    local state, attempt, values = string.match(data, '^{"state":"(%a+)","attempt":(%d+),"job":%["(.*)"%]}$')
+    if typ == 'state' and state and not values:find('\\', 1, true) then
+      local list, seps = values:gsub('","', ',')
+      if not list:find('"', 1, true) and select(2, values:gsub(',', ',')) == seps then
+        typ, data = 's', state .. ',' .. attempt .. ',' .. list
+      end
+    elseif typ == 'output' and #data > 11 and data:sub(1, 9) == '{"text":"' and data:sub(-2) == '"}' then
       local text = data:sub(10, -3)
       -- Deltas follow on in the result, but those of an earlier attempt
       -- start it again.
@@ -420,7 +429,11 @@ local function expand(j)
       else
         prev = tonumber(string.match(id, '^(%d+)'))
       end
-      if typ == 'o' then
+      if typ == 's' then
+        local state, attempt, list = string.match(data, '^([^,]*),([^,]*),(.*)$')
+        typ, data = 'state', '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' ..
+          (list:gsub(',', '","')) .. '"]}'
+      elseif typ == 'o' then
         local from, n = string.match(data, '^(%d+),(%d+)$')
         typ, data = 'output', '{"text":"' .. result:sub(from + 1, from + n) .. '"}'
       end
