@@ -38,13 +38,20 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce makes one pass over every queue: its due work (queue.reap), then
-// its folds. A full batch of either (a burst of retries, of jobs whose
-// retention ended) is followed by the next one at once. A failure is
-// logged and ends that queue's part of the pass: the next pass tries
-// again.
+// runOnce makes one pass over every queue: the turns of its lanes that an
+// older version wrote (internal/scripts/fair_unband.lua), its due work
+// (queue.reap), then its folds. A full batch of either of the last two (a
+// burst of retries, of jobs whose retention ended) is followed by the
+// next one at once. A failure is logged and ends that queue's part of the
+// pass: the next pass tries again.
 func (r *Reaper) runOnce(ctx context.Context) {
 	for _, q := range r.queues {
+		if err := unbandScript.Run(ctx, q.rdb, []string{q.keys.QueueReady(q.name)}, dueBatch).Err(); err != nil {
+			if ctx.Err() == nil {
+				r.log.WarnContext(ctx, "unband failed", "queue", q.name, "error", err)
+			}
+			continue
+		}
 		for ctx.Err() == nil {
 			more, err := q.reap(ctx)
 			if err != nil && ctx.Err() == nil {

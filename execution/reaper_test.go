@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -42,5 +44,36 @@ func TestReaperRunOnce(t *testing.T) {
 	}
 	if n, err := f.rdb.Exists(t.Context(), q.keys.Job(q.name, ended)).Result(); err != nil || n != 0 {
 		t.Errorf("the record past its retention: %d keys, %v; want deleted", n, err)
+	}
+}
+
+// TestReaperPlacesAnOldBandedTurnAgain: a version before priority left the
+// ready set scored a lane's turn with a priority band above it
+// (internal/scripts/fair.lua), which sorts the lane behind every other,
+// and a submit to a lane with jobs does not read its turn. The reaper's
+// pass writes it as its turn alone, and leaves the other lanes' turns.
+func TestReaperPlacesAnOldBandedTurnAgain(t *testing.T) {
+	f := newQueueFixture(t, Config{})
+	q, ctx := f.q, t.Context()
+	f.submit("acme", job.Submission{})
+	f.submit("globex", job.Submission{})
+	ready := q.keys.QueueReady(q.name)
+	before, err := f.rdb.ZRangeWithScores(ctx, ready, 0, -1).Result()
+	if err != nil || len(before) != 2 {
+		t.Fatalf("the ready set: %v, %v; want two lanes", before, err)
+	}
+	const band = 1 << 43
+	old := before[0]
+	f.rdb.ZAdd(ctx, ready, redis.Z{Score: old.Score + 100*band, Member: old.Member})
+	f.submit("acme", job.Submission{})
+
+	f.w.reaper.runOnce(ctx)
+
+	after, err := f.rdb.ZRangeWithScores(ctx, ready, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != 2 || after[0] != before[0] || after[1] != before[1] {
+		t.Errorf("the ready set after a pass: %v, want %v", after, before)
 	}
 }

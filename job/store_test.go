@@ -873,27 +873,6 @@ func TestSubmitResentAfterALostReplyIsCreated(t *testing.T) {
 	}
 }
 
-// TestALaneWithAnOldBandedTurnIsPlacedAgain: a version before priority
-// left the ready set scored a lane's turn with a priority band above it
-// (internal/scripts/fair.lua); a submit to that lane rewrites it as its
-// turn alone, or the lane would sort behind every other.
-func TestALaneWithAnOldBandedTurnIsPlacedAgain(t *testing.T) {
-	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
-		ctx := t.Context()
-		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
-		lane := `["tenant:acme"]`
-		ready := fx.keys.QueueReady(j.Queue)
-		turn := fx.rdb.ZScore(ctx, ready, lane).Val()
-		const band = 1 << 43
-		fx.rdb.ZAdd(ctx, ready, redis.Z{Score: turn + 100*band, Member: lane})
-		fx.submit(t, "acme", job.Submission{Kind: "echo"})
-		if got := fx.rdb.ZScore(ctx, ready, lane).Val(); got != turn {
-			t.Errorf("the lane's turn is %v after a submit, want %v", got, turn)
-		}
-	})
-}
-
 // TestReadsByTaggedIDDoNotSearch: once a Store knows the queue of an id's
 // tag, a Get sends one round trip (the job's read) and a Cancel two (its
 // lane, its script), not a search for the queue first.

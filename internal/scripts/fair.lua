@@ -58,12 +58,10 @@ local function fair_push_all(fair, ready, set, lane, ids, priorities, now)
     members[2 * i] = id
   end
   redis.call('ZADD', set, unpack(members))
-  redis.call('HINCRBY', fair, '#' .. lane, #ids)
-  -- The lane has jobs now: it is placed, unless it holds a turn already
-  -- (written without a priority band: see fair_start).
-  local turn = tonumber(redis.call('ZSCORE', ready, lane))
-  if not turn or turn >= FAIR_BAND then
-    redis.call('ZADD', ready, fair_int(turn and fair_start(turn) or fair_clock(fair) + 1), lane)
+  -- A lane with jobs holds a turn in the ready set already: only one that
+  -- had none, as its count says, is placed.
+  if redis.call('HINCRBY', fair, '#' .. lane, #ids) == #ids then
+    redis.call('ZADD', ready, fair_int(fair_clock(fair) + 1), lane)
   end
 end
 

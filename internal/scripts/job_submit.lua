@@ -39,7 +39,21 @@ local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
 use_day(tx, KEYS[8], ARGV[5])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
-local out, listed = {}, {} -- listed: score, id of each job created, for the listings
+local out, listed = {}, {} -- listed: score, id of each job created, for the tenant's listing
+local late, unlisted = {}, {} -- the replays created, for the all index; fresh ids not created
+
+-- The ids this call made up join the all index first, NX. A job is in its
+-- queue's all index exactly while its hash exists (both are written here
+-- and taken by forget, transition.lua), so when every one of them is new,
+-- none exists and none needs an EXISTS. Only go-redis's resend of this very
+-- call, after a lost reply, finds them there: it looks each up.
+local fresh = {}
+for i = 0, n - 1 do
+  if ARGV[6 + 17 * i + 16] ~= '1' then
+    fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[6 + 17 * i]
+  end
+end
+local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 -- The fields a job has only when set: name, and place in its ARGV (k).
@@ -47,20 +61,23 @@ local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}
 
 for i = 0, n - 1 do
   local k, a = 9 + 5 * i, 6 + 17 * i
-  local job, events, id, nonce = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12]
+  local job, events, id, nonce, replay = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12], ARGV[a + 16] == '1'
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
   -- reply and resent this very call finds its own nonce: it created the job.
-  if redis.call('EXISTS', job) == 1 then
+  if (replay or resent) and redis.call('EXISTS', job) == 1 then
     local created = 0
     if redis.call('HGET', job, 'nonce') == nonce then
       created = 1
     end
     out[#out + 1], out[#out + 2] = created, record(job, KEYS[k + 4])
-  elseif ARGV[a + 16] == '1' and redis.call('EXISTS', KEYS[k + 3]) == 1 then
+  elseif replay and redis.call('EXISTS', KEYS[k + 3]) == 1 then
     out[#out + 1], out[#out + 2] = -2, 0
   elseif held and held >= room then
     out[#out + 1], out[#out + 2] = -1, held
+    if not replay then
+      unlisted[#unlisted + 1] = id
+    end
   else
     local priority, max_wait, delay = ARGV[a + 2], tonumber(ARGV[a + 8]), tonumber(ARGV[a + 10])
     -- A small hash is a listpack that Redis searches from the front: the
@@ -101,6 +118,9 @@ for i = 0, n - 1 do
       redis.call('ZADD', deadlines, now + delay + max_wait, id)
     end
     listed[#listed + 1], listed[#listed + 2] = tx.now_s, id
+    if replay then
+      late[#late + 1], late[#late + 2] = tx.now_s, id
+    end
     use(tx, tenant, 'jobs_submitted')
     if held then
       held = held + 1
@@ -118,7 +138,12 @@ for _, lane in ipairs(lanes) do
 end
 if #listed > 0 then
   redis.call('ZADD', tenant_index, unpack(listed))
-  redis.call('ZADD', all_index, unpack(listed))
+end
+if #late > 0 then
+  redis.call('ZADD', all_index, unpack(late))
+end
+if #unlisted > 0 then
+  redis.call('ZREM', all_index, unpack(unlisted))
 end
 settle(tx)
 
