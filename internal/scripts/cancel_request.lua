@@ -26,5 +26,5 @@ if left >= 0 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('SET', flag, string.format('%.0f', now), 'PX', ttl)
+redis.call('SET', flag, string.format('%d', now), 'PX', ttl)
 return ttl

@@ -372,7 +372,7 @@ local function start(takes, lanes, expires, reply)
   for _, c in ipairs(takes) do
     token = token + 1
     local n_attempt = tonumber(c.f[ATTEMPT]) + 1
-    local attempt = tostring(n_attempt)
+    local attempt = int(n_attempt)
     if c.f[MAX_WAIT_MS] ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only
     end

@@ -92,14 +92,14 @@ for i = 1, n do
       -- A graceful shutdown does not spend the attempt; the job is ready
       -- again now, with the error of its last attempt.
       next, kept = 'queued', attempt
-      attempt = tostring(tonumber(attempt) - 1)
+      attempt = int(tonumber(attempt) - 1)
       fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]), tx.now)
     elseif outcome == 'waiting' then
       kept = attempt
-      attempt = tostring(tonumber(attempt) - 1)
+      attempt = int(tonumber(attempt) - 1)
       fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
       local sig = 'sig:' .. wait_for
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes')
@@ -126,7 +126,7 @@ for i = 1, n do
           ' times in a row for capacity'})
       else
         next, kept = 'retrying', attempt
-        attempt = tostring(tonumber(attempt) - 1)
+        attempt = int(tonumber(attempt) - 1)
         fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
         local wait = tonumber(backoff)
         if wait <= 0 then wait = math.min(250 * 2 ^ (row - 1), 30000) end

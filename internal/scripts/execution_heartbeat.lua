@@ -16,7 +16,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the owner's trust window (sent + ttl) does.
-local expires = string.format('%.0f', now + 1 + ttl)
+local expires = string.format('%d', now + 1 + ttl)
 
 local out = {}
 local k, a = 2, 2 -- next KEYS and ARGV positions
@@ -32,7 +32,7 @@ while a <= #ARGV do
     out[#out + 1] = 0
   else
     redis.call('ZADD', leases, 'XX', expires, id)
-    redis.call('HSET', job, 'exec_heartbeat_at', string.format('%.0f', now))
+    redis.call('HSET', job, 'exec_heartbeat_at', string.format('%d', now))
     out[#out + 1] = f[3] == '1' and 2 or 1
   end
   k, a = k + 1, a + 3

@@ -28,7 +28,7 @@
 -- jobs ahead of those scored by the clock: they came first.)
 local FAIR_BAND = 8796093022208
 
-local function fair_int(x) return string.format('%.0f', x) end
+local function fair_int(x) return string.format('%d', x) end -- as transition.lua's int
 
 -- fair_start is the virtual start a ready score holds. Scores written
 -- before priority left the ready set carry a priority band above it:

@@ -2,9 +2,9 @@
 -- given) and returns what it held.
 local function fence_set(fence, v, px)
   if px then
-    return redis.call('SET', fence, string.format('%.0f', v), 'PX', px, 'GET')
+    return redis.call('SET', fence, string.format('%d', v), 'PX', px, 'GET')
   end
-  return redis.call('SET', fence, string.format('%.0f', v), 'GET')
+  return redis.call('SET', fence, string.format('%d', v), 'GET')
 end
 
 -- fence_take issues n fencing tokens from the counter at key fence and

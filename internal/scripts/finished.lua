@@ -12,7 +12,7 @@ local function count_finished(stats, now, state, n)
   if not (state == 'succeeded' or state == 'failed' or state == 'cancelled' or state == 'expired') or n <= 0 then
     return
   end
-  local minute = string.format('%.0f', math.floor(now / 60000))
+  local minute = string.format('%d', math.floor(now / 60000))
   local slot = 'm' .. (tonumber(minute) % 60)
   if redis.call('HGET', stats, slot) ~= minute then
     redis.call('HDEL', stats, slot .. ':succeeded', slot .. ':failed', slot .. ':cancelled', slot .. ':expired')

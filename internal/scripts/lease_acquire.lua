@@ -55,7 +55,7 @@ local lines_turn = line and redis.call('GET', turn) == 'line'
 
 -- now is truncated to the millisecond: round the expiry up, so the lease
 -- never ends before the holder's trust window (sent + ttl) does.
-local expires = string.format('%.0f', now + 1 + ttl)
+local expires = string.format('%d', now + 1 + ttl)
 local out = {0, expires, line and 1 or 0, 0}
 local add, took, refused = {}, false, false
 -- budget_wait is how long until the budget frees room, when it refused.

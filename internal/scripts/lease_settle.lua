@@ -170,7 +170,7 @@ local pushbacks = 0
 for i = 5, #ARGV, 5 do
   if ARGV[i] == 'pushback' then pushbacks = pushbacks + 1 end
 end
-local m = string.format('%.0f', math.floor(now / minute))
+local m = string.format('%d', math.floor(now / minute))
 local slot = 'm' .. (tonumber(m) % 60)
 if redis.call('HGET', history, slot) ~= m then
   redis.call('HSET', history, slot, m, slot .. ':push', 0)

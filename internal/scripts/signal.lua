@@ -17,8 +17,8 @@ end
 -- the kept signals after one of bytes bytes leaves them; pending and
 -- bytes are the counts before (nil for none).
 local function signal_take(fields, pending, bytes, size)
-  fields[#fields + 1], fields[#fields + 2] = 'signals_pending', string.format('%.0f', (tonumber(pending) or 0) - 1)
-  fields[#fields + 1], fields[#fields + 2] = 'signals_bytes', string.format('%.0f', (tonumber(bytes) or 0) - size)
+  fields[#fields + 1], fields[#fields + 2] = 'signals_pending', string.format('%d', (tonumber(pending) or 0) - 1)
+  fields[#fields + 1], fields[#fields + 2] = 'signals_bytes', string.format('%d', (tonumber(bytes) or 0) - size)
 end
 
 -- resumed adds to fields what ends a wait: no wait any more, and the

@@ -50,7 +50,7 @@ local function next_state_id(states, now)
   if ms and tonumber(ms) >= now then
     return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
   end
-  return string.format('%.0f', now) .. '-0'
+  return string.format('%d', now) .. '-0'
 end
 
 -- two_of returns the values of names a and b in flat (a list: name,
