@@ -420,7 +420,8 @@ const submitChunk = 100
 // chunk that fails does not stop those after it: each is answered.
 //
 // The chunks of a queue of several are sent with EVAL, which sends the
-// script's text (41 KB, which Redis hashes: about 1 % of a chunk's work).
+// script's text (20 KB without its comment lines, which Redis hashes at
+// each: about 2.5 % of a chunk's Redis work, docs/benchmarks.md).
 // With EVALSHA, a chunk that found the script lost (NOSCRIPT, after a
 // restart or a failover) could be run again after the chunks behind it,
 // if another client had loaded the script in between, and their jobs
