@@ -407,11 +407,11 @@ func (b *batch) create(ctx context.Context) error {
 	return nil
 }
 
-// submitChunk is the most items one run of the submit script takes. A
+// SubmitChunk is the most items one run of the submit script takes. A
 // queue's runs are pipelined, so that Redis runs one while the next is
 // sent and the reply of the one before is read, where one run of every
 // item would leave the sending, the running and the reading in turn.
-const submitChunk = 100
+const SubmitChunk = 100
 
 // createIn runs the submit script for items, all of one queue, in chunks
 // pipelined in order, and reads their answers. Every chunk gets the same
@@ -435,7 +435,7 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	}
 	var calls []submitCall
 	at := time.Now() // the usage day the jobs count in
-	for chunk := range slices.Chunk(in, submitChunk) {
+	for chunk := range slices.Chunk(in, SubmitChunk) {
 		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, at: at, usageTTL: s.usageTTL, items: chunk})
 	}
 	if len(calls) == 1 {

@@ -323,3 +323,52 @@ func TestBatchRateItemByItem(t *testing.T) {
 		t.Errorf("the refused key again: %s %s", resp.Status, resp.body)
 	}
 }
+
+// A batch longer than one run of the submit script (job.SubmitChunk
+// items; a queue's runs are pipelined) is answered as one that is not:
+// an item sees the items of the runs before it, as the items' own submits
+// sent one after another would. Its idempotency key replays an earlier
+// run's job, and the tenant's cap counts the jobs the earlier runs
+// created.
+//
+// Fails when the runs are taken out of order or each against the counts
+// before the batch (a later run's job created before an earlier one's, a
+// key created twice), or when an answer goes to another run's item.
+func TestBatchRunsSeeTheRunsBefore(t *testing.T) {
+	t.Parallel()
+	const n, cap = 2*job.SubmitChunk + 50, job.SubmitChunk + 30
+	f := newFixture(t, func(c *httpapi.Config) { c.TenantMaxJobs = cap })
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf(`{"kind": "echo", "metadata": {"n": %d}}`, i)
+	}
+	items[1] = `{"kind": "echo", "metadata": {"n": 1}, "idempotency_key": "k"}`
+	items[job.SubmitChunk+1] = `{"kind": "echo", "metadata": {"n": 1}, "idempotency_key": "k"}`
+	items[n-1] = `{"kind": "echo", "metadata": {"n": 1}, "idempotency_key": "k"}`
+	entries := f.batch(acmeKey, items...)
+	for i, e := range entries {
+		want := http.StatusCreated
+		switch {
+		case i == job.SubmitChunk+1 || i == n-1:
+			want = http.StatusOK // the replay of item 1, in a later run
+		case i > cap:
+			want = http.StatusTooManyRequests // item 0 to cap, but the replay, are the cap's jobs
+		}
+		if e.Status != want {
+			t.Fatalf("item %d: %d %s, want %d", i, e.Status, e.Problem, want)
+		}
+		if e.Job == nil {
+			continue
+		}
+		if want == http.StatusOK {
+			if e.Job.ID != entries[1].Job.ID {
+				t.Errorf("item %d replayed %s, want item 1's %s", i, e.Job.ID, entries[1].Job.ID)
+			}
+		} else if got := string(e.Job.Metadata); got != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("item %d answered with the job of metadata %s", i, got)
+		}
+	}
+	if got := len(f.list(acmeKey)); got != cap {
+		t.Errorf("%d jobs, want the cap's %d", got, cap)
+	}
+}
