@@ -161,17 +161,17 @@ func decodeLimit(body []byte) (job.KeyLimit, error) {
 		return job.KeyLimit{}, err
 	}
 	var b limitBody
-	targets := jsonFields(&b)
+	target := jsonFields(&b)
 	var fields []job.FieldError
 	for name, value := range raw {
-		target, ok := targets[name]
+		field, ok := target(name)
 		switch {
 		case !ok:
 			fields = append(fields, job.FieldError{Field: name, Message: "unknown field"})
 		case isNullJSON(value):
 			fields = append(fields, job.FieldError{Field: name, Message: "must not be null: leave it out"})
 		default:
-			if msg := decodeField(value, target); msg != "" {
+			if msg := decodeField(value, field); msg != "" {
 				fields = append(fields, job.FieldError{Field: name, Message: msg})
 			}
 		}
