@@ -481,7 +481,7 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 		}
 		var j Job
 		if at, ok := reply.(string); ok { // created by this run
-			j, err = ParseRecord(c.created(p, at))
+			j, err = c.created(p, at)
 		} else {
 			j, err = parseReply(reply)
 		}
