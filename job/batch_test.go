@@ -69,9 +69,10 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 	}
 }
 
-// A batch of one queue runs as several pipelined scripts: the items are
-// created in order across them, each counted against the tenant's cap
-// after those before it; after Redis has lost its scripts too.
+// A batch of one queue runs as several scripts, one after another: the
+// items are created in order across them, each counted against the
+// tenant's cap after those before it; after Redis has lost its scripts
+// too.
 //
 // Fails when a chunk is run out of order (the lane's order differs from
 // the items'), when a chunk is given room that the chunks before it took
@@ -84,15 +85,15 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 		for _, flush := range []bool{false, true} {
 			t.Run(fmt.Sprintf("flushed=%v", flush), func(t *testing.T) {
 				queue := fmt.Sprintf("q%v", flush)
-				// A submit loads the script, which the batch's pipeline then
-				// finds, or has lost.
+				// A submit loads the script, which the batch's chunks then
+				// find, or have lost.
 				if _, _, err := fx.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: queue + "-load"}, ""); err != nil {
 					t.Fatal(err)
 				}
 				if flush {
 					fx.onEveryMaster(t, func(ctx context.Context, m *redis.Client) error { return m.ScriptFlush(ctx).Err() })
 				}
-				const n, max = 350, 250
+				const n, max = 350, 250 // four chunks
 				items := make([]job.BatchItem, n)
 				for i := range items {
 					items[i] = job.BatchItem{Submission: job.Submission{Kind: "echo", Queue: queue,
@@ -124,9 +125,8 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 	})
 }
 
-// Redis runs every script of a pipeline: when one chunk of a queue's
-// items fails, the chunks after it still create their jobs, and those are
-// answered too. The batch reports the failure; the failed chunk's items
+// Every chunk is sent: when one chunk of a queue's items fails, the
+// chunks after it still create their jobs, and those are answered too. The batch reports the failure; the failed chunk's items
 // are left unanswered.
 //
 // Fails when the answers stop at the failed chunk (jobs created but not
@@ -160,6 +160,48 @@ func TestSubmitBatchAnswersTheChunksAfterAFailedOne(t *testing.T) {
 			if answered := r.Created && r.Err == nil; answered == failed {
 				t.Fatalf("item %d (failed chunk %v): created %v, %v", i, failed, r.Created, r.Err)
 			}
+		}
+	})
+}
+
+// SubmitBatchEach hands each item that gets a job, created or replayed,
+// to its callback once, with the result it returns for it, and no item
+// refused.
+//
+// Fails when an item is handed twice or never, a refused one is handed,
+// or one is handed another result than the one returned.
+func TestSubmitBatchEachHandsEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		const n, invalid, first, replay = 250, 7, 100, 201 // three chunks
+		items := make([]job.BatchItem, n)
+		for i := range items {
+			items[i] = job.BatchItem{Submission: job.Submission{Kind: "echo"}}
+		}
+		items[invalid].Submission.Kind = ""
+		items[first].IdempotencyKey, items[replay].IdempotencyKey = "k", "k"
+		handed := map[int]job.BatchResult{}
+		res, err := fx.store.SubmitBatchEach(t.Context(), "acme", items, job.Cap{}, func(i int, r job.BatchResult) {
+			if _, twice := handed[i]; twice {
+				t.Errorf("item %d handed twice", i)
+			}
+			handed[i] = r
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			h, ok := handed[i]
+			switch {
+			case i == invalid && (ok || r.Err == nil):
+				t.Errorf("invalid item: handed %v, err %v", ok, r.Err)
+			case i != invalid && !reflect.DeepEqual(h, r):
+				t.Errorf("item %d: handed %+v (%v), returned %+v", i, h, ok, r)
+			}
+		}
+		if !handed[first].Created || handed[replay].Created || handed[replay].Job.ID != handed[first].Job.ID {
+			t.Errorf("key k: first created %v, replay created %v, ids %s and %s", handed[first].Created,
+				handed[replay].Created, handed[first].Job.ID, handed[replay].Job.ID)
 		}
 	})
 }

@@ -156,9 +156,10 @@
 // answered or refused on its own, a refused one writing nothing. Its
 // round trips are per batch, not per job: the keys' rules, then the
 // idempotency records and the cap's counts, then the queues' names, then
-// one pipeline of the create script per queue, 100 items a run (per run of
-// consecutive items of one queue under a cap, so each is counted after the
-// ones before it).
+// the create script on each queue's items, 100 items a run, run after run
+// (per run of consecutive items of one queue under a cap, so each is
+// counted after the ones before it); each run's jobs are answered while
+// Redis creates the next run's (SubmitBatchEach).
 //
 // Retention must be at least the idempotency TTL: a retry must never find
 // the record but not the job, or it would create the job a second time.

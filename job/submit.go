@@ -93,8 +93,8 @@ func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) (
 // does in a few round trips what as many SubmitWithin calls do in one
 // each: the rules of every item's keys are read at once, the idempotency
 // keys claimed and the tenant's counts read at once, and each queue's
-// items are created by one pipeline of submit scripts, queue after queue
-// in the order of their first item. Within a queue the items are created
+// items are created by runs of the submit script of up to SubmitChunk
+// items, queue after queue in the order of their first item. Within a queue the items are created
 // in order, each counted against the cap after the ones before it; a
 // queue's items count against the cap in the queues after it.
 //
@@ -102,13 +102,23 @@ func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) (
 // may have been created, those before the failure and, within its queue,
 // after it, which resending them with idempotency keys finds.
 func (s *Store) SubmitBatch(ctx context.Context, tenant string, items []BatchItem, limit Cap) ([]BatchResult, error) {
+	return s.SubmitBatchEach(ctx, tenant, items, limit, nil)
+}
+
+// SubmitBatchEach is SubmitBatch that calls answered (unless nil) with
+// each item that gets a job, created or replayed, and its result, as soon
+// as its run of the submit script is answered: on the caller's goroutine,
+// while Redis creates the items after it. A caller that shows the jobs
+// (the API encodes each) does it meanwhile, not after the last item.
+func (s *Store) SubmitBatchEach(ctx context.Context, tenant string, items []BatchItem, limit Cap,
+	answered func(i int, r BatchResult)) ([]BatchResult, error) {
 	if err := ValidateTenant(tenant); err != nil {
 		return nil, err
 	}
 	if len(items) < 1 || len(items) > MaxBatch {
 		return nil, &ValidationError{Errors: []FieldError{{Field: "jobs", Message: fmt.Sprintf("must hold 1 to %d submissions, not %d", MaxBatch, len(items))}}}
 	}
-	b := &batch{s: s, tenant: tenant, limit: limit, out: make([]BatchResult, len(items))}
+	b := &batch{s: s, tenant: tenant, limit: limit, out: make([]BatchResult, len(items)), answered: answered}
 	if err := b.prepare(ctx, items); err != nil {
 		return nil, err
 	}
@@ -132,8 +142,9 @@ type batch struct {
 	counts map[string]int64 // the tenant's jobs not ended per queue (when limit.Max > 0)
 	// refused are the items refused after their idempotency key was
 	// claimed, whose record cleanUp drops.
-	refused []*submitting
-	created map[string]bool // the ids created by this batch
+	refused  []*submitting
+	created  map[string]bool // the ids created by this batch
+	answered func(i int, r BatchResult)
 }
 
 // submitting is one item of a batch not refused yet.
@@ -407,26 +418,20 @@ func (b *batch) create(ctx context.Context) error {
 	return nil
 }
 
-// SubmitChunk is the most items one run of the submit script takes. A
-// queue's runs are pipelined, so that Redis runs one while the next is
-// sent and the reply of the one before is read, where one run of every
-// item would leave the sending, the running and the reading in turn.
+// SubmitChunk is the most items one run of the submit script takes.
 const SubmitChunk = 100
 
-// createIn runs the submit script for items, all of one queue, in chunks
-// pipelined in order, and reads their answers. Every chunk gets the same
-// room: the script counts the jobs the chunks before it created, which
-// are the queue's by then. Redis runs every chunk of the pipeline, so a
-// chunk that fails does not stop those after it: each is answered.
-//
-// The chunks of a queue of several are sent with EVAL, which sends the
-// script's text (20 KB without its comment lines, which Redis hashes at
-// each: about 2.5 % of a chunk's Redis work, docs/benchmarks.md).
-// With EVALSHA, a chunk that found the script lost (NOSCRIPT, after a
-// restart or a failover) could be run again after the chunks behind it,
-// if another client had loaded the script in between, and their jobs
-// would be ahead of its own and counted first against the cap. One chunk
-// is run as every script is, by its hash.
+// createIn runs the submit script for items, all of one queue, in chunks,
+// one after another, and answers them: while Redis runs a chunk, this
+// goroutine answers the one before it (and the caller shows its jobs:
+// SubmitBatchEach), and another lays out the one after, so that Go's work
+// on a batch is done beside Redis's, not before and after it. Every chunk
+// gets the same room: the script counts the jobs the chunks before it
+// created, which are the queue's by then. A chunk is sent once the one
+// before it is answered, so they run in order, each by its hash like
+// every script: a NOSCRIPT (a restart or failover lost the script) is
+// run again with EVAL before the next chunk goes. A chunk that fails
+// does not stop those after it: each is answered.
 func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
@@ -441,17 +446,22 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	if len(calls) == 1 {
 		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			a := c.layout(s.keys)
-			cmds[i] = s.submit.Eval(ctx, p, a.keys, a.argv...)
+	laid := make(chan scriptArgs, len(calls))
+	go func() {
+		for _, c := range calls {
+			laid <- c.layout(s.keys)
 		}
-		return nil
-	})
+	}()
+	replies := make(chan *redis.Cmd, len(calls))
+	go func() {
+		for range calls {
+			a := <-laid
+			replies <- s.submit.Run(ctx, s.rdb, a.keys, a.argv...)
+		}
+	}()
 	var errs []error
-	for i, c := range calls {
-		errs = append(errs, b.answer(c, cmds[i]))
+	for _, c := range calls {
+		errs = append(errs, b.answer(c, <-replies))
 	}
 	return errors.Join(errs...)
 }
@@ -491,6 +501,9 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 		b.out[p.at].Job, b.out[p.at].Created = j, status == int64(1)
 		endSpan(p.span, nil)
 		p.span = nil
+		if b.answered != nil {
+			b.answered(p.at, b.out[p.at])
+		}
 		if b.out[p.at].Created {
 			b.created[p.id] = true
 			if b.counts != nil {

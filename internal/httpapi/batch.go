@@ -18,17 +18,32 @@ import (
 // each of its jobs.
 const batchItemTime = 5 * time.Millisecond
 
-// batchEntry is one item's answer in a batch: 201 or 200 with its job, or
-// a 4xx with the problem its own POST /v1/jobs would have answered.
+// batchEntry is one item's answer in a batch: 201 or 200 with its job (as
+// job.Job's MarshalJSON writes it), or a 4xx with the problem its own POST
+// /v1/jobs would have answered.
 type batchEntry struct {
 	Status  int             `json:"status"`
-	Job     *job.Job        `json:"job,omitempty"`
+	Job     json.RawMessage `json:"job,omitempty"`
 	Problem json.RawMessage `json:"problem,omitempty"`
+}
+
+// jobEntry is the entry of an item that got job j: created, or an
+// idempotent replay.
+func jobEntry(j job.Job, created bool) batchEntry {
+	e := batchEntry{Status: http.StatusOK}
+	if created {
+		e.Status = http.StatusCreated
+	}
+	var err error
+	if e.Job, err = j.MarshalJSON(); err != nil {
+		panic(err) // as marshal does: a Job always encodes
+	}
+	return e
 }
 
 // batchAnswer is marshal(batchBody[batchEntry]{Jobs: entries}), byte for
 // byte, without encoding/json's second pass over each job's JSON (it
-// compacts what a MarshalJSON returns), which was half the encoding.
+// compacts a RawMessage), which was half the encoding.
 // TestBatchAnswerIsJSONMarshals holds the two to the same bytes.
 func batchAnswer(entries []batchEntry) []byte {
 	b := append(make([]byte, 0, 512*len(entries)), `{"jobs":[`...)
@@ -37,12 +52,8 @@ func batchAnswer(entries []batchEntry) []byte {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(append(b, `{"status":`...), int64(e.Status), 10)
-		if e.Job != nil {
-			j, err := e.Job.MarshalJSON()
-			if err != nil {
-				panic(err) // as marshal does: a Job always encodes
-			}
-			b = append(append(b, `,"job":`...), j...)
+		if len(e.Job) > 0 {
+			b = append(append(b, `,"job":`...), e.Job...)
 		}
 		if len(e.Problem) > 0 {
 			b = append(append(b, `,"problem":`...), e.Problem...)
@@ -110,7 +121,11 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	items, at = items[:kept], at[:kept]
 	var results []job.BatchResult
 	if len(items) > 0 {
-		results, err = s.store.SubmitBatch(ctx, c.tenant, items, s.capOf())
+		// Each job is encoded as soon as it is answered, while Redis
+		// creates the ones after it.
+		results, err = s.store.SubmitBatchEach(ctx, c.tenant, items, s.capOf(), func(k int, res job.BatchResult) {
+			entries[at[k]] = jobEntry(s.shown(c, res.Job), res.Created)
+		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -118,24 +133,16 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	var woken []string // the queues of the jobs created
 	for k, res := range results {
-		i := at[k]
 		switch {
 		case res.Err != nil:
 			s.countRejection(ctx, res.Err)
-			if entries[i], err = s.itemProblem(r, res.Err); err != nil {
+			if entries[at[k]], err = s.itemProblem(r, res.Err); err != nil {
 				s.fail(w, r, err)
 				return
 			}
-		case res.Created:
-			j := s.shown(c, res.Job)
-			entries[i] = batchEntry{Status: http.StatusCreated, Job: &j}
-			if !slices.Contains(woken, j.Queue) {
-				woken = append(woken, j.Queue)
-				s.wake(r, j.Queue)
-			}
-		default:
-			j := s.shown(c, res.Job)
-			entries[i] = batchEntry{Status: http.StatusOK, Job: &j} // an idempotent replay
+		case res.Created && !slices.Contains(woken, res.Job.Queue):
+			woken = append(woken, res.Job.Queue)
+			s.wake(r, res.Job.Queue)
 		}
 	}
 	body = batchAnswer(entries)

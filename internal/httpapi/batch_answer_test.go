@@ -22,14 +22,23 @@ func TestBatchAnswerIsJSONMarshals(t *testing.T) {
 		Cost: &job.Cost{Tokens: 12}, Checkpoint: json.RawMessage(`"x"`),
 	}
 	bare := job.Job{ID: "0a1c", Tenant: "acme", Queue: "default", Kind: "echo", State: job.StateQueued, CreatedAt: now}
+	problem := marshal(map[string]any{"title": "a <b> & c", "status": 422})
 	entries := []batchEntry{
-		{Status: http.StatusCreated, Job: &full},
-		{Status: http.StatusUnprocessableEntity, Problem: marshal(map[string]any{"title": "a <b> & c", "status": 422})},
-		{Status: http.StatusOK, Job: &bare},
+		jobEntry(full, true),
+		{Status: http.StatusUnprocessableEntity, Problem: problem},
+		jobEntry(bare, false),
 	}
-	for _, es := range [][]batchEntry{entries, entries[:1], entries[1:2]} {
-		want := marshal(batchBody[batchEntry]{Jobs: es})
-		if got := batchAnswer(es); string(got) != string(want) {
+	// The same answer with each job as a job.Job, for json.Marshal to
+	// encode.
+	type entry struct {
+		Status  int             `json:"status"`
+		Job     *job.Job        `json:"job,omitempty"`
+		Problem json.RawMessage `json:"problem,omitempty"`
+	}
+	plain := []entry{{http.StatusCreated, &full, nil}, {http.StatusUnprocessableEntity, nil, problem}, {http.StatusOK, &bare, nil}}
+	for _, n := range [][2]int{{0, 3}, {0, 1}, {1, 2}} {
+		want := marshal(batchBody[entry]{Jobs: plain[n[0]:n[1]]})
+		if got := batchAnswer(entries[n[0]:n[1]]); string(got) != string(want) {
 			t.Errorf("batchAnswer:\n%s\njson.Marshal:\n%s", got, want)
 		}
 	}
