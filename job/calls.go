@@ -49,13 +49,23 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 			ks.JobFolded(q, id))
 		a.argv = append(a.argv,
 			id, n.Kind, n.Priority, n.MaxAttempts, p.lane, []byte(n.Input), []byte(n.Metadata),
-			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace,
-			// go-redis resends a script whose reply it lost; the nonce lets
-			// the script tell that resend (created) from a replay (existed).
-			uuid.NewString(),
+			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace, nonce(p),
 			n.Schedule, cost(p.tokens), n.Webhook.url(), flag(p.replay()))
 	}
 	return a
+}
+
+// nonce tells the submit script's run of item p from another's: go-redis
+// resends a script whose reply it lost, and the resend finds the job it
+// created. Two runs create under one id only when their items share an
+// idempotency key (a replay, and a first request that failed before it
+// created the job): an item without a key, whose id no other run knows,
+// needs none ("").
+func nonce(p *submitting) string {
+	if p.idem == "" {
+		return ""
+	}
+	return uuid.NewString()
 }
 
 // created is the job that the script created as item p of c at createdAt

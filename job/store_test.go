@@ -97,7 +97,7 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		// relies on that have a value: a field without one is left out.
 		h := fx.rdb.HGetAll(ctx, fx.keys.Job("gpu", j.ID)).Val()
 		for field, v := range map[string]string{
-			"token": "0", "attempt": "0", "cancel_requested": "0", "started_at": "", "timeout_ms": "90000",
+			"attempt": "0", "cancel_requested": "0", "started_at": "", "timeout_ms": "90000",
 			"max_wait_ms": "300000", "on_busy": "reject", "concurrency_keys": `["model:gpt-4o","tenant:acme"]`,
 			"created_at": strconv.FormatInt(got.CreatedAt.UnixMilli(), 10), "cost": "1030",
 		} {
@@ -105,13 +105,16 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 				t.Errorf("field %s = %q (present %v), want %q", field, got, ok, v)
 			}
 		}
-		for _, field := range []string{"result", "error", "finished_at", "exec_id", "exec_state", "trace", "exec_trace", "schedule", "webhook"} {
+		// A token is read only with its execution, and only an item with
+		// an idempotency key needs a nonce.
+		for _, field := range []string{"result", "error", "finished_at", "exec_id", "exec_state", "trace", "exec_trace", "schedule", "webhook",
+			"token", "nonce"} {
 			if v, ok := h[field]; ok {
 				t.Errorf("field %s = %q: a field without a value is left out", field, v)
 			}
 		}
-		if len(h) != 21 {
-			t.Errorf("record has %d fields, want 21: %v", len(h), h)
+		if len(h) != 19 {
+			t.Errorf("record has %d fields, want 19: %v", len(h), h)
 		}
 		// Its state event is in its hash (states), as a record without its
 		// data (the submit's, the same for every job): it has no stream yet.

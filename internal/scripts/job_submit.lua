@@ -16,7 +16,8 @@
 -- k=4 concurrency_keys (JSON array)   k=5 input (JSON)   k=6 metadata (JSON or "")
 -- k=7 timeout_ms   k=8 max_wait_ms (0 = unlimited)   k=9 on_busy
 -- k=10 delay_ms   k=11 traceparent of the submit span ("" when tracing is off)
--- k=12 nonce of this call (the same when the client resends it)
+-- k=12 nonce of this call (the same when the client resends it) for an
+-- item with an idempotency key; "" for one without
 -- k=13 the name of the schedule that fires it ("" = none)
 -- k=14 the tokens the job is estimated to spend of its keys' tpm budgets ("" = none)
 -- k=15 the URL its ends are POSTed to ("" = none)
@@ -26,7 +27,7 @@
 -- ARGV out: change the two together.)
 -- Returns a flat list, two values per job in order: 1, its created_at
 -- when this call created it; 1, its record (record, transition.lua) to a
--- resent call that had created it (its nonce is the job's); 0, its record
+-- resent call that had created it (see the nonce below); 0, its record
 -- when it existed; -1, n when the queue holds n >= the cap of the tenant's
 -- jobs not ended (nothing written); -2, 0 when the job was deleted
 -- (nothing written: a replay does not bring it back).
@@ -57,17 +58,20 @@ local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh))
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 -- The fields a job has only when set: name, and place in its ARGV (k).
-local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15}}
+local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15},
+  {'nonce', 12}}
 
 for i = 0, n - 1 do
   local k, a = 9 + 5 * i, 6 + 17 * i
   local job, events, id, nonce, replay = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12], ARGV[a + 16] == '1'
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
-  -- reply and resent this very call finds its own nonce: it created the job.
+  -- reply and resent this very call finds its own nonce: it created the
+  -- job. An item without an idempotency key has an id no other call
+  -- knows, and no nonce (""): the job under it is its own.
   if (replay or resent) and redis.call('EXISTS', job) == 1 then
     local created = 0
-    if redis.call('HGET', job, 'nonce') == nonce then
+    if (redis.call('HGET', job, 'nonce') or '') == nonce then
       created = 1
     end
     out[#out + 1], out[#out + 2] = created, record(job, KEYS[k + 4])
@@ -87,12 +91,16 @@ for i = 0, n - 1 do
     -- has no value yet is left out (the fields: transition.lua), which
     -- costs a listpack a scan in full where it is read, but spares the
     -- submit's HSET, and the hash until the job ends, 16 fields: every
-    -- reader takes a field the hash lacks as "" (as of a folded job).
+    -- reader takes a field the hash lacks as "" (as of a folded job). So
+    -- is token, read only with the execution a claim gives it, and the
+    -- nonce of an item without an idempotency key. (cancel_requested,
+    -- attempt and started_at stay: a finish, and a claim, of the versions
+    -- before read them as values, not as "" when absent.)
     local fields = {
-      'token', '0', 'attempt', '0', 'cancel_requested', '0', 'started_at', '', 'tenant', tenant,
+      'attempt', '0', 'cancel_requested', '0', 'started_at', '', 'tenant', tenant,
       'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
       'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'priority', priority, 'id', id, 'queue', queue,
-      'created_at', tx.now_s, 'on_busy', ARGV[a + 9], 'nonce', nonce}
+      'created_at', tx.now_s, 'on_busy', ARGV[a + 9]}
     for _, o in ipairs(optional) do
       local v = ARGV[a + o[2]]
       if v ~= '' then

@@ -6,12 +6,12 @@
 -- The job hash, {q:Q}:job:<id>: one string per field, "" for none (or the
 -- field absent: every reader takes a field the hash lacks as ""), times
 -- in unix ms of the Redis clock. Who writes each field (submit creates
--- those it has a value for, and token, attempt, cancel_requested and
--- started_at; move writes state and finished_at in every script):
+-- those it has a value for, and attempt, cancel_requested and started_at;
+-- move writes state and finished_at in every script):
 --
 --   field              holds                                   written by
 --   state              see may_move                            move
---   token              the latest execution's fencing token    submit ("0"), claim
+--   token              the latest execution's fencing token    claim
 --   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
 --                                                              finish (-1 on a hand-off,
 --                                                              a pushback or a wait)
@@ -32,7 +32,8 @@
 --   error              JSON {code, message}: why it ended, or
 --                      the last attempt's error                finish, reap, expire, cancel,
 --                                                              promote (a wait's timeout)
---   cancel_requested   "1": a cancel asked it to stop          cancel (running), retry ("0")
+--   cancel_requested   "1": a cancel asked it to stop          submit ("0"), cancel (running),
+--                                                              retry ("0")
 --   pushbacks          pushbacks in a row (absent: none)       finish, retry ("0")
 --   schedule           the schedule that fired it ("": none)   submit only
 --   cost               the tokens it is estimated to spend
@@ -67,7 +68,8 @@
 --                      their data's bytes (absent: none)       signal, finish
 --   id, queue, tenant, kind, input, priority, concurrency_keys (the
 --   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
---   created_at, nonce                                          submit only: they never change
+--   created_at, nonce (only a job submitted with an idempotency
+--   key: job_submit.lua)                                       submit only: they never change
 --
 -- (claim is execution_claim.lua, which also reaps lost executions, expires
 -- jobs at max_wait and promotes due ones; finish execution_finish.lua;
