@@ -93,7 +93,8 @@ bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed on
 # commits with them. bench/instructions: BenchmarkThroughput at
 # concurrency 200 (20 000 jobs); bench/instructions/wait: BenchmarkWaitCycle
 # (2 000 jobs run once, then 2 000 that wait and are signalled; a dump
-# each, in that order).
+# each, in that order); bench/instructions/batch: BenchmarkSubmitBatch
+# (three batches of 1 000).
 REDIS_SERVER = $(shell command -v redis-server)
 CALLGRIND_REDIS = test -n "$(REDIS_SERVER)" || { echo "redis-server not found: apt-get install -y redis-server"; exit 1; }; \
 	mkdir -p .bench/bin && rm -f .bench/callgrind.* && \
@@ -101,10 +102,14 @@ CALLGRIND_REDIS = test -n "$(REDIS_SERVER)" || { echo "redis-server not found: a
 	chmod +x .bench/bin/redis-server && \
 	PATH="$(CURDIR)/.bench/bin:$$PATH" LEASEHOLD_BENCH_CALLGRIND=1
 
-.PHONY: bench/instructions bench/instructions/wait
+.PHONY: bench/instructions bench/instructions/wait bench/instructions/batch
 bench/instructions: ## Count Redis instructions per job (valgrind), to compare commits.
 	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=200$$' -benchtime 1x ./execution/
 	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
+
+bench/instructions/batch: ## Count Redis instructions per job of a batch submit of 1 000 (valgrind).
+	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkSubmitBatch$$' -benchtime 3x ./job/
+	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 3000}' .bench/callgrind.*.1
 
 bench/instructions/wait: ## Count Redis instructions of a wait-and-resume cycle against one plain run (valgrind).
 	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkWaitCycle$$' -benchtime 1x ./execution/

@@ -3,8 +3,6 @@ package execution_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -337,25 +335,6 @@ func queueNames(b *testing.B, run benchRun, rdb redis.UniversalClient, prefix st
 	return names
 }
 
-// callgrind runs callgrind_control op on the redis-server when
-// LEASEHOLD_BENCH_CALLGRIND is set (make bench/instructions runs Redis
-// under callgrind): the run's instructions are counted between a --zero
-// as the clock starts and a --dump as it stops.
-func callgrind(b *testing.B, rdb redis.UniversalClient, op string) {
-	if os.Getenv("LEASEHOLD_BENCH_CALLGRIND") == "" {
-		return
-	}
-	info, err := rdb.Info(b.Context(), "server").Result()
-	_, pid, _ := strings.Cut(info, "process_id:")
-	pid, _, _ = strings.Cut(pid, "\r\n")
-	if err != nil || pid == "" {
-		b.Fatalf("callgrind: no process_id in INFO server: %v", err)
-	}
-	if out, err := exec.Command("callgrind_control", op, pid).CombinedOutput(); err != nil {
-		b.Fatalf("callgrind_control %s %s: %v\n%s", op, pid, err, out)
-	}
-}
-
 // rewriteAOF rewrites the AOF and waits for the rewrite to end. Loading the
 // jobs grew it to where Redis would rewrite it (a fork, then copy-on-write
 // faults) during the run: the clock starts after.
@@ -437,7 +416,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 	workerCPU := testenv.ProcessCPU(b)
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	callgrind(b, rdb, "--zero")
+	testenv.Callgrind(b, rdb, "--zero")
 	start := time.Now()
 	b.StartTimer()
 	go func() { ran <- w.Run(ctx) }()
@@ -453,7 +432,7 @@ func benchThroughput(b *testing.B, run benchRun) {
 	}, "jobs still running")
 	elapsed := time.Since(start)
 	b.StopTimer()
-	callgrind(b, rdb, "--dump")
+	testenv.Callgrind(b, rdb, "--dump")
 	stop()
 	<-ran
 	cmds := sumOver(masters, func(m redis.UniversalClient) int64 { return testenv.CommandsExecuted(b, m) }) - cmdsBefore

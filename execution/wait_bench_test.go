@@ -105,7 +105,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 				waitWorker(b, rdb, prefix, 64, func(*execution.Execution) { done <- struct{}{} })
 				nc := testenv.NATS(b).Conn(b)
 				before := testenv.CommandsExecuted(b, rdb)
-				callgrind(b, rdb, "--zero") // make bench/wait-instructions
+				testenv.Callgrind(b, rdb, "--zero") // make bench/wait-instructions
 				ids := make([]string, jobs)
 				for i := range ids {
 					j, _, err := store.Submit(b.Context(), "bench", job.Submission{Kind: kind}, "")
@@ -131,7 +131,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 					st, err := store.Stats(b.Context())
 					return err == nil && len(st) == 1 && st[0].Queued+st[0].Running+st[0].Waiting == 0
 				}, "the jobs never ended")
-				callgrind(b, rdb, "--dump")
+				testenv.Callgrind(b, rdb, "--dump")
 				b.ReportMetric(float64(testenv.CommandsExecuted(b, rdb)-before)/jobs, "redis-cmds/job")
 			}
 		})

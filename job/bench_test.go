@@ -2,8 +2,10 @@ package job_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -49,4 +51,36 @@ func BenchmarkSubmit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSubmitBatch submits batches of 1 000 echo jobs, those of the
+// API's BenchmarkSubmit, by SubmitBatch: jobs/s and Redis CPU a job, and
+// Redis's instructions when it runs under callgrind (make
+// bench/instructions/batch).
+func BenchmarkSubmitBatch(b *testing.B) {
+	rdb := testenv.Redis(b).Client(b)
+	fx := newFixture(b, rdb, job.Config{})
+	items := make([]job.BatchItem, job.MaxBatch)
+	for i := range items {
+		items[i] = job.BatchItem{Submission: job.Submission{Kind: "echo",
+			Input: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), Metadata: json.RawMessage(`{"batch":"bench"}`)}}
+	}
+	submit := func() {
+		if _, err := fx.store.SubmitBatch(b.Context(), "acme", items, job.Cap{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	submit() // the script loaded and the queue named before the count starts
+	cpu := testenv.RedisCPU(b, rdb)
+	testenv.Callgrind(b, rdb, "--zero")
+	start := time.Now()
+	for b.Loop() {
+		submit()
+	}
+	elapsed := time.Since(start)
+	testenv.Callgrind(b, rdb, "--dump")
+	n := float64(b.N * len(items))
+	b.ReportMetric(n/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64((testenv.RedisCPU(b, rdb)-cpu).Microseconds())/n, "redis-µs/job")
+	b.ReportMetric(0, "ns/op")
 }

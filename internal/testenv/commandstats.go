@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,4 +79,23 @@ func ProcessCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Callgrind runs callgrind_control op on the Redis behind rdb when
+// LEASEHOLD_BENCH_CALLGRIND is set (the Makefile's bench/instructions
+// targets run Redis under callgrind): a benchmark counts its Redis
+// instructions between a --zero as its clock starts and a --dump as it
+// stops.
+func Callgrind(tb testing.TB, rdb redis.UniversalClient, op string) {
+	tb.Helper()
+	if os.Getenv("LEASEHOLD_BENCH_CALLGRIND") == "" {
+		return
+	}
+	pid := info(tb, rdb, "server")["process_id"]
+	if pid == "" {
+		tb.Fatal("callgrind: no process_id in INFO server")
+	}
+	if out, err := exec.Command("callgrind_control", op, pid).CombinedOutput(); err != nil {
+		tb.Fatalf("callgrind_control %s %s: %v\n%s", op, pid, err, out)
+	}
 }
