@@ -71,9 +71,9 @@ func nonce(p *submitting) string {
 // created is the job that the script created as item p of c at createdAt
 // (Redis ms, its reply): what ParseRecord reads of the new job's hash. It
 // is built here, beside layout, so that the script need not send a new
-// job's fields back, and without the hash's strings, which were a sixth of
-// a batch's allocations; TestSubmitBatchAnswersTheJobsRecords holds the
-// two to the same job.
+// job's fields back, and directly, not through the map of strings that
+// HGETALL would read; TestSubmitBatchAnswersTheJobsRecords holds the two
+// to the same job.
 func (c submitCall) created(p *submitting, createdAt string) (Job, error) {
 	ms, err := strconv.ParseInt(createdAt, 10, 64)
 	if err != nil {

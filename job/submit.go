@@ -94,9 +94,10 @@ func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) (
 // each: the rules of every item's keys are read at once, the idempotency
 // keys claimed and the tenant's counts read at once, and each queue's
 // items are created by runs of the submit script of up to SubmitChunk
-// items, queue after queue in the order of their first item. Within a queue the items are created
-// in order, each counted against the cap after the ones before it; a
-// queue's items count against the cap in the queues after it.
+// items, queue after queue in the order of their first item. Within a
+// queue the items are created in order, each counted against the cap
+// after the ones before it; a queue's items count against the cap in the
+// queues after it.
 //
 // An error (Redis failed) means the batch stopped: the items not answered
 // may have been created, those before the failure and, within its queue,
@@ -143,8 +144,8 @@ type batch struct {
 	// refused are the items refused after their idempotency key was
 	// claimed, whose record cleanUp drops.
 	refused  []*submitting
-	created  map[string]bool // the ids created by this batch
-	answered func(i int, r BatchResult)
+	created  map[string]bool            // the ids created by this batch
+	answered func(i int, r BatchResult) // SubmitBatchEach's (nil: none)
 }
 
 // submitting is one item of a batch not refused yet.
