@@ -126,8 +126,9 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 }
 
 // Every chunk is sent: when one chunk of a queue's items fails, the
-// chunks after it still create their jobs, and those are answered too. The batch reports the failure; the failed chunk's items
-// are left unanswered.
+// chunks after it still create their jobs, and those are answered too.
+// The batch reports the failure; the failed chunk's items are left
+// unanswered.
 //
 // Fails when the answers stop at the failed chunk (jobs created but not
 // reported), or when the failure is not reported.
