@@ -552,6 +552,47 @@ func TestPackedEventsExpandedByARetry(t *testing.T) {
 	}
 }
 
+// A folded job's state events keep no value its hash holds as it is
+// (its last execution's, which its last events show again; a failed job,
+// so that a retry can expand it): those are
+// written "=" and read from the hash, or from the folded key when one
+// left the hash for its length (a worker id of 100 characters). Read
+// back, and put back by a retry, they are the events as they were.
+func TestFoldedStateEventsReferToTheHash(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	fail := map[string]execution.Handler{"fail": func(context.Context, *execution.Execution) (any, error) {
+		return nil, execution.Permanent(errors.New("no"))
+	}}
+	ctx, ks := t.Context(), keys.New(f.prefix)
+	for _, worker := range []string{"w-1", strings.Repeat("w", 100)} {
+		_, stop := f.startWorker(t, execution.Config{ID: worker}, fail)
+		j := f.submit(t, job.Submission{Kind: "fail", Input: raw(`{}`), MaxAttempts: 1})
+		f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
+		stop()
+		before := f.allEvents(t, j.ID)
+
+		_, stop = f.startWorker(t, execution.Config{ID: worker, FoldAfter: time.Millisecond}, fail)
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			return f.rdb.Exists(ctx, ks.JobFolded("default", j.ID)).Val() == 1
+		}, "the job not folded")
+		stop()
+		packed := f.rdb.Get(ctx, ks.JobFolded("default", j.ID)).Val()
+		if !strings.Contains(packed, `"running,1,,=,=,,=,=,=,=,=`) || strings.Contains(packed, worker+",") {
+			t.Fatalf("worker %q: the folded key holds the hash's values again: %s", worker, packed)
+		}
+		if got := f.allEvents(t, j.ID); !slices.EqualFunc(got, before, sameEvent) {
+			t.Fatalf("worker %q: folded: %s\nwant %s", worker, got, before)
+		}
+		if _, err := f.store.Retry(ctx, "acme", j.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.allEvents(t, j.ID); len(got) < len(before) || !slices.EqualFunc(got[:len(before)], before, sameEvent) {
+			t.Fatalf("worker %q: retried: %s\nwant %s first", worker, got, before)
+		}
+	}
+}
+
 // A job's first emitted event gives it its stream: the state events kept
 // in its hash before it move there with their ids, ahead of it, and the
 // later ones follow it there.

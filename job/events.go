@@ -102,7 +102,7 @@ func (s *Store) readEvents(ctx context.Context, queue, id, after string, from st
 	var r jobRead
 	var xread *redis.XStreamSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		r = s.readJob(ctx, p, queue, id, []string{"tenant", "events", "states"})
+		r = s.readJob(ctx, p, queue, id, append([]string{"tenant", "events", "states"}, eventFields...))
 		xread = p.XRead(ctx, eventsRead(s.keys.JobEvents(queue, id), after, 0))
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
@@ -119,7 +119,7 @@ func (s *Store) readEvents(ctx context.Context, queue, id, after string, from st
 	}
 	switch old, states := vals[1], vals[2]; {
 	case folded:
-		if k.kept, err = f.events(); err != nil {
+		if k.kept, err = f.events(vals[3:]); err != nil {
 			return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
 		}
 		if s, ok := f.Fields["states"]; ok {

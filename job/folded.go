@@ -40,12 +40,22 @@ func readFolded(cmd *redis.StringCmd) (f folded, ok bool, err error) {
 	return f, true, nil
 }
 
-// events returns f's events, three strings each, unpacked.
-func (f folded) events() ([]string, error) {
+// events returns f's events, three strings each, unpacked. held are the
+// values of eventFields as the job's hash holds them, in that order (nil
+// for none), which a packed state event refers to.
+func (f folded) events(held []any) ([]string, error) {
 	if f.Packed == nil {
 		return f.Events, nil
 	}
-	events, err := unpackEvents(f.Packed, f.Fields["result"])
+	values := make([]string, len(eventFields))
+	for k, name := range eventFields {
+		if k < len(held) && held[k] != nil {
+			values[k], _ = held[k].(string)
+		} else {
+			values[k] = f.Fields[name] // a long worker id left the hash
+		}
+	}
+	events, err := unpackEvents(f.Packed, f.Fields["result"], values)
 	if err != nil {
 		return nil, fmt.Errorf("folded key: %w", err)
 	}
@@ -55,10 +65,11 @@ func (f folded) events() ([]string, error) {
 // unpackEvents returns the events packed as the fold packs them (its
 // comment in transition.lua says how; expand there unpacks them too):
 // each id after the first as "+<ms after the one before>[-<seq>]", a
-// state event as type "s" and data "<state>,<attempt>,<job values>", and
+// state event as type "s" and data "<state>,<attempt>,<job values>", a
+// job value as the job holds it (held, in eventFields' order) as "=", and
 // an output event that is a run of result's bytes as type "o" and data
 // "<offset>,<length>".
-func unpackEvents(packed []string, result string) ([]string, error) {
+func unpackEvents(packed []string, result string, held []string) ([]string, error) {
 	if len(packed)%3 != 0 {
 		return nil, fmt.Errorf("%d packed event strings, not three each", len(packed))
 	}
@@ -85,11 +96,20 @@ func unpackEvents(packed []string, result string) ([]string, error) {
 		switch typ {
 		case "s":
 			state, rest, _ := strings.Cut(data, ",")
-			attempt, values, ok := strings.Cut(rest, ",")
+			attempt, list, ok := strings.Cut(rest, ",")
 			if !ok {
 				return nil, fmt.Errorf("packed state %q", data)
 			}
-			typ, data = "state", `{"state":"`+state+`","attempt":`+attempt+`,"job":["`+strings.ReplaceAll(values, ",", `","`)+`"]}`
+			values := strings.Split(list, ",")
+			for k, v := range values {
+				if v == "=" {
+					if k >= len(held) {
+						return nil, fmt.Errorf("packed state %q refers to a job value it has not", data)
+					}
+					values[k] = held[k]
+				}
+			}
+			typ, data = "state", `{"state":"`+state+`","attempt":`+attempt+`,"job":["`+strings.Join(values, `","`)+`"]}`
 		case "o":
 			from, n, ok := outputRun(data, len(result))
 			if !ok {

@@ -32,7 +32,8 @@ import (
 // keys per job, hash and folded key, and the same bytes whichever the
 // server's stream-node-max-bytes; 3 with the stream), when its folded key
 // holds its deltas' text again beside its result (300 tokens: 9.5 KB a
-// job), or when a job's memory grows past today's (the bounds below).
+// job) or its state events the values its hash holds (2.25 KB), or when
+// a job's memory grows past today's (the bounds below).
 func TestMemoryPerFinishedChatJob(t *testing.T) {
 	t.Parallel()
 	date := regexp.MustCompile(`\d{4}-\d{2}-\d{2}`) // the usage keys' days
@@ -43,9 +44,9 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		tokens   int   // of each job's answer
 		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 30, 2550},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 30, 2550},
-		{"300 tokens", nil, 300, 5980},
+		{"stream-node-max-bytes 1024", nil, 30, 2320},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 30, 2320},
+		{"300 tokens", nil, 300, 5890},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

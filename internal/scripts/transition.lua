@@ -132,6 +132,14 @@ local function shown_names()
     'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
 end
 
+-- event_names name the values of a state event's job array (state_data):
+-- finished_at, then shown_names.
+local function event_names()
+  local names = shown_names()
+  table.insert(names, 1, 'finished_at')
+  return names
+end
+
 -- int formats an integral number (Lua numbers would reach Redis as 14
 -- significant digits). '%d' takes it as a 64-bit integer: exact below
 -- 2^53, and a third cheaper than '%.0f', which formats a double.
@@ -276,6 +284,39 @@ local function folded_empty()
   return {'trace', 'exec_trace', 'metadata', 'error', 'result', 'schedule', 'cost', 'webhook'}
 end
 
+-- packed_values returns the values of a state event's job array, values
+-- (its JSON between the outer quotes), joined by commas, each that held
+-- (the job's hash, by name) holds as it is written "=" (see fold); or
+-- nil when a value holds a quote, a backslash or a comma. refers_to
+-- undoes the "=" with the values of the hash, vals, in event_names'
+-- order.
+local function packed_values(values, held)
+  local names, out, k = event_names(), {}, 0
+  for v in string.gmatch(values .. '","', '(.-)","') do
+    if v:find('[",\\]') then
+      return nil
+    end
+    k = k + 1
+    if v ~= '' and held[names[k] or ''] == v then
+      v = '='
+    end
+    out[k] = v
+  end
+  return table.concat(out, ',')
+end
+
+local function refers_to(list, vals)
+  local out, k = {}, 0
+  for v in string.gmatch(list .. ',', '([^,]*),') do
+    k = k + 1
+    if v == '=' then
+      v = vals[k] or ''
+    end
+    out[k] = v
+  end
+  return table.concat(out, ',')
+end
+
 -- fold folds job j ({key, events, folded, expire_at}), which has ended, as
 -- described above, its folded key to expire at expire_at (Unix ms), and
 -- reports whether it did: not when it has no events (folded
@@ -287,7 +328,10 @@ end
 -- sequence is not 0; a state event (state_data) whose job values hold no
 -- quote, backslash or comma as type "s" and data
 -- "<state>,<attempt>,<value>,<value>,...", none of its JSON's quotes
--- (which the folded key's JSON would escape again); an output event whose
+-- (which the folded key's JSON would escape again), and each value that
+-- the job's hash holds as it is (event_names: the job's last execution,
+-- which its last events show again) as "=", which no value is (digits,
+-- ids, a worker id, "" or JSON with quotes); an output event whose
 -- text is a run of the result's bytes, as an LLM job's deltas are, as
 -- type "o" and data "<offset>,<length>" of that run in the field result
 -- (bytes, from 0). expand unpacks them, and package job (folded.events).
@@ -309,7 +353,10 @@ local function fold(j)
   for _, name in ipairs(folded_empty()) do
     empty[name] = true
   end
-  local kept, moved, bytes = {'folded', '1'}, {}, 0
+  local kept, moved, bytes, held = {'folded', '1'}, {}, 0, {}
+  for i = 1, #h, 2 do
+    held[h[i]] = h[i + 1]
+  end
   for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
     if name == 'folded' or name == 'events' then
@@ -332,11 +379,9 @@ local function fold(j)
     end
     prev = ms
     local state, attempt, values = string.match(data, '^{"state":"(%a+)","attempt":(%d+),"job":%["(.*)"%]}$')
-    if typ == 'state' and state and not values:find('\\', 1, true) then
-      local list, seps = values:gsub('","', ',')
-      if not list:find('"', 1, true) and select(2, values:gsub(',', ',')) == seps then
-        typ, data = 's', state .. ',' .. attempt .. ',' .. list
-      end
+    local list = typ == 'state' and state and packed_values(values, held)
+    if list then
+      typ, data = 's', state .. ',' .. attempt .. ',' .. list
     elseif typ == 'output' and #data > 11 and data:sub(1, 9) == '{"text":"' and data:sub(-2) == '"}' then
       local text = data:sub(10, -3)
       -- Deltas follow on in the result, but those of an earlier attempt
@@ -423,7 +468,7 @@ local function expand(j)
     flat, moved = f.e or {}, f.f
     -- Unpacked as fold packed them; folded by an older version, they are
     -- in e as they were.
-    local result, prev = moved.result or '', 0
+    local result, prev, vals = moved.result or '', 0, nil
     for i = 1, #(f.E or {}), 3 do
       local id, typ, data = f.E[i], f.E[i + 1], f.E[i + 2]
       local d, seq = string.match(id, '^%+(%d+)%-?(%d*)$')
@@ -435,6 +480,16 @@ local function expand(j)
       end
       if typ == 's' then
         local state, attempt, list = string.match(data, '^([^,]*),([^,]*),(.*)$')
+        if list:find('=', 1, true) then
+          if not vals then
+            local names = event_names()
+            vals = redis.call('HMGET', j.key, unpack(names))
+            for k, name in ipairs(names) do
+              vals[k] = vals[k] or moved[name] -- a long worker id left the hash
+            end
+          end
+          list = refers_to(list, vals)
+        end
         typ, data = 'state', '{"state":"' .. state .. '","attempt":' .. attempt .. ',"job":["' ..
           (list:gsub(',', '","')) .. '"]}'
       elseif typ == 'o' then
