@@ -793,17 +793,8 @@ func (w *Worker) finish(ctx context.Context, r *running, o outcome) (job.State, 
 // finisher writes finishes as they come, batching those that arrive while
 // a write is in flight into one round trip. It runs until ctx is done,
 // which is after every execution has ended.
-//
-// A finish costs Redis about as much for one execution as for several
-// (the script's fixed work, a round trip): when the handlers of a claim
-// return together, as short ones do, the first finish would go alone and
-// the rest follow in a second. So, while other executions are still
-// running, the finisher lingers for them, a tenth of its last write's
-// time at most (as fetch does for slots; a finish waits that much more,
-// at most), and not once every execution in flight is in the batch.
 func (w *Worker) finisher(ctx context.Context) error {
 	const maxBatch = 256
-	var linger time.Duration
 	for {
 		var batch []*finishing
 		select {
@@ -812,56 +803,24 @@ func (w *Worker) finisher(ctx context.Context) error {
 		case f := <-w.finishes:
 			batch = append(batch, f)
 		}
-		batch = w.gather(batch, maxBatch, linger)
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case f := <-w.finishes:
+				batch = append(batch, f)
+			default:
+				break more
+			}
+		}
 		// Finishes are written even as the worker stops: a cancelled job must
 		// still be recorded.
-		sent := time.Now()
 		fctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		finishAll(fctx, w.rdb, batch)
 		stop()
-		linger = min(time.Since(sent)/10, maxLinger)
 		for _, f := range batch {
 			close(f.done)
 		}
 	}
-}
-
-// gather adds to batch the finishes that come, up to max: those waiting
-// now, then, for up to linger, those that come while executions not in
-// the batch are still running.
-func (w *Worker) gather(batch []*finishing, max int, linger time.Duration) []*finishing {
-	var until <-chan time.Time
-	for len(batch) < max {
-		select {
-		case f := <-w.finishes:
-			batch = append(batch, f)
-			continue
-		default:
-		}
-		if linger <= 0 || w.inFlight() <= len(batch) {
-			return batch
-		}
-		if until == nil {
-			t := time.NewTimer(linger)
-			defer t.Stop()
-			until = t.C
-		}
-		select {
-		case f := <-w.finishes:
-			batch = append(batch, f)
-		case <-until:
-			return batch
-		}
-	}
-	return batch
-}
-
-// inFlight is how many executions the worker has started and not yet
-// finished.
-func (w *Worker) inFlight() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.running)
 }
 
 // heartbeats renews every running execution's lease each interval, one
