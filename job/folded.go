@@ -51,8 +51,10 @@ func (f folded) events(held []any) ([]string, error) {
 	for k, name := range eventFields {
 		if k < len(held) && held[k] != nil {
 			values[k], _ = held[k].(string)
+		} else if v, ok := f.Fields[name]; ok {
+			values[k] = v // a long worker id left the hash
 		} else {
-			values[k] = f.Fields[name] // a long worker id left the hash
+			values[k] = foldedImplied[name]
 		}
 	}
 	events, err := unpackEvents(f.Packed, f.Fields["result"], values)
@@ -135,18 +137,25 @@ func outputRun(data string, size int) (from, n int, ok bool) {
 }
 
 // merge adds to h, a job's shown fields (shown) as its hash holds them,
-// those of them the fold moved out: the hash's own win, as the scripts'
-// (record in transition.lua), since a field written after the fold goes
-// to the hash.
+// those of them the fold moved out or dropped (foldedImplied): the hash's
+// own win, as the scripts' (record in transition.lua), since a field
+// written after the fold goes to the hash.
 func (f folded) merge(h map[string]string) {
 	for _, name := range shownFields {
 		if _, ok := h[name]; !ok {
 			if v, ok := f.Fields[name]; ok {
 				h[name] = v
+			} else if v, ok := foldedImplied[name]; ok {
+				h[name] = v
 			}
 		}
 	}
 }
+
+// foldedImplied are the fields a fold drops when they hold their usual
+// value, and their value when absent from a folded job (folded_implied in
+// internal/scripts/transition.lua).
+var foldedImplied = map[string]string{"cancel_requested": "0", "max_wait_ms": "0", "priority": "0", "on_busy": "queue"}
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
 // fields and of the fold's marker, then GET of its folded key. The two are

@@ -317,6 +317,15 @@ local function refers_to(list, vals)
   return table.concat(out, ',')
 end
 
+-- folded_implied are the fields a fold drops when they hold their usual
+-- value (every job has them, most with that value), and every reader of
+-- a folded job takes as that value when absent: record, fields_of,
+-- expand, and package job's folded.merge and folded.events. Four fields
+-- fewer take an llm.chat job's hash from 760 bytes to 632.
+local function folded_implied()
+  return {cancel_requested = '0', max_wait_ms = '0', priority = '0', on_busy = 'queue'}
+end
+
 -- fold folds job j ({key, events, folded, expire_at}), which has ended, as
 -- described above, its folded key to expire at expire_at (Unix ms), and
 -- reports whether it did: not when it has no events (folded
@@ -353,7 +362,7 @@ local function fold(j)
   for _, name in ipairs(folded_empty()) do
     empty[name] = true
   end
-  local kept, moved, bytes, held = {'folded', '1'}, {}, 0, {}
+  local kept, moved, bytes, held, implied = {'folded', '1'}, {}, 0, {}, folded_implied()
   for i = 1, #h, 2 do
     held[h[i]] = h[i + 1]
   end
@@ -365,7 +374,7 @@ local function fold(j)
     elseif (#value > listpack_value or #name > listpack_value) and name ~= 'concurrency_keys' then
       bytes = bytes + #value
       moved[name] = value
-    elseif value ~= '' or not empty[name] then
+    elseif (value ~= '' or not empty[name]) and value ~= implied[name] then
       kept[#kept + 1], kept[#kept + 2] = name, value
     end
   end
@@ -437,6 +446,11 @@ local function record(key, folded)
       h[#h + 1], h[#h + 2] = name, value
     end
   end
+  for name, value in pairs(folded_implied()) do
+    if not has[name] then
+      h[#h + 1], h[#h + 2] = name, value
+    end
+  end
   return h
 end
 
@@ -446,9 +460,9 @@ local function fields_of(key, folded, names)
   local values = redis.call('HMGET', key, 'folded', unpack(names))
   local marker = table.remove(values, 1)
   if marker then
-    local moved = unfolded(folded)
+    local moved, implied = unfolded(folded), folded_implied()
     for i, name in ipairs(names) do
-      values[i] = values[i] or moved[name] or false
+      values[i] = values[i] or moved[name] or implied[name] or false
     end
   end
   return values
@@ -484,8 +498,9 @@ local function expand(j)
           if not vals then
             local names = event_names()
             vals = redis.call('HMGET', j.key, unpack(names))
+            local implied = folded_implied()
             for k, name in ipairs(names) do
-              vals[k] = vals[k] or moved[name] -- a long worker id left the hash
+              vals[k] = vals[k] or moved[name] or implied[name] -- a long worker id left the hash
             end
           end
           list = refers_to(list, vals)
@@ -509,14 +524,17 @@ local function expand(j)
   for i = 1, #flat, 3 do
     redis.call('XADD', j.events, flat[i], 'type', flat[i + 1], 'data', flat[i + 2])
   end
-  local names = folded_empty()
+  local names, implied = folded_empty(), folded_implied()
   for name in pairs(moved) do
+    names[#names + 1] = name
+  end
+  for name in pairs(implied) do
     names[#names + 1] = name
   end
   local values, back = redis.call('HMGET', j.key, unpack(names)), {}
   for k = 1, #names do
     if not values[k] then
-      back[#back + 1], back[#back + 2] = names[k], moved[names[k]] or ''
+      back[#back + 1], back[#back + 2] = names[k], moved[names[k]] or implied[names[k]] or ''
     end
   end
   if #back > 0 then
