@@ -91,7 +91,8 @@ bench/utilisation: ## Utilisation and 429s of an adaptive limit against fixed on
 # under callgrind (through a wrapper first in PATH) and count Redis's
 # instructions from the clock's start to its stop, per job: compare two
 # commits with them. bench/instructions: BenchmarkThroughput at
-# concurrency 200 (20 000 jobs); bench/instructions/wait: BenchmarkWaitCycle
+# concurrency 200 (20 000 jobs), and bench/instructions/c10 at 10, where a
+# claim and a finish take a few jobs each; bench/instructions/wait: BenchmarkWaitCycle
 # (2 000 jobs run once, then 2 000 that wait and are signalled; a dump
 # each, in that order); bench/instructions/batch: BenchmarkSubmitBatch
 # (three batches of 1 000).
@@ -102,9 +103,13 @@ CALLGRIND_REDIS = test -n "$(REDIS_SERVER)" || { echo "redis-server not found: a
 	chmod +x .bench/bin/redis-server && \
 	PATH="$(CURDIR)/.bench/bin:$$PATH" LEASEHOLD_BENCH_CALLGRIND=1
 
-.PHONY: bench/instructions bench/instructions/wait bench/instructions/batch
+.PHONY: bench/instructions bench/instructions/c10 bench/instructions/wait bench/instructions/batch
 bench/instructions: ## Count Redis instructions per job (valgrind), to compare commits.
 	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=200$$' -benchtime 1x ./execution/
+	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
+
+bench/instructions/c10: ## Count Redis instructions per job at concurrency 10 (valgrind).
+	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkThroughput$$/^concurrency=10$$' -benchtime 1x ./execution/
 	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
 
 bench/instructions/batch: ## Count Redis instructions per job of a batch submit of 1 000 (valgrind).
