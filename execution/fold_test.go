@@ -596,6 +596,34 @@ func TestFoldedStateEventsReferToTheHash(t *testing.T) {
 	}
 }
 
+// A folded job whose folded key is gone (it expires a day after the
+// job's retention, and a queue no worker serves keeps the hash) still
+// reads, by Get and in a listing: with the fields the fold dropped for
+// their usual value, but without those it moved.
+func TestFoldedJobWithoutItsFoldedKeyReads(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	j := f.failed(t)
+	ctx, ks := t.Context(), keys.New(f.prefix)
+	_, stop := f.startWorker(t, execution.Config{FoldAfter: time.Millisecond}, nil)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.rdb.Exists(ctx, ks.JobFolded("default", j.ID)).Val() == 1
+	}, "the job not folded")
+	stop()
+	if f.rdb.HExists(ctx, ks.Job("default", j.ID), "priority").Val() {
+		t.Fatal("the fold kept priority 0")
+	}
+	f.rdb.Del(ctx, ks.JobFolded("default", j.ID))
+	got, err := f.store.Get(ctx, "acme", j.ID, false)
+	if err != nil || got.State != job.StateFailed || got.Priority != 0 || got.OnBusy != job.OnBusyQueue || got.MaxWait != 0 {
+		t.Fatalf("Get: %+v, %v", got, err)
+	}
+	page, _, err := f.store.List(ctx, job.ListQuery{Tenant: "acme"})
+	if err != nil || len(page) != 1 || page[0].ID != j.ID {
+		t.Fatalf("List: %+v, %v", page, err)
+	}
+}
+
 // A job's first emitted event gives it its stream: the state events kept
 // in its hash before it move there with their ids, ahead of it, and the
 // later ones follow it there.

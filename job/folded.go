@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // folded is what a reaper moved out of an ended job's hash and stream into
@@ -153,9 +155,8 @@ func (f folded) merge(h map[string]string) {
 }
 
 // foldedImplied are the fields a fold drops when they hold their usual
-// value, and their value when absent from a folded job (folded_implied in
-// internal/scripts/transition.lua).
-var foldedImplied = map[string]string{"cancel_requested": "0", "max_wait_ms": "0", "priority": "0", "on_busy": "queue"}
+// value, and their value when absent from a folded job.
+var foldedImplied = scripts.FoldedImplied
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
 // fields and of the fold's marker, then GET of its folded key. The two are
@@ -193,14 +194,15 @@ func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 
 // shown returns the shown fields of a job read with shownFields, as they
 // were before the fold (shown; nil when the job does not exist), and torn
-// (values): then h holds what the hash holds alone.
+// (values): then h holds what the hash holds, with the values the fold
+// dropped (foldedImplied), but not those it moved.
 func (r jobRead) shown() (h map[string]string, torn bool, err error) {
 	vals, f, ok, torn, err := r.values()
 	if err != nil {
 		return nil, false, err
 	}
-	if h = shown(vals); h != nil && ok {
-		f.merge(h)
+	if h = shown(vals); h != nil && (ok || torn) {
+		f.merge(h) // torn: no folded key, but the dropped values are known
 	}
 	return h, torn, nil
 }

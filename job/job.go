@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -364,12 +365,10 @@ type stateData struct {
 	Wait []string `json:"wait"`
 }
 
-// eventFields name the values of a state event's job array: finished_at,
-// then shown_names in internal/scripts/transition.lua, in its order. (An array
+// eventFields name the values of a state event's job array (an array
 // concatenated in one expression: a table keyed by name, or cjson, cost a
-// move as much as the rest of it.)
-var eventFields = []string{"finished_at", "started_at", "cancel_requested", "error", "token", "exec_id",
-	"exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at", "exec_finished_at"}
+// move as much as the rest of it).
+var eventFields = scripts.EventFields
 
 // At returns the job as it was at its state event e, given j, the job as
 // it is now: e's state, attempt, max_attempts (which only a retry changes)

@@ -1,6 +1,9 @@
 package scripts
 
 import (
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,5 +20,37 @@ func TestSubmittedStateDataIsStatesLuas(t *testing.T) {
 	}
 	if want := "local submitted = '" + SubmittedStateData + "'\n"; !strings.Contains(string(src), want) {
 		t.Fatalf("states.lua has no line %q", want)
+	}
+}
+
+// Go's readers of a folded job resolve its packed state events and its
+// dropped fields with EventFields and FoldedImplied, the scripts with
+// transition.lua's event_names (finished_at, then shown_names) and
+// folded_implied: the copies must name the same fields in the same
+// order, or a replay or a retry of a folded job shows other values.
+func TestFoldNamesAreTransitionLuas(t *testing.T) {
+	b, err := files.ReadFile("transition.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	shown := regexp.MustCompile(`local function shown_names\(\)\s*return \{([^}]*)\}`).FindStringSubmatch(src)
+	implied := regexp.MustCompile(`local function folded_implied\(\)\s*return \{([^}]*)\}`).FindStringSubmatch(src)
+	if shown == nil || implied == nil || !strings.Contains(src, "table.insert(names, 1, 'finished_at')") {
+		t.Fatal("transition.lua's shown_names, event_names or folded_implied is not as this test reads it")
+	}
+	names := []string{"finished_at"}
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(shown[1], -1) {
+		names = append(names, m[1])
+	}
+	if !slices.Equal(names, EventFields) {
+		t.Errorf("transition.lua's event_names: %q\nEventFields: %q", names, EventFields)
+	}
+	values := map[string]string{}
+	for _, m := range regexp.MustCompile(`([a-z_]+) = '([^']*)'`).FindAllStringSubmatch(implied[1], -1) {
+		values[m[1]] = m[2]
+	}
+	if !maps.Equal(values, FoldedImplied) {
+		t.Errorf("transition.lua's folded_implied: %v\nFoldedImplied: %v", values, FoldedImplied)
 	}
 }

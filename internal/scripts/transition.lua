@@ -289,7 +289,7 @@ end
 -- (the job's hash, by name) holds as it is written "=" (see fold); or
 -- nil when a value holds a quote, a backslash or a comma. refers_to
 -- undoes the "=" with the values of the hash, vals, in event_names'
--- order.
+-- order (as package job's unpackEvents, a "=" past them is an error).
 local function packed_values(values, held)
   local names, out, k = event_names(), {}, 0
   for v in string.gmatch(values .. '","', '(.-)","') do
@@ -306,10 +306,13 @@ local function packed_values(values, held)
 end
 
 local function refers_to(list, vals)
-  local out, k = {}, 0
+  local out, k, n = {}, 0, #event_names()
   for v in string.gmatch(list .. ',', '([^,]*),') do
     k = k + 1
     if v == '=' then
+      if k > n then
+        error('transition: a packed state event refers to a job value it has not: ' .. list)
+      end
       v = vals[k] or ''
     end
     out[k] = v
