@@ -285,19 +285,20 @@ local function folded_empty()
 end
 
 -- packed_values returns the values of a state event's job array, values
--- (its JSON between the outer quotes), joined by commas, each that held
--- (the job's hash, by name) holds as it is written "=" (see fold); or
--- nil when a value holds a quote, a backslash or a comma. refers_to
--- undoes the "=" with the values of the hash, vals, in event_names'
--- order (as package job's unpackEvents, a "=" past them is an error).
-local function packed_values(values, held)
-  local names, out, k = event_names(), {}, 0
+-- (its JSON between the outer quotes), joined by commas, each that the
+-- job's hash holds as it is (current, in event_names' order) written "="
+-- (see fold); or nil when a value holds a quote, a backslash or a comma.
+-- refers_to undoes the "=" with the values of the hash, vals, in
+-- event_names' order (as package job's unpackEvents, a "=" past them is
+-- an error).
+local function packed_values(values, current)
+  local out, k = {}, 0
   for v in string.gmatch(values .. '","', '(.-)","') do
     if v:find('[",\\]') then
       return nil
     end
     k = k + 1
-    if v ~= '' and held[names[k] or ''] == v then
+    if v ~= '' and current[k] == v then
       v = '='
     end
     out[k] = v
@@ -367,10 +368,8 @@ local function fold(j)
   end
   local kept, moved, bytes, held, implied = {'folded', '1'}, {}, 0, {}, folded_implied()
   for i = 1, #h, 2 do
-    held[h[i]] = h[i + 1]
-  end
-  for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
+    held[name] = value
     if name == 'folded' or name == 'events' then
       return false -- folded already: a stream came back under it
     elseif name == 'states' then -- its events, in flat now
@@ -382,6 +381,10 @@ local function fold(j)
     end
   end
   local result, packed, prev, at = moved.result or '', {}, nil, 1
+  local current = {} -- the job's event values as its hash holds them, in event_names' order
+  for k, name in ipairs(event_names()) do
+    current[k] = held[name]
+  end
   for i = 1, #flat, 3 do
     local id, typ, data = flat[i], flat[i + 1], flat[i + 2]
     local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
@@ -391,7 +394,7 @@ local function fold(j)
     end
     prev = ms
     local state, attempt, values = string.match(data, '^{"state":"(%a+)","attempt":(%d+),"job":%["(.*)"%]}$')
-    local list = typ == 'state' and state and packed_values(values, held)
+    local list = typ == 'state' and state and packed_values(values, current)
     if list then
       typ, data = 's', state .. ',' .. attempt .. ',' .. list
     elseif typ == 'output' and #data > 11 and data:sub(1, 9) == '{"text":"' and data:sub(-2) == '"}' then
