@@ -105,7 +105,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 				waitWorker(b, rdb, prefix, 64, func(*execution.Execution) { done <- struct{}{} })
 				nc := testenv.NATS(b).Conn(b)
 				before := testenv.CommandsExecuted(b, rdb)
-				testenv.Callgrind(b, rdb, "--zero") // make bench/wait-instructions
+				testenv.Callgrind(b, rdb, "--zero") // make bench/instructions/wait
 				ids := make([]string, jobs)
 				for i := range ids {
 					j, _, err := store.Submit(b.Context(), "bench", job.Submission{Kind: kind}, "")

@@ -43,8 +43,8 @@ func readFolded(cmd *redis.StringCmd) (f folded, ok bool, err error) {
 }
 
 // events returns f's events, three strings each, unpacked. held are the
-// values of eventFields as the job's hash holds them, in that order (nil
-// for none), which a packed state event refers to.
+// values of eventFields as the job's hash holds them (HMGET's, in that
+// order), which a packed state event refers to.
 func (f folded) events(held []any) ([]string, error) {
 	if f.Packed == nil {
 		return f.Events, nil
@@ -53,10 +53,8 @@ func (f folded) events(held []any) ([]string, error) {
 	for k, name := range eventFields {
 		if k < len(held) && held[k] != nil {
 			values[k], _ = held[k].(string)
-		} else if v, ok := f.Fields[name]; ok {
-			values[k] = v // a long worker id left the hash
 		} else {
-			values[k] = foldedImplied[name]
+			values[k], _ = f.dropped(name) // a long worker id left the hash
 		}
 	}
 	events, err := unpackEvents(f.Packed, f.Fields["result"], values)
@@ -139,24 +137,29 @@ func outputRun(data string, size int) (from, n int, ok bool) {
 }
 
 // merge adds to h, a job's shown fields (shown) as its hash holds them,
-// those of them the fold moved out or dropped (foldedImplied): the hash's
+// those of them the fold moved out or dropped (dropped): the hash's
 // own win, as the scripts' (record in transition.lua), since a field
 // written after the fold goes to the hash.
 func (f folded) merge(h map[string]string) {
 	for _, name := range shownFields {
 		if _, ok := h[name]; !ok {
-			if v, ok := f.Fields[name]; ok {
-				h[name] = v
-			} else if v, ok := foldedImplied[name]; ok {
+			if v, ok := f.dropped(name); ok {
 				h[name] = v
 			}
 		}
 	}
 }
 
-// foldedImplied are the fields a fold drops when they hold their usual
-// value, and their value when absent from a folded job.
-var foldedImplied = scripts.FoldedImplied
+// dropped returns the value of field name that the fold took out of the
+// job's hash, and whether it took one: moved into f, or dropped for
+// holding its usual value (scripts.FoldedImplied).
+func (f folded) dropped(name string) (string, bool) {
+	if v, ok := f.Fields[name]; ok {
+		return v, true
+	}
+	v, ok := scripts.FoldedImplied[name]
+	return v, ok
+}
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
 // fields and of the fold's marker, then GET of its folded key. The two are
@@ -195,7 +198,7 @@ func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 // shown returns the shown fields of a job read with shownFields, as they
 // were before the fold (shown; nil when the job does not exist), and torn
 // (values): then h holds what the hash holds, with the values the fold
-// dropped (foldedImplied), but not those it moved.
+// dropped for their usual value, but not those it moved.
 func (r jobRead) shown() (h map[string]string, torn bool, err error) {
 	vals, f, ok, torn, err := r.values()
 	if err != nil {
