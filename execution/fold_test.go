@@ -211,7 +211,7 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 	ks := keys.New(f.prefix)
 	subs := map[string]job.Submission{
 		// Fields the fold drops when they hold their usual value
-		// (folded_implied) keep any other: the chat job's.
+		// (implied) keep any other: the chat job's.
 		"chat": {Kind: "chat", Input: raw(`{"prompt":"` + long + `"}`), Metadata: raw(`{"note":"` + long + `"}`), MaxAttempts: 1,
 			Priority: 7, MaxWait: job.Duration(time.Hour), OnBusy: job.OnBusyReject},
 		"noop": {Kind: "noop", Input: raw(`{}`), MaxAttempts: 1},

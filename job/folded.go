@@ -152,12 +152,12 @@ func (f folded) merge(h map[string]string) {
 
 // dropped returns the value of field name that the fold took out of the
 // job's hash, and whether it took one: moved into f, or dropped for
-// holding its usual value (scripts.FoldedImplied).
+// holding its usual value (scripts.Implied).
 func (f folded) dropped(name string) (string, bool) {
 	if v, ok := f.Fields[name]; ok {
 		return v, true
 	}
-	v, ok := scripts.FoldedImplied[name]
+	v, ok := scripts.Implied[name]
 	return v, ok
 }
 

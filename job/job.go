@@ -289,7 +289,7 @@ func ParseRecord(h map[string]string) (Job, error) {
 		Input:       r.raw("input"),
 		Timeout:     time.Duration(r.int("timeout_ms")) * time.Millisecond,
 		MaxWait:     time.Duration(r.int("max_wait_ms")) * time.Millisecond,
-		OnBusy:      OnBusy(h["on_busy"]),
+		OnBusy:      OnBusy(r.get("on_busy")),
 		Trace:       telemetry.Decode(h["trace"]),
 		retries:     h["retries"],
 	}
@@ -448,6 +448,15 @@ type record struct {
 	err error
 }
 
+// get returns field's value: a field the hash leaves out at its usual
+// value (scripts.Implied) reads as that value.
+func (r *record) get(field string) string {
+	if v := r.h[field]; v != "" {
+		return v
+	}
+	return scripts.Implied[field]
+}
+
 func (r *record) fail(field string, err error) {
 	if r.err == nil {
 		r.err = fmt.Errorf("field %s: %w", field, err)
@@ -455,7 +464,7 @@ func (r *record) fail(field string, err error) {
 }
 
 func (r *record) int(field string) int64 {
-	n, err := strconv.ParseInt(r.h[field], 10, 64)
+	n, err := strconv.ParseInt(r.get(field), 10, 64)
 	if err != nil {
 		r.fail(field, err)
 	}

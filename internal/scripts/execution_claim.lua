@@ -96,6 +96,12 @@ local function read(i, id, key, events, lane, due)
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
       'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states')
   end
+  if f[1] then -- a field at its usual value is left out (implied, transition.lua)
+    f[ATTEMPT], f[STARTED_AT], f[MAX_WAIT_MS] = f[ATTEMPT] or '0', f[STARTED_AT] or '', f[MAX_WAIT_MS] or '0'
+    if due then
+      f[PRIORITY], f[CANCEL_REQUESTED] = f[PRIORITY] or '0', f[CANCEL_REQUESTED] or '0'
+    end
+  end
   return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2],
     states = f[STATES], f = f}
 end

@@ -69,7 +69,7 @@ for i = 1, n do
   local f = redis.call('HMGET', job, 'state', 'token', 'exec_state', 'cancel_requested', 'tenant',
     'started_at', 'exec_id', 'exec_worker', 'exec_started_at', 'exec_heartbeat_at', 'pushbacks', 'webhook',
     'webhook_id', 'states')
-  local state, cancel_requested = f[1], f[4]
+  local state, cancel_requested = f[1], f[4] or '0' -- implied when absent (transition.lua)
   local owner = f[2] == token and f[7] == exec
   if owner and state ~= 'running' and f[3] == outcome then
     out[i] = state -- a retry whose first run was written (its reply was lost)
@@ -96,7 +96,7 @@ for i = 1, n do
       fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
-      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]), tx.now)
+      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
     elseif outcome == 'waiting' then
       kept = attempt
       attempt = int(tonumber(attempt) - 1)
@@ -109,7 +109,7 @@ for i = 1, n do
         redis.call('HDEL', job, sig)
         signal_take(fields, g[5], g[6], #g[4])
         fields[#fields + 1], fields[#fields + 2] = 'signal', signal_json(wait_for, g[4], false)
-        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1]), tx.now)
+        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
       else
         next = 'waiting'
         local untl = int(tx.now + tonumber(wait_ms))

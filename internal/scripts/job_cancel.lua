@@ -18,6 +18,7 @@ local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
 
 local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
 local id, state = f[1], f[3]
+f[6] = f[6] or '0' -- attempt, implied when absent (transition.lua)
 -- Another tenant's job is as absent as one that never existed.
 if not id or (tenant ~= '' and f[2] ~= tenant) then
   return {'missing'}

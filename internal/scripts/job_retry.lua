@@ -59,6 +59,8 @@ for i = 1, #ARGV - 4 do
     expand(j)
     f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
       'max_attempts', 'retries', 'pushbacks', 'states')
+    -- priority, max_wait_ms and attempt, implied when absent (transition.lua)
+    f[4], f[5], f[6] = f[4] or '0', f[5] or '0', f[6] or '0'
     j.states = f[10]
     local retries = f[8] or ''
     local original = retries:match('^[^:]*:(%d+)') or f[7]

@@ -24,6 +24,7 @@ local max_pending, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
   'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
 local id, state = f[1], f[3]
+f[5], f[7] = f[5] or '0', f[7] or '0' -- attempt and priority, implied when absent (transition.lua)
 -- Another tenant's job is as absent as one that never existed.
 if not id or (tenant ~= '' and f[2] ~= tenant) then
   return {'missing'}

@@ -57,9 +57,11 @@ end
 local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
--- The fields a job has only when set: name, and place in its ARGV (k).
-local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15},
-  {'nonce', 12}}
+-- The fields a job has only when set otherwise than their usual value (""
+-- for none, transition.lua's implied for the others): name, place in its
+-- ARGV (k), and that value.
+local optional = {{'max_wait_ms', 8, '0'}, {'priority', 2, '0'}, {'on_busy', 9, 'queue'}, {'trace', 11, ''},
+  {'metadata', 6, ''}, {'schedule', 13, ''}, {'cost', 14, ''}, {'webhook', 15, ''}, {'nonce', 12, ''}}
 
 for i = 0, n - 1 do
   local k, a = 9 + 5 * i, 6 + 17 * i
@@ -88,22 +90,19 @@ for i = 0, n - 1 do
     -- fields claims read come first (each field HMGET reads costs a scan
     -- up to it), then those only written, and those only due work, cancels
     -- and reads use come last. The move writes state first. A field that
-    -- has no value yet is left out (the fields: transition.lua), which
-    -- costs a listpack a scan in full where it is read, but spares the
-    -- submit's HSET, and the hash until the job ends, 16 fields: every
-    -- reader takes a field the hash lacks as "" (as of a folded job). So
-    -- is token, read only with the execution a claim gives it, and the
-    -- nonce of an item without an idempotency key. (cancel_requested,
-    -- attempt and started_at stay: a finish, and a claim, of the versions
-    -- before read them as values, not as "" when absent.)
-    local fields = {
-      'attempt', '0', 'cancel_requested', '0', 'started_at', '', 'tenant', tenant,
-      'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
-      'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'priority', priority, 'id', id, 'queue', queue,
-      'created_at', tx.now_s, 'on_busy', ARGV[a + 9]}
+    -- has no value yet, or holds its usual one (attempt 0, started_at "",
+    -- cancel_requested 0, and max_wait_ms, priority and on_busy unless
+    -- set: transition.lua's implied), is left out, which costs a listpack
+    -- a scan in full where it is read, but spares the submit's HSET (each
+    -- field it adds scans those before it), its AOF record and the hash's
+    -- bytes: every reader takes an absent field as "" or its usual value.
+    -- So is token, read only with the execution a claim gives it, and the
+    -- nonce of an item without an idempotency key.
+    local fields = {'tenant', tenant, 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
+      'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'id', id, 'queue', queue, 'created_at', tx.now_s}
     for _, o in ipairs(optional) do
       local v = ARGV[a + o[2]]
-      if v ~= '' then
+      if v ~= o[3] then
         fields[#fields + 1], fields[#fields + 2] = o[1], v
       end
     end

@@ -26,10 +26,11 @@ const SubmittedStateData = `{"state":"queued","attempt":0,"job":["","","0","","0
 var EventFields = []string{"finished_at", "started_at", "cancel_requested", "error", "token", "exec_id",
 	"exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at", "exec_finished_at"}
 
-// FoldedImplied are the fields a fold drops from a job's hash when they
-// hold their usual value, and that value, which every reader of a folded
-// job takes when one is absent (transition.lua's folded_implied).
-var FoldedImplied = map[string]string{"cancel_requested": "0", "max_wait_ms": "0", "priority": "0", "on_busy": "queue"}
+// Implied are the fields a job's hash leaves out when they hold their
+// usual value, and that value, which every reader takes when one is
+// absent (transition.lua's implied).
+var Implied = map[string]string{"attempt": "0", "cancel_requested": "0", "started_at": "", "max_wait_ms": "0",
+	"priority": "0", "on_busy": "queue"}
 
 // LimitOf returns key's limit in limits, the limits hash read into key (or
 // "prefix:*") → limit; -1 for none, and 0 is a limit: nothing runs. An

@@ -24,10 +24,11 @@ func TestSubmittedStateDataIsStatesLuas(t *testing.T) {
 }
 
 // Go's readers of a folded job resolve its packed state events and its
-// dropped fields with EventFields and FoldedImplied, the scripts with
+// dropped fields with EventFields and Implied, the scripts with
 // transition.lua's event_names (finished_at, then shown_names) and
-// folded_implied: the copies must name the same fields in the same
-// order, or a replay or a retry of a folded job shows other values.
+// implied: the copies must name the same fields in the same order, or a
+// replay or a retry of a folded job shows other values, and a job read in
+// Go another value than the scripts took.
 func TestFoldNamesAreTransitionLuas(t *testing.T) {
 	b, err := files.ReadFile("transition.lua")
 	if err != nil {
@@ -35,9 +36,9 @@ func TestFoldNamesAreTransitionLuas(t *testing.T) {
 	}
 	src := string(b)
 	shown := regexp.MustCompile(`local function shown_names\(\)\s*return \{([^}]*)\}`).FindStringSubmatch(src)
-	implied := regexp.MustCompile(`local function folded_implied\(\)\s*return \{([^}]*)\}`).FindStringSubmatch(src)
+	implied := regexp.MustCompile(`local function implied\(\)\s*return \{([^}]*)\}`).FindStringSubmatch(src)
 	if shown == nil || implied == nil || !strings.Contains(src, "table.insert(names, 1, 'finished_at')") {
-		t.Fatal("transition.lua's shown_names, event_names or folded_implied is not as this test reads it")
+		t.Fatal("transition.lua's shown_names, event_names or implied is not as this test reads it")
 	}
 	names := []string{"finished_at"}
 	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(shown[1], -1) {
@@ -50,7 +51,7 @@ func TestFoldNamesAreTransitionLuas(t *testing.T) {
 	for _, m := range regexp.MustCompile(`([a-z_]+) = '([^']*)'`).FindAllStringSubmatch(implied[1], -1) {
 		values[m[1]] = m[2]
 	}
-	if !maps.Equal(values, FoldedImplied) {
-		t.Errorf("transition.lua's folded_implied: %v\nFoldedImplied: %v", values, FoldedImplied)
+	if !maps.Equal(values, Implied) {
+		t.Errorf("transition.lua's implied: %v\nImplied: %v", values, Implied)
 	}
 }

@@ -4,15 +4,16 @@
 -- index itself.
 --
 -- The job hash, {q:Q}:job:<id>: one string per field, "" for none (or the
--- field absent: every reader takes a field the hash lacks as ""), times
--- in unix ms of the Redis clock. Who writes each field (submit creates
--- those it has a value for, and attempt, cancel_requested and started_at;
--- move writes state and finished_at in every script):
+-- field absent: every reader takes a field the hash lacks as "", or as
+-- its usual value for the fields implied names), times in unix ms of the
+-- Redis clock. Who writes each field (submit creates those it has a value
+-- for other than the usual one; move writes state and finished_at in every
+-- script):
 --
 --   field              holds                                   written by
 --   state              see may_move                            move
 --   token              the latest execution's fencing token    claim
---   attempt            attempts spent against max_attempts     submit ("0"), claim (+1),
+--   attempt            attempts spent against max_attempts     claim (+1),
 --                                                              finish (-1 on a hand-off,
 --                                                              a pushback or a wait)
 --   max_attempts       the attempts it may spend in all        submit, retry (attempt + the original)
@@ -32,7 +33,7 @@
 --   error              JSON {code, message}: why it ended, or
 --                      the last attempt's error                finish, reap, expire, cancel,
 --                                                              promote (a wait's timeout)
---   cancel_requested   "1": a cancel asked it to stop          submit ("0"), cancel (running),
+--   cancel_requested   "1": a cancel asked it to stop          cancel (running),
 --                                                              retry ("0")
 --   pushbacks          pushbacks in a row (absent: none)       finish, retry ("0")
 --   schedule           the schedule that fired it ("": none)   submit only
@@ -132,6 +133,19 @@ local function shown_names()
     'exec_attempt', 'exec_started_at', 'exec_heartbeat_at', 'exec_finished_at'}
 end
 
+-- implied are the fields a job's hash leaves out when they hold their
+-- usual value (every job has them, most with that value): a submit writes
+-- them only when set otherwise, and a fold drops them. Every reader takes
+-- an absent one as that value: the scripts where they read it (the claim,
+-- the finish, cancel, retry, signal, fields_of, expand) and package job
+-- (ParseRecord, folded.events). Fewer fields make a submit's HSET, its
+-- AOF record and a claim's HMGET cheaper (the listpack is scanned for
+-- each), and take an llm.chat job's folded hash from 760 bytes to 632.
+local function implied()
+  return {attempt = '0', cancel_requested = '0', started_at = '', max_wait_ms = '0', priority = '0',
+    on_busy = 'queue'}
+end
+
 -- event_names name the values of a state event's job array (state_data):
 -- finished_at, then shown_names.
 local function event_names()
@@ -151,13 +165,14 @@ local function redis_now()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- shown_of reads the shown fields (shown_names) of the job hash at key ("" for a field
--- a job from an older version lacks).
+-- shown_of reads the shown fields (shown_names) of the job hash at key: an
+-- absent one is implied, or "" (a field a job from an older version
+-- lacks).
 local function shown_of(key)
-  local names = shown_names()
+  local names, usual = shown_names(), implied()
   local shown = redis.call('HMGET', key, unpack(names))
   for i = 1, #names do
-    shown[i] = shown[i] or ''
+    shown[i] = shown[i] or usual[names[i]] or ''
   end
   return shown
 end
@@ -321,15 +336,6 @@ local function refers_to(list, vals)
   return table.concat(out, ',')
 end
 
--- folded_implied are the fields a fold drops when they hold their usual
--- value (every job has them, most with that value), and every reader of
--- a folded job takes as that value when absent: record, fields_of,
--- expand, and package job's folded.merge and folded.events. Four fields
--- fewer take an llm.chat job's hash from 760 bytes to 632.
-local function folded_implied()
-  return {cancel_requested = '0', max_wait_ms = '0', priority = '0', on_busy = 'queue'}
-end
-
 -- fold folds job j ({key, events, folded, expire_at}), which has ended, as
 -- described above, its folded key to expire at expire_at (Unix ms), and
 -- reports whether it did: not when it has no events (folded
@@ -366,7 +372,7 @@ local function fold(j)
   for _, name in ipairs(folded_empty()) do
     empty[name] = true
   end
-  local kept, moved, bytes, held, implied = {'folded', '1'}, {}, 0, {}, folded_implied()
+  local kept, moved, bytes, held, implied = {'folded', '1'}, {}, 0, {}, implied()
   for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
     held[name] = value
@@ -383,7 +389,7 @@ local function fold(j)
   local result, packed, prev, at = moved.result or '', {}, nil, 1
   local current = {} -- the job's event values as its hash holds them, in event_names' order
   for k, name in ipairs(event_names()) do
-    current[k] = held[name]
+    current[k] = held[name] or implied[name]
   end
   for i = 1, #flat, 3 do
     local id, typ, data = flat[i], flat[i + 1], flat[i + 2]
@@ -428,7 +434,8 @@ end
 
 -- record returns job hash key as HGETALL reads it, and as it read before
 -- the fold: with the fields the fold moved into folded (those the hash
--- holds win: written since), without the marker.
+-- holds win: written since), without the marker. The implied fields it
+-- lacks stay absent: ParseRecord reads them as usual.
 local function record(key, folded)
   local h = redis.call('HGETALL', key)
   local at
@@ -452,24 +459,16 @@ local function record(key, folded)
       h[#h + 1], h[#h + 2] = name, value
     end
   end
-  for name, value in pairs(folded_implied()) do
-    if not has[name] then
-      h[#h + 1], h[#h + 2] = name, value
-    end
-  end
   return h
 end
 
 -- fields_of is HMGET of names (a list) on job hash key, as it read before
--- the fold: a field the hash lacks is read from folded.
+-- the fold: a field the hash lacks is read from folded, or is implied.
 local function fields_of(key, folded, names)
   local values = redis.call('HMGET', key, 'folded', unpack(names))
-  local marker = table.remove(values, 1)
-  if marker then
-    local moved, implied = unfolded(folded), folded_implied()
-    for i, name in ipairs(names) do
-      values[i] = values[i] or moved[name] or implied[name] or false
-    end
+  local moved, usual = table.remove(values, 1) and unfolded(folded) or {}, implied()
+  for i, name in ipairs(names) do
+    values[i] = values[i] or moved[name] or usual[name] or false
   end
   return values
 end
@@ -504,9 +503,9 @@ local function expand(j)
           if not vals then
             local names = event_names()
             vals = redis.call('HMGET', j.key, unpack(names))
-            local implied = folded_implied()
+            local usual = implied()
             for k, name in ipairs(names) do
-              vals[k] = vals[k] or moved[name] or implied[name] -- a long worker id left the hash
+              vals[k] = vals[k] or moved[name] or usual[name] -- a long worker id left the hash
             end
           end
           list = refers_to(list, vals)
@@ -530,17 +529,14 @@ local function expand(j)
   for i = 1, #flat, 3 do
     redis.call('XADD', j.events, flat[i], 'type', flat[i + 1], 'data', flat[i + 2])
   end
-  local names, implied = folded_empty(), folded_implied()
+  local names = folded_empty()
   for name in pairs(moved) do
-    names[#names + 1] = name
-  end
-  for name in pairs(implied) do
     names[#names + 1] = name
   end
   local values, back = redis.call('HMGET', j.key, unpack(names)), {}
   for k = 1, #names do
     if not values[k] then
-      back[#back + 1], back[#back + 2] = names[k], moved[names[k]] or implied[names[k]] or ''
+      back[#back + 1], back[#back + 2] = names[k], moved[names[k]] or ''
     end
   end
   if #back > 0 then
