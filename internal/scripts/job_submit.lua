@@ -106,8 +106,7 @@ for i = 0, n - 1 do
         fields[#fields + 1], fields[#fields + 2] = o[1], v
       end
     end
-    move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0',
-      {'', '0', '', '0', '', '', '', '', '', ''})
+    move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0')
 
     if delay > 0 then
       redis.call('ZADD', scheduled, now + delay, id)

@@ -549,7 +549,8 @@ end
 -- own, which spares deliver a read; and folded, the job's folded key, in
 -- a script that moves it out of an ended state}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
--- the move, and shown its shown fields (see above). A move may_move refuses
+-- the move, and shown its shown fields (see above; nil for a job's first
+-- move, whose event is always submitted's). A move may_move refuses
 -- is a bug in the caller, which decided on it: it raises, before
 -- anything of j is written.
 local function move(tx, j, to, fields, attempt, shown)
@@ -572,7 +573,10 @@ local function move(tx, j, to, fields, attempt, shown)
   if states == nil then
     states = redis.call('HGET', j.key, 'states')
   end
-  local data = state_data(to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
+  local data = submitted
+  if from ~= '' then
+    data = state_data(to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
+  end
   local id
   if states and #states + #data < states_max then
     id = next_state_id(states, tx.now)
