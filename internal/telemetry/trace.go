@@ -56,6 +56,9 @@ func Messaging(op attribute.KeyValue, queue, id string) []attribute.KeyValue {
 // Encode returns sc as a W3C traceparent, the form a span context is
 // stored in with its job; "" when sc is not valid (tracing is off).
 func Encode(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
 	c := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
 	return c["traceparent"]
