@@ -904,7 +904,7 @@ func TestChaosNeverLosesOrDoubleRunsAJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, id := range batch {
-			j, err := job.ParseRecord(hs[k].Val())
+			j, err := job.ParseRecord(job.DefaultQueue, id, hs[k].Val())
 			if err != nil {
 				t.Fatalf("job %s: %v", id, err)
 			}

@@ -264,19 +264,20 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 	}{plain(e), stamp(e.StartedAt), stamp(e.HeartbeatAt), stampOf(e.FinishedAt)})
 }
 
-// ParseRecord builds a Job from the fields of its Redis hash (HGETALL). The
-// execution package reads the same hash, so this is the one place that knows
-// how each field is encoded. (The fields, and who writes each:
-// internal/scripts/transition.lua.)
-func ParseRecord(h map[string]string) (Job, error) {
-	if h["id"] == "" {
+// ParseRecord builds the Job id of queue from the fields of its Redis hash
+// (HGETALL). The execution package reads the same hash, so this is the one
+// place that knows how each field is encoded. (The fields, and who writes
+// each: internal/scripts/transition.lua.) The hash's key names the job's
+// id and queue, which a hash holds only when an older version wrote it.
+func ParseRecord(queue, id string, h map[string]string) (Job, error) {
+	if id == "" {
 		return Job{}, fmt.Errorf("job: record has no id")
 	}
 	r := record{h: h}
 	j := Job{
-		ID:          h["id"],
+		ID:          id,
 		Tenant:      h["tenant"],
-		Queue:       h["queue"],
+		Queue:       queue,
 		Kind:        h["kind"],
 		State:       State(h["state"]),
 		Attempt:     int(r.int("attempt")),

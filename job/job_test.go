@@ -25,8 +25,7 @@ func TestStateTerminal(t *testing.T) {
 func TestParseRecordAndJSON(t *testing.T) {
 	t.Parallel()
 	h := map[string]string{
-		"id": "0190b6a0-0000-7000-8000-000000000001", "tenant": "acme", "queue": "default",
-		"kind": "llm.chat", "state": "retrying", "attempt": "1", "max_attempts": "3", "priority": "-2",
+		"tenant": "acme", "kind": "llm.chat", "state": "retrying", "attempt": "1", "max_attempts": "3", "priority": "-2",
 		"concurrency_keys": `["model:gpt-4o","tenant:acme"]`, "created_at": "1795953600000",
 		"started_at": "1795953600250", "finished_at": "", "cancel_requested": "1",
 		"input": `{"model":"gpt-4o"}`, "metadata": `{"conversation":"c-1"}`, "result": "",
@@ -36,7 +35,7 @@ func TestParseRecordAndJSON(t *testing.T) {
 		"exec_started_at": "1795953600250", "exec_heartbeat_at": "1795953601005",
 		"exec_finished_at": "1795953601500", "exec_state": "failed",
 	}
-	j, err := job.ParseRecord(h)
+	j, err := job.ParseRecord("default", "0190b6a0-0000-7000-8000-000000000001", h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +75,11 @@ func TestParseRecordAndJSON(t *testing.T) {
 			bad[k] = v
 		}
 		bad[field] = "garbage"
-		if _, err := job.ParseRecord(bad); err == nil {
+		if _, err := job.ParseRecord("default", "0190b6a0-0000-7000-8000-000000000001", bad); err == nil {
 			t.Errorf("a corrupt %s parsed", field)
 		}
 	}
-	if _, err := job.ParseRecord(map[string]string{}); err == nil {
+	if _, err := job.ParseRecord("default", "0190b6a0-0000-7000-8000-000000000001", map[string]string{}); err == nil {
 		t.Error("an empty record parsed")
 	}
 }

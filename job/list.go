@@ -31,9 +31,11 @@ const (
 )
 
 // shownFields are the hash fields Get and a listing read: all but input,
-// which the API's job object does not show and which may be 1 MiB per job.
+// which the API's job object does not show and which may be 1 MiB per job,
+// and id and queue, which its key names. state, first, tells whether the
+// job exists.
 var shownFields = []string{
-	"id", "tenant", "queue", "kind", "state", "attempt", "max_attempts", "priority",
+	"state", "tenant", "kind", "attempt", "max_attempts", "priority",
 	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
 	"metadata", "result", "error", "timeout_ms", "max_wait_ms", "on_busy", "token",
 	"exec_id", "exec_worker", "exec_attempt", "exec_started_at", "exec_heartbeat_at",
@@ -286,7 +288,7 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 		for _, v := range h {
 			sizes[i] += len(v)
 		}
-		if jobs[i], err = ParseRecord(h); err != nil {
+		if jobs[i], err = ParseRecord(queues[e.index], e.id, h); err != nil {
 			return nil, nil, err
 		}
 	}

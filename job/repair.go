@@ -88,7 +88,7 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 	case "capped":
 		return Job{}, capped(limit, room, r)
 	}
-	j, err := r.job()
+	j, err := r.job(queue, id)
 	if err != nil {
 		return Job{}, err
 	}
@@ -578,7 +578,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	case "missing":
 		return Job{}, ErrNotFound
 	case "live":
-		j, err := r.job()
+		j, err := r.job(queue, id)
 		if err != nil {
 			return Job{}, err
 		}

@@ -86,7 +86,7 @@ func (s *Store) Signal(ctx context.Context, tenant, id string, admin bool, name 
 	if r.outcome == "missing" {
 		return Job{}, false, ErrNotFound
 	}
-	if j, err = r.job(); err != nil {
+	if j, err = r.job(queue, id); err != nil {
 		return Job{}, false, err
 	}
 	switch r.outcome {

@@ -191,7 +191,7 @@ type idempotencyRecord struct {
 // Get returns the job id of tenant; admin reads any tenant's job.
 func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, error) {
 	var h map[string]string
-	_, err := s.withQueue(ctx, id, func(queue string) (bool, error) {
+	queue, err := s.withQueue(ctx, id, func(queue string) (bool, error) {
 		var err error
 		h, err = s.shownOf(ctx, queue, id)
 		return h != nil, err
@@ -205,7 +205,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 	if !admin && h["tenant"] != tenant {
 		return Job{}, ErrNotFound
 	}
-	return ParseRecord(h)
+	return ParseRecord(queue, id, h)
 }
 
 // Cancel cancels the job id of tenant (admin: of any tenant). A job waiting
@@ -233,7 +233,7 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string, admin bool) (Job,
 	if r.outcome == "missing" {
 		return Job{}, ErrNotFound
 	}
-	j, err := r.job()
+	j, err := r.job(queue, id)
 	if err != nil {
 		return Job{}, err
 	}
@@ -486,8 +486,8 @@ func decodeVerdict(v any) (verdict, error) {
 	return r, nil
 }
 
-// job parses the job's record that r carries.
-func (r verdict) job() (Job, error) { return parseReply(r.value) }
+// job parses the record of job id of queue that r carries.
+func (r verdict) job(queue, id string) (Job, error) { return parseReply(queue, id, r.value) }
 
 // count returns the count that r carries.
 func (r verdict) count() (int64, error) {
@@ -498,9 +498,9 @@ func (r verdict) count() (int64, error) {
 	return n, nil
 }
 
-// parseReply parses a job hash that a script returned as HGETALL's flat
-// field, value list.
-func parseReply(v any) (Job, error) {
+// parseReply parses the hash of job id of queue that a script returned as
+// HGETALL's flat field, value list.
+func parseReply(queue, id string, v any) (Job, error) {
 	flat, ok := v.([]any)
 	if !ok || len(flat)%2 != 0 {
 		return Job{}, fmt.Errorf("job: unexpected script reply %T", v)
@@ -510,7 +510,7 @@ func parseReply(v any) (Job, error) {
 		k, _ := flat[i].(string)
 		h[k], _ = flat[i+1].(string)
 	}
-	return ParseRecord(h)
+	return ParseRecord(queue, id, h)
 }
 
 // millis converts d to whole milliseconds, rounding up so that no positive

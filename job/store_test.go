@@ -108,15 +108,16 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		}
 		// A token is read only with its execution, and only an item with
 		// an idempotency key needs a nonce; attempt 0, cancel_requested 0
-		// and started_at "" are every new job's (scripts.Implied).
+		// and started_at "" are every new job's (scripts.Implied), and its
+		// key names its id and queue.
 		for _, field := range []string{"result", "error", "finished_at", "exec_id", "exec_state", "trace", "exec_trace", "schedule", "webhook",
-			"token", "nonce", "attempt", "cancel_requested", "started_at"} {
+			"token", "nonce", "attempt", "cancel_requested", "started_at", "id", "queue"} {
 			if v, ok := h[field]; ok {
 				t.Errorf("field %s = %q: a field without a value, or with its usual one, is left out", field, v)
 			}
 		}
-		if len(h) != 16 {
-			t.Errorf("record has %d fields, want 16: %v", len(h), h)
+		if len(h) != 14 {
+			t.Errorf("record has %d fields, want 14: %v", len(h), h)
 		}
 		// A job of the usual priority, max_wait and on_busy has none of the
 		// three, and reads them as before.

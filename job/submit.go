@@ -494,7 +494,7 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 		if at, ok := reply.(string); ok { // created by this run
 			j, err = c.created(p, at)
 		} else {
-			j, err = parseReply(reply)
+			j, err = parseReply(c.queue, p.id, reply)
 		}
 		if err != nil {
 			return err

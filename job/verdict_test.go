@@ -31,10 +31,10 @@ func TestDecodeVerdictRefusesMalformedReplies(t *testing.T) {
 			t.Errorf("%s: decoded without an error", name)
 		}
 	}
-	if _, err := (verdict{outcome: "cancelled"}).job(); err == nil {
+	if _, err := (verdict{outcome: "cancelled"}).job("default", "id-1"); err == nil {
 		t.Error("a job read from a reply without a record")
 	}
-	if _, err := (verdict{outcome: "cancelled", value: record[:3]}).job(); err == nil {
+	if _, err := (verdict{outcome: "cancelled", value: record[:3]}).job("default", "id-1"); err == nil {
 		t.Error("a job read from a record of an odd length")
 	}
 	if _, err := (verdict{outcome: "capped", value: "3"}).count(); err == nil {

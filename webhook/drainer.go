@@ -256,7 +256,8 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 		if len(h) == 0 {
 			continue
 		}
-		j, err := job.ParseRecord(pairs(h))
+		_, id, _ := strings.Cut(taken[i], "/")
+		j, err := job.ParseRecord(q, id, pairs(h))
 		if err != nil || j.Webhook == nil {
 			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", taken[i], "err", err)
 			continue

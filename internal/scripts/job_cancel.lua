@@ -6,7 +6,7 @@
 -- KEYS[10] the webhook outbox (transition.lua)   KEYS[11] folded key (transition.lua's fold)
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
--- ARGV[3] events stream MAXLEN
+-- ARGV[3] events stream MAXLEN   ARGV[4] the job's id
 -- (cancelCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Returns {'missing'} when there is no such job for this caller, else
@@ -14,18 +14,18 @@
 -- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled
 -- or requested) or 'finished' (it ended otherwise: succeeded, failed, expired).
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local tenant, retention_ms, maxlen = ARGV[1], ARGV[2], ARGV[3]
+local tenant, retention_ms, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
-local id, state = f[1], f[3]
-f[6] = f[6] or '0' -- attempt, implied when absent (transition.lua)
+local f = redis.call('HMGET', job, 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
+local state = f[2]
+f[5] = f[5] or '0' -- attempt, implied when absent (transition.lua)
 -- Another tenant's job is as absent as one that never existed.
-if not id or (tenant ~= '' and f[2] ~= tenant) then
+if not state or (tenant ~= '' and f[1] ~= tenant) then
   return {'missing'}
 end
 
 if state == 'queued' or state == 'retrying' or state == 'waiting' then
-  fair_remove(fair, ready, KEYS[8], f[5], id)
+  fair_remove(fair, ready, KEYS[8], f[4], id)
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
   local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen, KEYS[10])
@@ -35,13 +35,13 @@ if state == 'queued' or state == 'retrying' or state == 'waiting' then
     fields = {'error', cjson.encode({code = 'cancelled', message = 'cancelled while waiting for a signal'}),
       'wait_for', '', 'wait_until', ''}
   end
-  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state, states = f[7]}, 'cancelled', fields, f[6],
+  move(tx, {key = job, events = events, id = id, tenant = f[1], state = state, states = f[6]}, 'cancelled', fields, f[5],
     with(shown_of(job), fields))
   settle(tx)
   return {'cancelled', record(job, KEYS[11])}
 end
 
-if state == 'cancelled' or (state == 'running' and f[4] == '1') then
+if state == 'cancelled' or (state == 'running' and f[3] == '1') then
   return {'unchanged', record(job, KEYS[11])}
 end
 

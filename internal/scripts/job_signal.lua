@@ -9,7 +9,7 @@
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)   ARGV[2] name
 -- ARGV[3] data (JSON)   ARGV[4] events stream MAXLEN
 -- ARGV[5] at most this many signals kept per job   ARGV[6] and this many
--- bytes of their data
+-- bytes of their data   ARGV[7] the job's id
 -- (signalCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Returns {'missing'} when there is no such job for this caller, else
@@ -18,35 +18,35 @@
 -- 'full' (kept signals at their bound: nothing changed).
 local job, ready, scheduled, stats, events, fair, lane, retired =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local tenant, name, data, maxlen = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tenant, name, data, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[7]
 local max_pending, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local f = redis.call('HMGET', job, 'id', 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
+local f = redis.call('HMGET', job, 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
   'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
-local id, state = f[1], f[3]
-f[5], f[7] = f[5] or '0', f[7] or '0' -- attempt and priority, implied when absent (transition.lua)
+local state = f[2]
+f[4], f[6] = f[4] or '0', f[6] or '0' -- attempt and priority, implied when absent (transition.lua)
 -- Another tenant's job is as absent as one that never existed.
-if not id or (tenant ~= '' and f[2] ~= tenant) then
+if not state or (tenant ~= '' and f[1] ~= tenant) then
   return {'missing'}
 end
 if terminal(state) then
   return {'ended', record(job, KEYS[9])}
 end
 
-if state == 'waiting' and f[4] == name then
+if state == 'waiting' and f[3] == name then
   redis.call('ZREM', scheduled, id) -- its timeout
   local tx = transitions(stats, retired, redis_now(), nil, maxlen)
-  fair_push(fair, ready, lane, f[6], id, tonumber(f[7]), tx.now)
+  fair_push(fair, ready, lane, f[5], id, tonumber(f[6]), tx.now)
   local fields = {}
   resumed(fields, signal_json(name, data, false))
-  move(tx, {key = job, events = events, id = id, tenant = f[2], state = state, states = f[11]}, 'queued', fields, f[5],
+  move(tx, {key = job, events = events, id = id, tenant = f[1], state = state, states = f[10]}, 'queued', fields, f[4],
     with(shown_of(job), fields))
   settle(tx)
   return {'resumed', record(job, KEYS[9])}
 end
 
-local pending, bytes = tonumber(f[9]) or 0, tonumber(f[10]) or 0
-local old = f[8]
+local pending, bytes = tonumber(f[8]) or 0, tonumber(f[9]) or 0
+local old = f[7]
 if old then
   pending, bytes = pending - 1, bytes - #old -- replaced
 end

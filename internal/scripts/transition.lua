@@ -67,10 +67,12 @@
 --                      wait (sent before it)                   signal (add), finish (take)
 --   signals_pending, signals_bytes  how many are kept, and
 --                      their data's bytes (absent: none)       signal, finish
---   id, queue, tenant, kind, input, priority, concurrency_keys (the
---   lane), timeout_ms, max_wait_ms, on_busy, metadata, trace,
---   created_at, nonce (only a job submitted with an idempotency
---   key: job_submit.lua)                                       submit only: they never change
+--   tenant, kind, input, priority, concurrency_keys (the lane),
+--   timeout_ms, max_wait_ms, on_busy, metadata, trace, created_at,
+--   nonce (only a job submitted with an idempotency key:
+--   job_submit.lua)                                            submit only: they never change
+--   id, queue          the job's, which its key names: only a job
+--                      an older version submitted has them     (none now)
 --
 -- (claim is execution_claim.lua, which also reaps lost executions, expires
 -- jobs at max_wait and promotes due ones; finish execution_finish.lua;
