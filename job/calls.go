@@ -39,10 +39,10 @@ type submitCall struct {
 
 func (c submitCall) layout(ks keys.Space) scriptArgs {
 	q := c.queue
-	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 5+17*len(c.items))}
+	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
 	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
 		ks.QueueFair(q), ks.QueueStats(q), ks.QueueAllJobs(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at))
-	a.argv = append(a.argv, c.tenant, q, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli())
+	a.argv = append(a.argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli())
 	for _, p := range c.items {
 		n, id := p.n, p.id
 		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),

@@ -98,7 +98,6 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 		// without one is left out.
 		h := fx.rdb.HGetAll(ctx, fx.keys.Job("gpu", j.ID)).Val()
 		for field, v := range map[string]string{
-			"attempt": "0", "cancel_requested": "0", "started_at": "", "id": j.ID, "queue": "gpu",
 			"timeout_ms": "90000", "max_wait_ms": "300000", "priority": "7", "on_busy": "reject",
 			"concurrency_keys": `["model:gpt-4o","tenant:acme"]`,
 			"created_at":       strconv.FormatInt(got.CreatedAt.UnixMilli(), 10), "cost": "1030",
@@ -108,26 +107,29 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 			}
 		}
 		// A token is read only with its execution, and only an item with
-		// an idempotency key needs a nonce.
+		// an idempotency key needs a nonce; attempt 0, cancel_requested 0
+		// and started_at "" are every new job's (scripts.Implied), and its
+		// key names its id and queue.
 		for _, field := range []string{"result", "error", "finished_at", "exec_id", "exec_state", "trace", "exec_trace", "schedule", "webhook",
-			"token", "nonce"} {
+			"token", "nonce", "attempt", "cancel_requested", "started_at", "id", "queue"} {
 			if v, ok := h[field]; ok {
-				t.Errorf("field %s = %q: a field without a value is left out", field, v)
+				t.Errorf("field %s = %q: a field without a value, or with its usual one, is left out", field, v)
 			}
 		}
-		if len(h) != 19 {
-			t.Errorf("record has %d fields, want 19: %v", len(h), h)
+		if len(h) != 14 {
+			t.Errorf("record has %d fields, want 14: %v", len(h), h)
 		}
-		// A job whose hash lacks the fields at their usual value, and its
-		// id and queue (scripts.Implied; the key names both), as the
-		// version after this one writes it, reads as before, and a cancel
-		// finds it.
+		// A job of the usual priority, max_wait and on_busy has none of the
+		// three either, and reads as before, and a cancel finds it.
 		plain, _, err := fx.store.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: "gpu"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		fx.rdb.HDel(ctx, fx.keys.Job("gpu", plain.ID), "attempt", "cancel_requested", "started_at", "max_wait_ms",
-			"priority", "on_busy", "id", "queue")
+		for _, field := range []string{"priority", "max_wait_ms", "on_busy"} {
+			if v, err := fx.rdb.HGet(ctx, fx.keys.Job("gpu", plain.ID), field).Result(); err == nil {
+				t.Errorf("field %s = %q: its usual value is left out", field, v)
+			}
+		}
 		if got, err := fx.store.Get(ctx, "acme", plain.ID, false); err != nil || got.ID != plain.ID || got.Queue != "gpu" ||
 			got.Priority != 0 || got.MaxWait != 0 || got.OnBusy != job.OnBusyQueue || got.Attempt != 0 ||
 			got.CancelRequested || got.StartedAt != nil {

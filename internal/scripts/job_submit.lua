@@ -5,11 +5,11 @@
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] deadlines   KEYS[4] fair (fair.lua)
 -- KEYS[5] stats (stats.lua)   KEYS[6] all index   KEYS[7] tenant index
 -- KEYS[8] the usage day each job created is counted in (stats.lua)
--- ARGV[1] tenant   ARGV[2] queue   ARGV[3] events stream MAXLEN
--- ARGV[4] how many of the tenant's jobs not ended this queue may hold
+-- ARGV[1] tenant   ARGV[2] events stream MAXLEN
+-- ARGV[3] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
--- ARGV[5] when the usage day's counts are dropped (unix ms; "" = not counted)
--- Then per job i (from 0): KEYS[9 + 5i + k] and ARGV[6 + 17i + k]:
+-- ARGV[4] when the usage day's counts are dropped (unix ms; "" = not counted)
+-- Then per job i (from 0): KEYS[9 + 5i + k] and ARGV[5 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
 -- k=3 the job's deletion mark (job_delete.lua)   k=4 its folded key (transition.lua's fold)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
@@ -33,12 +33,12 @@
 -- (nothing written: a replay does not bring it back).
 local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local tenant, queue, maxlen, room = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = (#ARGV - 5) / 17
+local tenant, maxlen, room = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local n = (#ARGV - 4) / 17
 
 local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
-use_day(tx, KEYS[8], ARGV[5])
+use_day(tx, KEYS[8], ARGV[4])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
 local out, listed = {}, {} -- listed: score, id of each job created, for the tenant's listing
 local late, unlisted = {}, {} -- the replays created, for the all index; fresh ids not created
@@ -50,19 +50,21 @@ local late, unlisted = {}, {} -- the replays created, for the all index; fresh i
 -- call, after a lost reply, finds them there: it looks each up.
 local fresh = {}
 for i = 0, n - 1 do
-  if ARGV[6 + 17 * i + 16] ~= '1' then
-    fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[6 + 17 * i]
+  if ARGV[5 + 17 * i + 16] ~= '1' then
+    fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[5 + 17 * i]
   end
 end
 local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
--- The fields a job has only when set: name, and place in its ARGV (k).
-local optional = {{'trace', 11}, {'metadata', 6}, {'schedule', 13}, {'cost', 14}, {'webhook', 15},
-  {'nonce', 12}}
+-- The fields a job has only when set otherwise than their usual value (""
+-- for none, transition.lua's implied for the others): name, place in its
+-- ARGV (k), and that value.
+local optional = {{'max_wait_ms', 8, '0'}, {'priority', 2, '0'}, {'on_busy', 9, 'queue'}, {'trace', 11, ''},
+  {'metadata', 6, ''}, {'schedule', 13, ''}, {'cost', 14, ''}, {'webhook', 15, ''}, {'nonce', 12, ''}}
 
 for i = 0, n - 1 do
-  local k, a = 9 + 5 * i, 6 + 17 * i
+  local k, a = 9 + 5 * i, 5 + 17 * i
   local job, events, id, nonce, replay = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12], ARGV[a + 16] == '1'
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
@@ -88,24 +90,19 @@ for i = 0, n - 1 do
     -- fields claims read come first (each field HMGET reads costs a scan
     -- up to it), then those only written, and those only due work, cancels
     -- and reads use come last. The move writes state first. A field that
-    -- has no value yet is left out (the fields: transition.lua), which
-    -- costs a listpack a scan in full where it is read, but spares the
-    -- submit's HSET, and the hash until the job ends, 16 fields: every
-    -- reader takes a field the hash lacks as "" (as of a folded job). So
-    -- is token, read only with the execution a claim gives it, and the
-    -- nonce of an item without an idempotency key. (The fields at their
-    -- usual value, and id and queue, which the key names, stay while
-    -- processes of the versions before this one may run: those read them
-    -- as values. Every process of this version reads them as absent too,
-    -- so the next leaves them out: docs/operations.md, *Upgrading*.)
-    local fields = {
-      'attempt', '0', 'cancel_requested', '0', 'started_at', '', 'tenant', tenant,
-      'max_wait_ms', ARGV[a + 8], 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
-      'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'priority', priority, 'id', id, 'queue', queue,
-      'created_at', tx.now_s, 'on_busy', ARGV[a + 9]}
+    -- has no value yet, or holds its usual one (attempt 0, started_at "",
+    -- cancel_requested 0, and max_wait_ms, priority and on_busy unless
+    -- set: transition.lua's implied), is left out, which costs a listpack
+    -- a scan in full where it is read, but spares the submit's HSET (each
+    -- field it adds scans those before it), its AOF record and the hash's
+    -- bytes: every reader takes an absent field as "" or its usual value.
+    -- So is token, read only with the execution a claim gives it, and the
+    -- nonce of an item without an idempotency key.
+    local fields = {'tenant', tenant, 'concurrency_keys', ARGV[a + 4], 'kind', ARGV[a + 1], 'input', ARGV[a + 5],
+      'timeout_ms', ARGV[a + 7], 'max_attempts', ARGV[a + 3], 'created_at', tx.now_s}
     for _, o in ipairs(optional) do
       local v = ARGV[a + o[2]]
-      if v ~= '' then
+      if v ~= o[3] then
         fields[#fields + 1], fields[#fields + 2] = o[1], v
       end
     end

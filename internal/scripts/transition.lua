@@ -375,9 +375,6 @@ local function fold(j)
     empty[name] = true
   end
   local kept, moved, bytes, held, implied = {'folded', '1'}, {}, 0, {}, implied()
-  -- Kept at their usual value while processes of the versions before
-  -- this one may run, which read them as values (the next drops them).
-  local kept_implied = {attempt = true, started_at = true}
   for i = 1, #h, 2 do
     local name, value = h[i], h[i + 1]
     held[name] = value
@@ -387,7 +384,7 @@ local function fold(j)
     elseif (#value > listpack_value or #name > listpack_value) and name ~= 'concurrency_keys' then
       bytes = bytes + #value
       moved[name] = value
-    elseif (value ~= '' or not empty[name]) and (value ~= implied[name] or kept_implied[name]) then
+    elseif (value ~= '' or not empty[name]) and value ~= implied[name] then
       kept[#kept + 1], kept[#kept + 2] = name, value
     end
   end
