@@ -53,8 +53,10 @@ func (f folded) events(held []any) ([]string, error) {
 	for k, name := range eventFields {
 		if k < len(held) && held[k] != nil {
 			values[k], _ = held[k].(string)
+		} else if v, ok := f.Fields[name]; ok {
+			values[k] = v // a long worker id left the hash
 		} else {
-			values[k], _ = f.dropped(name) // a long worker id left the hash
+			values[k] = scripts.Implied[name]
 		}
 	}
 	events, err := unpackEvents(f.Packed, f.Fields["result"], values)
@@ -137,28 +139,18 @@ func outputRun(data string, size int) (from, n int, ok bool) {
 }
 
 // merge adds to h, a job's shown fields (shown) as its hash holds them,
-// those of them the fold moved out or dropped (dropped): the hash's
-// own win, as the scripts' (record in transition.lua), since a field
-// written after the fold goes to the hash.
+// those of them the fold moved out: the hash's own win, as the scripts'
+// (record in transition.lua), since a field written after the fold goes
+// to the hash. (Those it dropped for their usual value ParseRecord reads
+// as that value, as it does for any job.)
 func (f folded) merge(h map[string]string) {
 	for _, name := range shownFields {
 		if _, ok := h[name]; !ok {
-			if v, ok := f.dropped(name); ok {
+			if v, ok := f.Fields[name]; ok {
 				h[name] = v
 			}
 		}
 	}
-}
-
-// dropped returns the value of field name that the fold took out of the
-// job's hash, and whether it took one: moved into f, or dropped for
-// holding its usual value (scripts.Implied).
-func (f folded) dropped(name string) (string, bool) {
-	if v, ok := f.Fields[name]; ok {
-		return v, true
-	}
-	v, ok := scripts.Implied[name]
-	return v, ok
 }
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
@@ -197,15 +189,14 @@ func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 
 // shown returns the shown fields of a job read with shownFields, as they
 // were before the fold (shown; nil when the job does not exist), and torn
-// (values): then h holds what the hash holds, with the values the fold
-// dropped for their usual value, but not those it moved.
+// (values): then h holds what the hash holds alone.
 func (r jobRead) shown() (h map[string]string, torn bool, err error) {
 	vals, f, ok, torn, err := r.values()
 	if err != nil {
 		return nil, false, err
 	}
-	if h = shown(vals); h != nil && (ok || torn) {
-		f.merge(h) // torn: no folded key, but the dropped values are known
+	if h = shown(vals); h != nil && ok {
+		f.merge(h)
 	}
 	return h, torn, nil
 }

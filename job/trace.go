@@ -21,7 +21,7 @@ var producer = trace.WithSpanKind(trace.SpanKindProducer)
 // to job id: the submit script stores its context with the job. Its
 // attributes are made only for a span that records them: a batch starts a
 // thousand, and with tracing off (or the trace not sampled) making them
-// was a fifth of a batch's Go work before its first script.
+// cost about a millisecond of a batch's Go work before its first script.
 func (s *Store) startSubmit(ctx context.Context, tenant, queue, id string) (context.Context, trace.Span) {
 	ctx, span := s.tracer.Start(ctx, "send "+queue, producer)
 	if span.IsRecording() {

@@ -57,11 +57,15 @@ end
 local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
--- The fields a job has only when set otherwise than their usual value (""
--- for none, transition.lua's implied for the others): name, place in its
--- ARGV (k), and that value.
-local optional = {{'max_wait_ms', 8, '0'}, {'priority', 2, '0'}, {'on_busy', 9, 'queue'}, {'trace', 11, ''},
-  {'metadata', 6, ''}, {'schedule', 13, ''}, {'cost', 14, ''}, {'webhook', 15, ''}, {'nonce', 12, ''}}
+-- The fields a job has only when set otherwise than their usual value
+-- (transition.lua's implied, else ""): name, place in its ARGV (k), and
+-- that value, looked up once a call.
+local optional = {{'max_wait_ms', 8}, {'priority', 2}, {'on_busy', 9}, {'trace', 11}, {'metadata', 6},
+  {'schedule', 13}, {'cost', 14}, {'webhook', 15}, {'nonce', 12}}
+local usual = implied()
+for _, o in ipairs(optional) do
+  o[3] = usual[o[1]] or ''
+end
 
 for i = 0, n - 1 do
   local k, a = 9 + 5 * i, 5 + 17 * i
