@@ -90,7 +90,7 @@ func (q ListQuery) validate() error {
 // before its jobs' fields would pass MaxPageBytes.
 //
 // A page is read in rounds. Each round reads, in one pipeline, the next
-// entries of every queue's index (the tenant's, or every tenant's for an
+// entries of every queue's index of the tenant (of every tenant, for an
 // admin), merges them, and reads the examined jobs in a second pipeline.
 // One round fills a page unless filters reject or jobs were deleted at the
 // end of their retention; the rounds then widen, doubling, so a page takes
@@ -109,12 +109,9 @@ func (s *Store) List(ctx context.Context, q ListQuery) (jobs []Job, next string,
 			return nil, "", err
 		}
 	}
-	indexes := make([]string, len(queues))
-	for i, name := range queues {
-		indexes[i] = s.keys.QueueAllJobs(name)
-		if q.Tenant != "" {
-			indexes[i] = s.keys.QueueTenantJobs(name, q.Tenant)
-		}
+	indexes, queueOf, err := s.listIndexes(ctx, queues, q.Tenant)
+	if err != nil {
+		return nil, "", err
 	}
 
 	limit := cmp.Or(q.Limit, defaultListLimit)
@@ -131,7 +128,7 @@ page:
 		for len(batch) > 0 {
 			chunk := batch[:min(loadChunk, len(batch))]
 			batch = batch[len(chunk):]
-			loaded, sizes, err := s.load(ctx, queues, indexes, chunk)
+			loaded, sizes, err := s.load(ctx, queueOf, indexes, chunk)
 			if err != nil {
 				return nil, "", err
 			}
@@ -157,6 +154,38 @@ page:
 		next = after.cursor()
 	}
 	return jobs, next, nil
+}
+
+// listIndexes names the sorted sets that list tenant's jobs in queues
+// ("" = every tenant's), and the queue of each. A queue lists each
+// tenant's jobs apart; its tenants are those its stats hash counts
+// (stats.lua keeps a tenant's counts when they reach 0).
+func (s *Store) listIndexes(ctx context.Context, queues []string, tenant string) (indexes, queueOf []string, err error) {
+	if tenant != "" {
+		for _, q := range queues {
+			indexes = append(indexes, s.keys.QueueTenantJobs(q, tenant))
+		}
+		return indexes, queues, nil
+	}
+	fields := make([]*redis.StringSliceCmd, len(queues))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, q := range queues {
+			fields[i] = p.HKeys(ctx, s.keys.QueueStats(q))
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("job: list: %w", err)
+	}
+	for i, q := range queues {
+		tenants := map[string]bool{}
+		for _, f := range fields[i].Val() {
+			if _, t, ok := counted(f); ok && !tenants[t] {
+				tenants[t] = true
+				indexes, queueOf = append(indexes, s.keys.QueueTenantJobs(q, t)), append(queueOf, q)
+			}
+		}
+	}
+	return indexes, queueOf, nil
 }
 
 func (q ListQuery) matches(j Job) bool {
@@ -260,11 +289,11 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 // DELETE, or a retention reaped between the index read and this one) is
 // left zero and its entry removed from its index. The reaper takes a
 // retired job out of the indexes itself.
-func (s *Store) load(ctx context.Context, queues, indexes []string, entries []entry) ([]Job, []int, error) {
+func (s *Store) load(ctx context.Context, queueOf, indexes []string, entries []entry) ([]Job, []int, error) {
 	reads := make([]jobRead, len(entries))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range entries {
-			reads[i] = s.readJob(ctx, p, queues[e.index], e.id, shownFields)
+			reads[i] = s.readJob(ctx, p, queueOf[e.index], e.id, shownFields)
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) { // the GET of a job not folded
@@ -276,7 +305,7 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 	for i, e := range entries {
 		h, torn, err := reads[i].shown()
 		if torn {
-			h, err = s.shownOf(ctx, queues[e.index], e.id)
+			h, err = s.shownOf(ctx, queueOf[e.index], e.id)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("job: list: %w", err)
@@ -288,7 +317,7 @@ func (s *Store) load(ctx context.Context, queues, indexes []string, entries []en
 		for _, v := range h {
 			sizes[i] += len(v)
 		}
-		if jobs[i], err = ParseRecord(queues[e.index], e.id, h); err != nil {
+		if jobs[i], err = ParseRecord(queueOf[e.index], e.id, h); err != nil {
 			return nil, nil, err
 		}
 	}

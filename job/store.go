@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -280,15 +281,21 @@ func (s *Store) TenantStats(ctx context.Context, tenant string) ([]QueueStats, e
 }
 
 // stats reads the counts of queues, of tenant's jobs ("" = of all jobs),
-// and whether each is paused, in one round trip.
+// and whether each is paused, in one round trip. The counts of all jobs
+// are the sums of every tenant's (internal/scripts/stats.lua).
 func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]QueueStats, error) {
 	fields := countedFields(tenant)
 	cmds := make([]*redis.SliceCmd, len(queues))
+	hashes := make([]*redis.MapStringStringCmd, len(queues))
 	var paused *redis.StringSliceCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		paused = p.SMembers(ctx, s.keys.PausedQueues())
 		for i, q := range queues {
-			cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			if tenant == "" {
+				hashes[i] = p.HGetAll(ctx, s.keys.QueueStats(q))
+			} else {
+				cmds[i] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
+			}
 		}
 		return nil
 	}); err != nil {
@@ -296,16 +303,18 @@ func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]Qu
 	}
 	stats := make([]QueueStats, len(queues))
 	for i, q := range queues {
-		n, err := parseCounts(cmds[i])
+		var n [4]int64
+		var err error
+		if tenant == "" {
+			n, err = sumCounts(hashes[i].Val())
+		} else {
+			n, err = parseCounts(cmds[i])
+			for k := range n {
+				n[k] = max(n[k], 0) // see sumCounts
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job: stats of %s: %w", q, err)
-		}
-		if tenant != "" {
-			// A job submitted before tenants were counted takes one off
-			// its tenant's count when it moves: below 0 means none left.
-			for k := range n {
-				n[k] = max(n[k], 0)
-			}
 		}
 		stats[i] = QueueStats{Name: q, Queued: n[0], Running: n[1], Retrying: n[2], Waiting: n[3],
 			Paused: slices.Contains(paused.Val(), q)}
@@ -313,18 +322,48 @@ func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]Qu
 	return stats, nil
 }
 
+// countedStates are the states whose jobs a stats hash counts per tenant,
+// in the order of QueueStats's counts.
+var countedStates = [4]State{StateQueued, StateRunning, StateRetrying, StateWaiting}
+
 // countedFields names the stats hash fields that count the jobs queued,
-// running, retrying and waiting, of tenant ("" = of every tenant), as
-// internal/scripts/stats.lua writes them: a tenant's are <state>/<tenant>
-// (a tenant name has no '/').
+// running, retrying and waiting of tenant, as internal/scripts/stats.lua
+// writes them: <state>/<tenant> (a tenant name has no '/').
 func countedFields(tenant string) []string {
-	fields := []string{string(StateQueued), string(StateRunning), string(StateRetrying), string(StateWaiting)}
-	if tenant != "" {
-		for i := range fields {
-			fields[i] += "/" + tenant
-		}
+	fields := make([]string, len(countedStates))
+	for i, state := range countedStates {
+		fields[i] = string(state) + "/" + tenant
 	}
 	return fields
+}
+
+// counted returns which of countedStates a stats hash field counts and of
+// which tenant; ok is false for a field that counts none (a count of all
+// tenants an older version wrote, the finishes per minute).
+func counted(field string) (state int, tenant string, ok bool) {
+	name, tenant, ok := strings.Cut(field, "/")
+	if !ok {
+		return 0, "", false
+	}
+	state = slices.Index(countedStates[:], State(name))
+	return state, tenant, state >= 0
+}
+
+// sumCounts adds up every tenant's counts in a stats hash h. A job
+// submitted before tenants were counted takes one off its tenant's count
+// when it moves: below 0 means none left.
+func sumCounts(h map[string]string) ([4]int64, error) {
+	var n [4]int64
+	for field, v := range h {
+		if state, _, ok := counted(field); ok {
+			c, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return n, fmt.Errorf("stats field %s: %w", field, err)
+			}
+			n[state] += max(c, 0)
+		}
+	}
+	return n, nil
 }
 
 // parseCounts reads the reply of an HMGET of countedFields; a field never

@@ -1,8 +1,10 @@
 -- Counts a queue's jobs per state in its stats hash (Load prepends it):
 -- field <state> counts every job in that state, and for the states not
 -- ended (queued, running, retrying, waiting) field <state>/<tenant> counts each
--- tenant's (a tenant name has no '/'). job.Store reads both: what a tenant
--- sees of its queues, and the cap on its jobs not ended. Ended states are
+-- tenant's (a tenant name has no '/'). job.Store reads only the tenants'
+-- counts: what a tenant sees of its queues, the cap on its jobs not ended,
+-- their sums for all tenants, and which tenants an admin's listing reads
+-- (a tenant's fields stay when they count 0). Ended states are
 -- counted for all tenants only: they only grow, and nothing reads them per
 -- tenant. Every move (transition.lua) counts itself with count, in a
 -- table that settle writes once per script with write_counts.
