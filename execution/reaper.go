@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 )
 
@@ -38,17 +39,28 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce makes one pass over every queue: the turns of its lanes that an
-// older version wrote (internal/scripts/fair_unband.lua), its due work
-// (queue.reap), then its folds. A full batch of either of the last two (a
-// burst of retries, of jobs whose retention ended) is followed by the
-// next one at once. A failure is logged and ends that queue's part of the
-// pass: the next pass tries again.
+// runOnce makes one pass over every queue: what older versions left (the
+// turns of its lanes, internal/scripts/fair_unband.lua, and its index of
+// all jobs), its due work (queue.reap), then its folds. A full batch of
+// either of the last two (a burst of retries, of jobs whose retention
+// ended) is followed by the next one at once. A failure is logged and
+// ends that queue's part of the pass: the next pass tries again.
+//
+// Versions before issue 23's waypoint (docs/operations.md) listed a
+// queue's jobs in an index of all jobs too, which nothing reads now. A
+// pass drops its entries over an hour old, so it empties once no such
+// version runs: not younger ones, which such a version's submit reads
+// when go-redis resends it (job_submit.lua of that version).
 func (r *Reaper) runOnce(ctx context.Context) {
 	for _, q := range r.queues {
-		if err := unbandScript.Run(ctx, q.rdb, []string{q.keys.QueueReady(q.name)}, dueBatch).Err(); err != nil {
+		drained := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
+		err := unbandScript.Run(ctx, q.rdb, []string{q.keys.QueueReady(q.name)}, dueBatch).Err()
+		if err == nil {
+			err = q.rdb.ZRemRangeByScore(ctx, q.keys.QueueAllJobs(q.name), "-inf", drained).Err()
+		}
+		if err != nil {
 			if ctx.Err() == nil {
-				r.log.WarnContext(ctx, "unband failed", "queue", q.name, "error", err)
+				r.log.WarnContext(ctx, "cleaning up after older versions failed", "queue", q.name, "error", err)
 			}
 			continue
 		}

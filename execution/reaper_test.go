@@ -77,3 +77,22 @@ func TestReaperPlacesAnOldBandedTurnAgain(t *testing.T) {
 		t.Errorf("the ready set after a pass: %v, want %v", after, before)
 	}
 }
+
+// TestReaperDrainsTheIndexOfAllJobs: versions before issue 23's waypoint
+// listed every job in the queue's index of all jobs too. A pass drops its
+// entries over an hour old and keeps the younger ones, which such a
+// version's submit reads when go-redis resends it.
+func TestReaperDrainsTheIndexOfAllJobs(t *testing.T) {
+	f := newQueueFixture(t, Config{})
+	q, ctx := f.q, t.Context()
+	all := q.keys.QueueAllJobs(q.name)
+	now := time.Now()
+	f.rdb.ZAdd(ctx, all, redis.Z{Score: float64(now.Add(-2 * time.Hour).UnixMilli()), Member: "old"},
+		redis.Z{Score: float64(now.Add(-time.Minute).UnixMilli()), Member: "young"})
+
+	f.w.reaper.runOnce(ctx)
+
+	if left := f.rdb.ZRange(ctx, all, 0, -1).Val(); len(left) != 1 || left[0] != "young" {
+		t.Errorf("the index of all jobs after a pass: %v, want [young]", left)
+	}
+}

@@ -39,9 +39,9 @@ type submitCall struct {
 
 func (c submitCall) layout(ks keys.Space) scriptArgs {
 	q := c.queue
-	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
+	a := scriptArgs{keys: make([]string, 0, 7+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
 	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
-		ks.QueueFair(q), ks.QueueStats(q), ks.QueueAllJobs(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at))
+		ks.QueueFair(q), ks.QueueStats(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at))
 	a.argv = append(a.argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli())
 	for _, p := range c.items {
 		n, id := p.n, p.id
@@ -173,7 +173,7 @@ func (c deleteCall) layout(ks keys.Space) scriptArgs {
 	q, id := c.queue, c.id
 	return scriptArgs{
 		keys: []string{ks.Job(q, id), ks.JobEvents(q, id), ks.QueueRetired(q), ks.QueueTenantJobs(q, c.tenant),
-			ks.QueueAllJobs(q), ks.JobDeleted(q, id), ks.JobFolded(q, id)},
+			ks.JobDeleted(q, id), ks.JobFolded(q, id)},
 		argv: []any{id, c.owner, c.idemTTL.Milliseconds()},
 	}
 }

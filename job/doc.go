@@ -71,9 +71,9 @@
 //	{q:Q}:deadlines       zset of ids with a max_wait, score = unix ms when
 //	                      they expire unless started: created_at + delay +
 //	                      max_wait (a delay does not eat into max_wait)
-//	{q:Q}:stats           hash: number of jobs per state name, of each
-//	                      tenant's not ended per <state>/<tenant>
-//	                      (stats.lua), the ring of jobs ended per
+//	{q:Q}:stats           hash: number of each tenant's jobs not ended
+//	                      per <state>/<tenant> (stats.lua; all
+//	                      tenants' are the sums), the ring of jobs ended per
 //	                      minute (finished.lua), and folded_to, the
 //	                      retired score Q's jobs are folded up to
 //	{q:Q}:usage:<date>    hash: per <counter>/<tenant>, the jobs created,
@@ -100,7 +100,6 @@
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms
-//	{q:Q}:all             zset of every id in Q, score = created_at ms
 //	{queues}:set          set of queue names
 //	{queues}:paused       set of paused queue names (workers skip them)
 //	{job:<id>}:queue      string: the job's queue, to find a job by id
@@ -110,15 +109,15 @@
 // written down once, at the top of internal/scripts/transition.lua. Every
 // script that changes a job's state does it there (move), in the same
 // step as its other writes: the compare-and-set on the state, the stats
-// (-1 old state, +1 new, for all tenants and, while not ended, for the
-// job's tenant), a state event, and, when the new state is
+// (-1 old state, +1 new, of the job's tenant, while not ended; one more
+// ended in the minute), a state event, and, when the new state is
 // terminal, a ZADD to {q:Q}:retired scored by the end of its retention
 // (Config.Retention, DefaultRetention by default). So queue counts are exact
 // and O(1). The workers' reapers (and every claim) delete the hash and
 // event stream of retired jobs past their retention, a batch at a time:
 // one ZADD per batch of finishes instead of two PEXPIREs per job, and no
-// per-key TTL in Redis's expires table. The same step takes them out of the
-// listing indexes (forget, in transition.lua).
+// per-key TTL in Redis's expires table. The same step takes them out of
+// their tenant's listing index (forget, in transition.lua).
 //
 // A job id says which queue holds the job: it carries 16 bits of a hash
 // of the queue's name (internal/jobid). A read by id asks the queues with

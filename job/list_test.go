@@ -95,11 +95,6 @@ func TestListPagesAcrossQueues(t *testing.T) {
 			}
 			all[i].State = job.StateCancelled
 		}
-		// An admin lists every tenant's index, not the queue's index of
-		// all jobs that versions before issue 23's writers wrote.
-		for _, q := range []string{"q1", "q2", "q3"} {
-			fx.rdb.Del(ctx, fx.keys.QueueAllJobs(q))
-		}
 		acme := func(j job.Job) bool { return j.Tenant == "acme" }
 		cases := []struct {
 			name string

@@ -260,7 +260,7 @@ func TestDelayedJobIsScheduled(t *testing.T) {
 		if n := fx.rdb.ZCard(ctx, fx.keys.QueueDeadlines(q)).Val(); n != 2 {
 			t.Errorf("a job without max_wait got a deadline")
 		}
-		if got := fx.stats(t, q); got["queued"] != "3" || got["queued/acme"] != "3" || len(got) != 2 {
+		if got := fx.stats(t, q); got["queued/acme"] != "3" || len(got) != 1 {
 			t.Errorf("stats %v", got)
 		}
 	})
@@ -294,8 +294,10 @@ func TestIdempotentSubmit(t *testing.T) {
 		if err != nil || !created || other.ID == first.ID {
 			t.Fatalf("other tenant: %v, %v", created, err)
 		}
-		if n := fx.rdb.ZCard(ctx, fx.keys.QueueAllJobs(job.DefaultQueue)).Val(); n != 2 {
-			t.Errorf("%d jobs, want 2", n)
+		for _, tenant := range []string{"acme", "globex"} {
+			if n := fx.rdb.ZCard(ctx, fx.keys.QueueTenantJobs(job.DefaultQueue, tenant)).Val(); n != 1 {
+				t.Errorf("%s: %d jobs, want 1", tenant, n)
+			}
 		}
 		if ttl := fx.rdb.TTL(ctx, fx.keys.Idempotency("acme", "key-1")).Val(); ttl <= 23*time.Hour || ttl > 24*time.Hour {
 			t.Errorf("idempotency record TTL %v, want 24h", ttl)
@@ -336,13 +338,12 @@ func TestConcurrentSubmitsWithOneKeyCreateOneJob(t *testing.T) {
 		q := job.DefaultQueue
 		for name, key := range map[string]string{
 			"ready": fx.keys.QueueReady(q), "tenant index": fx.keys.QueueTenantJobs(q, "acme"),
-			"all index": fx.keys.QueueAllJobs(q),
 		} {
 			if c := fx.rdb.ZCard(ctx, key).Val(); c != 1 {
 				t.Errorf("%s holds %d entries, want 1", name, c)
 			}
 		}
-		if got := fx.stats(t, q); got["queued"] != "1" {
+		if got := fx.stats(t, q); got["queued/acme"] != "1" || len(got) != 1 {
 			t.Errorf("stats %v", got)
 		}
 		for id := range ids {
@@ -509,7 +510,7 @@ func TestCancel(t *testing.T) {
 					t.Errorf("still in %s: %v", name, err)
 				}
 			}
-			if want := bump(statsBefore, "queued", -1, "queued/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "queued/acme", -1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 			}
 			// Retention: the job is retired, to be deleted 48h after it ended.
@@ -525,7 +526,7 @@ func TestCancel(t *testing.T) {
 			if n := len(fx.events(t, j.ID)); n != 2 {
 				t.Errorf("%d events, want queued and cancelled", n)
 			}
-			if want := bump(statsBefore, "queued", -1, "queued/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "queued/acme", -1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats after a second cancel %v, want %v", fx.stats(t, q), want)
 			}
 		})
@@ -552,7 +553,7 @@ func TestCancel(t *testing.T) {
 			if err := fx.rdb.ZScore(ctx, fx.keys.QueueScheduled(q), j.ID).Err(); !errors.Is(err, redis.Nil) {
 				t.Errorf("still scheduled: %v", err)
 			}
-			if want := bump(statsBefore, "retrying", -1, "retrying/acme", -1, "cancelled", +1); !mapsEqual(fx.stats(t, q), want) {
+			if want := bump(statsBefore, "retrying/acme", -1); !mapsEqual(fx.stats(t, q), want) {
 				t.Errorf("stats %v, want %v", fx.stats(t, q), want)
 			}
 		})
@@ -604,14 +605,13 @@ func TestCancel(t *testing.T) {
 
 // setState moves j from one state to another the way the execution
 // package's scripts do: the field and the stats together, a state not
-// ended counted for the job's tenant too.
+// ended counted for the job's tenant.
 func (fx fixture) setState(t testing.TB, j job.Job, from, to job.State) {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := fx.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, fx.keys.Job(j.Queue, j.ID), "state", string(to))
 		for state, delta := range map[job.State]int64{from: -1, to: 1} {
-			p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(state), delta)
 			if !state.Terminal() {
 				p.HIncrBy(ctx, fx.keys.QueueStats(j.Queue), string(state)+"/"+j.Tenant, delta)
 			}

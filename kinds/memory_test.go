@@ -44,9 +44,9 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		tokens   int   // of each job's answer
 		maxBytes int64 // per job, as measured now (+10 %); the goal is 1024 (issue 23), not met yet: see docs/benchmarks.md
 	}{
-		{"stream-node-max-bytes 1024", nil, 30, 2180},
-		{"server default", []string{"--stream-node-max-bytes", "4096"}, 30, 2180},
-		{"300 tokens", nil, 300, 5750},
+		{"stream-node-max-bytes 1024", nil, 30, 2030},
+		{"server default", []string{"--stream-node-max-bytes", "4096"}, 30, 2030},
+		{"300 tokens", nil, 300, 5570},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -86,7 +86,9 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 	return s.key("q:"+queue, "tenant:"+tenant)
 }
 
-// QueueAllJobs indexes every job in a queue by creation time.
+// QueueAllJobs indexed every job in a queue by creation time, in versions
+// before issue 23's waypoint (docs/operations.md): the reaper drains what
+// they left.
 func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }
 
 // QueueWebhooks is a queue's webhook outbox: the sorted set of the

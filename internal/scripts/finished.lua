@@ -6,12 +6,9 @@
 -- its count of jobs that became state. A slot whose minute has passed an
 -- hour ago is cleared by the first count of its new minute; readers skip
 -- slots older than the hour (job/finished.go).
--- count_finished adds n jobs that became state at now (Redis ms) to the
--- ring in stats; states that are not terminal are not counted.
+-- count_finished adds n jobs that became state, a terminal one, at now
+-- (Redis ms) to the ring in stats.
 local function count_finished(stats, now, state, n)
-  if not (state == 'succeeded' or state == 'failed' or state == 'cancelled' or state == 'expired') or n <= 0 then
-    return
-  end
   local minute = string.format('%d', math.floor(now / 60000))
   local slot = 'm' .. (tonumber(minute) % 60)
   if redis.call('HGET', stats, slot) ~= minute then

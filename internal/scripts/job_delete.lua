@@ -2,8 +2,8 @@
 -- entries and its retired entry, all at once (forget, transition.lua). (Its id → queue lookup lives
 -- in another slot: the caller deletes it after this.)
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
--- KEYS[5] all index   KEYS[6] the job's deletion mark (job_submit.lua)
--- KEYS[7] folded key (transition.lua's fold)
+-- KEYS[5] the job's deletion mark (job_submit.lua)
+-- KEYS[6] folded key (transition.lua's fold)
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
 -- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
 -- still stand for the job
@@ -12,7 +12,7 @@
 -- Returns {'missing'} when there is no such job for this caller,
 -- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
 -- has not ended (nothing changed).
-local job, events, retired, tenant_index, all_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local job, events, retired, tenant_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, tenant = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', job, 'tenant', 'state')
@@ -23,6 +23,6 @@ end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' then
   return {'live', redis.call('HGETALL', job)}
 end
-forget(retired, {id}, {job, events, KEYS[7]}, {{tenant_index, all_index}})
-redis.call('SET', KEYS[6], '1', 'PX', ARGV[3])
+forget(retired, {id}, {job, events, KEYS[6]}, {tenant_index})
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
 return {'deleted'}

@@ -3,13 +3,13 @@
 -- jobs (n >= 1), created in order; each is answered on its own.
 -- Shared by the batch:
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] deadlines   KEYS[4] fair (fair.lua)
--- KEYS[5] stats (stats.lua)   KEYS[6] all index   KEYS[7] tenant index
--- KEYS[8] the usage day each job created is counted in (stats.lua)
+-- KEYS[5] stats (stats.lua)   KEYS[6] tenant index
+-- KEYS[7] the usage day each job created is counted in (stats.lua)
 -- ARGV[1] tenant   ARGV[2] events stream MAXLEN
 -- ARGV[3] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
 -- ARGV[4] when the usage day's counts are dropped (unix ms; "" = not counted)
--- Then per job i (from 0): KEYS[9 + 5i + k] and ARGV[5 + 17i + k]:
+-- Then per job i (from 0): KEYS[8 + 5i + k] and ARGV[5 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
 -- k=3 the job's deletion mark (job_delete.lua)   k=4 its folded key (transition.lua's fold)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
@@ -31,30 +31,31 @@
 -- when it existed; -1, n when the queue holds n >= the cap of the tenant's
 -- jobs not ended (nothing written); -2, 0 when the job was deleted
 -- (nothing written: a replay does not bring it back).
-local ready, scheduled, deadlines, fair, stats, all_index, tenant_index =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local ready, scheduled, deadlines, fair, stats, tenant_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tenant, maxlen, room = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local n = (#ARGV - 4) / 17
 
 local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
-use_day(tx, KEYS[8], ARGV[4])
+use_day(tx, KEYS[7], ARGV[4])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
-local out, listed = {}, {} -- listed: score, id of each job created, for the tenant's listing
-local late, unlisted = {}, {} -- the replays created, for the all index; fresh ids not created
+local out = {}
+local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not created
 
--- The ids this call made up join the all index first, NX. A job is in its
--- queue's all index exactly while its hash exists (both are written here
--- and taken by forget, transition.lua), so when every one of them is new,
--- none exists and none needs an EXISTS. Only go-redis's resend of this very
--- call, after a lost reply, finds them there: it looks each up.
+-- The ids this call made up join the tenant's index first, NX: the
+-- listing of the jobs created. A job is in its tenant's index exactly while
+-- its hash exists (both are written here and taken by forget,
+-- transition.lua), so when every one of them is new, none exists and none
+-- needs an EXISTS. Only go-redis's resend of this very call, after a lost
+-- reply, finds them there: it looks each up. The replays created join it
+-- at the end, and the fresh ids not created leave it.
 local fresh = {}
 for i = 0, n - 1 do
   if ARGV[5 + 17 * i + 16] ~= '1' then
     fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[5 + 17 * i]
   end
 end
-local resent = #fresh > 0 and redis.call('ZADD', all_index, 'NX', unpack(fresh)) < #fresh / 2
+local resent = #fresh > 0 and redis.call('ZADD', tenant_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs
 
 -- The fields a job has only when set otherwise than their usual value
@@ -68,7 +69,7 @@ for _, o in ipairs(optional) do
 end
 
 for i = 0, n - 1 do
-  local k, a = 9 + 5 * i, 5 + 17 * i
+  local k, a = 8 + 5 * i, 5 + 17 * i
   local job, events, id, nonce, replay = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12], ARGV[a + 16] == '1'
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
@@ -127,7 +128,6 @@ for i = 0, n - 1 do
     if max_wait > 0 then
       redis.call('ZADD', deadlines, now + delay + max_wait, id)
     end
-    listed[#listed + 1], listed[#listed + 2] = tx.now_s, id
     if replay then
       late[#late + 1], late[#late + 2] = tx.now_s, id
     end
@@ -146,14 +146,11 @@ for _, lane in ipairs(lanes) do
   local p = pushed[lane]
   fair_push_all(fair, ready, p.set, lane, p.ids, p.priorities, now)
 end
-if #listed > 0 then
-  redis.call('ZADD', tenant_index, unpack(listed))
-end
 if #late > 0 then
-  redis.call('ZADD', all_index, unpack(late))
+  redis.call('ZADD', tenant_index, unpack(late))
 end
 if #unlisted > 0 then
-  redis.call('ZREM', all_index, unpack(unlisted))
+  redis.call('ZREM', tenant_index, unpack(unlisted))
 end
 settle(tx)
 

@@ -1,19 +1,24 @@
 -- Counts a queue's jobs per state in its stats hash (Load prepends it):
--- field <state> counts every job in that state, and for the states not
--- ended (queued, running, retrying, waiting) field <state>/<tenant> counts each
--- tenant's (a tenant name has no '/'). job.Store reads only the tenants'
--- counts: what a tenant sees of its queues, the cap on its jobs not ended,
--- their sums for all tenants, and which tenants an admin's listing reads
--- (a tenant's fields stay when they count 0). Ended states are
--- counted for all tenants only: they only grow, and nothing reads them per
--- tenant. Every move (transition.lua) counts itself with count, in a
--- table that settle writes once per script with write_counts.
--- count adds delta to the count of jobs in state, and to tenant's own.
-local function count(counts, tenant, state, delta)
-  counts[state] = (counts[state] or 0) + delta
+-- for the states not ended (queued, running, retrying, waiting), field
+-- <state>/<tenant> counts each tenant's jobs (a tenant name has no '/').
+-- job.Store reads them: what a tenant sees of its queues, the cap on its
+-- jobs not ended, their sums for all tenants, and which tenants an admin's
+-- listing reads (a tenant's fields stay when they count 0). The jobs that
+-- ended are counted per minute only (finished.lua). Versions before issue
+-- 23's waypoint (docs/operations.md) also counted every state for all
+-- tenants, in field <state>: nothing reads those fields now, and leaving
+-- them out spares a move two HINCRBYs. Every move (transition.lua) counts
+-- itself with count, in tables that settle writes once per script.
+
+-- count adds delta to tx's count of tenant's jobs in state; one that ended
+-- goes to the count of the ended (delta > 0: a retry takes one out of an
+-- ended state, which no count holds).
+local function count(tx, tenant, state, delta)
   if state == 'queued' or state == 'running' or state == 'retrying' or state == 'waiting' then
     local own = state .. '/' .. tenant
-    counts[own] = (counts[own] or 0) + delta
+    tx.counts[own] = (tx.counts[own] or 0) + delta
+  elseif delta > 0 then
+    tx.ended[state] = (tx.ended[state] or 0) + delta
   end
 end
 

@@ -201,7 +201,7 @@ end
 local function transitions(stats, retired, now, retention_ms, maxlen, outbox)
   return {stats = stats, retired = retired, now = now, now_s = int(now), outbox = outbox,
     retire_at = retention_ms and int(now + tonumber(retention_ms)),
-    maxlen = maxlen, counts = {}, retiring = {}, unretiring = {}, usage = false, used = {}}
+    maxlen = maxlen, counts = {}, ended = {}, retiring = {}, unretiring = {}, usage = false, used = {}}
 end
 
 -- state_data is the data of a state event: {"state", "attempt", "job":
@@ -594,9 +594,9 @@ local function move(tx, j, to, fields, attempt, shown)
   end
   j.state, j.states = to, states
   if from ~= '' then
-    count(tx.counts, j.tenant, from, -1)
+    count(tx, j.tenant, from, -1)
   end
-  count(tx.counts, j.tenant, to, 1)
+  count(tx, j.tenant, to, 1)
   if terminal(to) then
     tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
   elseif terminal(from) then
@@ -606,15 +606,13 @@ local function move(tx, j, to, fields, attempt, shown)
 end
 
 -- forget deletes terminal jobs ids: their records, events and folded
--- keys (keys, a flat list), their listing entries (indexes[k]: the sorted sets that list
--- ids[k]) and their entries in retired.
+-- keys (keys, a flat list), their listing entries (indexes[k]: the
+-- tenant's index that lists ids[k]) and their entries in retired.
 local function forget(retired, ids, keys, indexes)
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', retired, unpack(ids))
   for k, id in ipairs(ids) do
-    for _, index in ipairs(indexes[k]) do
-      redis.call('ZREM', index, id)
-    end
+    redis.call('ZREM', indexes[k], id)
   end
 end
 
@@ -623,8 +621,8 @@ end
 local function settle(tx)
   write_counts(tx.stats, tx.counts)
   write_usage(tx)
-  for state, delta in pairs(tx.counts) do
-    count_finished(tx.stats, tx.now, state, delta) -- the ended states only
+  for state, n in pairs(tx.ended) do
+    count_finished(tx.stats, tx.now, state, n)
   end
   if #tx.retiring > 0 then
     redis.call('ZADD', tx.retired, unpack(tx.retiring))
