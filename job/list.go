@@ -89,9 +89,10 @@ func (q ListQuery) validate() error {
 // none) while next is not "": stop when next is "". A page also ends
 // before its jobs' fields would pass MaxPageBytes.
 //
-// A page is read in rounds. Each round reads, in one pipeline, the next
-// entries of every queue's index of the tenant (of every tenant, for an
-// admin), merges them, and reads the examined jobs in a second pipeline.
+// A page is read in rounds. Each round reads the next entries of every
+// queue's index of the tenant (of every tenant, for an admin) and merges
+// them (nextEntries: one pipeline, more when many indexes share the
+// first entries), and reads the examined jobs in another pipeline.
 // One round fills a page unless filters reject or jobs were deleted at the
 // end of their retention; the rounds then widen, doubling, so a page takes
 // at most about log2(1000/Limit) + 1 rounds.
@@ -237,51 +238,104 @@ type entry struct {
 // across indexes, in listing order, and whether more follow them.
 //
 // Any of the first n entries overall is among the first n of its own index,
-// so reading n+1 of each index and merging is exact; the extra one tells
-// whether more follow. Entries that share after's millisecond are read
-// apart, all of them (a few at most), because a score range cannot start
-// between two equal scores.
+// so reading n+1 of each index and merging would be exact; but an admin's
+// listing reads an index per tenant and queue, so it reads a few of each
+// instead, and then further only those that may hold more of the first
+// n+1: an index whose last entry read ranks before the (n+1)-th read
+// (twice as many each time, up to n+1). It stops when no index may: the
+// entries read are then exact, and about n and a few per index.
 func (s *Store) nextEntries(ctx context.Context, indexes []string, after *position, n int) ([]entry, bool, error) {
-	ties := make([]*redis.StringSliceCmd, len(indexes))
-	rest := make([]*redis.ZSliceCmd, len(indexes))
+	type cursor struct {
+		at   *position // the last entry read, after to begin with
+		want int       // how many to read next; 0 once no more are needed
+	}
+	cursors := make([]cursor, len(indexes))
+	for i := range cursors {
+		cursors[i] = cursor{at: after, want: min(n+1, max(4, 2*(n+1)/len(indexes)+1))}
+	}
+	var merged []entry
+	for {
+		reads := make([]entryRead, len(indexes))
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range cursors {
+				if c.want > 0 {
+					reads[i] = readEntries(ctx, p, indexes[i], c.at, c.want)
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, false, fmt.Errorf("job: list: %w", err)
+		}
+		for i, r := range reads {
+			c := &cursors[i]
+			if c.want == 0 {
+				continue
+			}
+			got, full := r.entries(i, c.at, c.want)
+			merged = append(merged, got...)
+			if !full {
+				c.want = 0 // the index has no more
+				continue
+			}
+			c.at, c.want = &got[len(got)-1].position, min(2*c.want, n+1)
+		}
+		slices.SortFunc(merged, func(a, b entry) int {
+			if a.before(b.position) {
+				return -1
+			}
+			return 1
+		})
+		again := false
+		for i := range cursors {
+			c := &cursors[i]
+			if c.want > 0 && len(merged) > n && !c.at.before(merged[n].position) {
+				c.want = 0 // what it holds more ranks after the (n+1)-th
+			}
+			again = again || c.want > 0
+		}
+		if !again {
+			return merged[:min(n, len(merged))], len(merged) > n, nil
+		}
+	}
+}
+
+// entryRead is the reply of readEntries.
+type entryRead struct {
+	ties *redis.StringSliceCmd // nil when reading from the start
+	rest *redis.ZSliceCmd
+}
+
+// readEntries reads up to want entries of index that follow after (nil =
+// the start). Entries that share after's millisecond are read apart, all
+// of them (a few at most), because a score range cannot start between two
+// equal scores.
+func readEntries(ctx context.Context, p redis.Pipeliner, index string, after *position, want int) entryRead {
+	var r entryRead
 	top := "+inf"
 	if after != nil {
 		top = "(" + strconv.FormatInt(after.created, 10)
+		r.ties = p.ZRangeArgs(ctx, redis.ZRangeArgs{Key: index, ByScore: true, Rev: true,
+			Start: after.created, Stop: after.created})
 	}
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, idx := range indexes {
-			if after != nil {
-				ties[i] = p.ZRangeArgs(ctx, redis.ZRangeArgs{Key: idx, ByScore: true, Rev: true,
-					Start: after.created, Stop: after.created})
-			}
-			rest[i] = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: idx, ByScore: true, Rev: true,
-				Start: top, Stop: "-inf", Count: int64(n + 1)})
-		}
-		return nil
-	}); err != nil {
-		return nil, false, fmt.Errorf("job: list: %w", err)
-	}
+	r.rest = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: index, ByScore: true, Rev: true,
+		Start: top, Stop: "-inf", Count: int64(want)})
+	return r
+}
 
-	var merged []entry
-	for i := range indexes {
-		if after != nil {
-			for _, id := range ties[i].Val() {
-				if id < after.id {
-					merged = append(merged, entry{position{after.created, id}, i})
-				}
+// entries returns what r read of index i, in listing order, and whether
+// it read all the want it asked for (the index may hold more).
+func (r entryRead) entries(i int, after *position, want int) (got []entry, full bool) {
+	if r.ties != nil {
+		for _, id := range r.ties.Val() {
+			if id < after.id {
+				got = append(got, entry{position{after.created, id}, i})
 			}
 		}
-		for _, z := range rest[i].Val() {
-			merged = append(merged, entry{position{int64(z.Score), z.Member.(string)}, i})
-		}
 	}
-	slices.SortFunc(merged, func(a, b entry) int {
-		if a.before(b.position) {
-			return -1
-		}
-		return 1
-	})
-	return merged[:min(n, len(merged))], len(merged) > n, nil
+	for _, z := range r.rest.Val() {
+		got = append(got, entry{position{int64(z.Score), z.Member.(string)}, i})
+	}
+	return got, len(r.rest.Val()) == want
 }
 
 // load reads the jobs of entries, in order, with the bytes of each one's

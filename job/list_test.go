@@ -3,7 +3,9 @@ package job_test
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -316,5 +318,44 @@ func TestListPageBytesCountOnlyTheJobsListed(t *testing.T) {
 	}
 	if got := listAll(t, fx, q); !slices.Equal(got, want) {
 		t.Errorf("paging listed %v, want %v", got, want)
+	}
+}
+
+// An admin's listing merges an index per tenant: with many tenants, one of
+// them busy, its pages are still every job newest first, and a page reads
+// a few entries of each index, not a page of each (the bytes Redis sends
+// for the page).
+func TestAdminListOfManyTenants(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	var all []job.Job
+	for i := range 1000 {
+		tenant := "busy"
+		if i%3 != 0 {
+			tenant = fmt.Sprintf("t%02d", i%40)
+		}
+		all = append(all, fx.submit(t, tenant, job.Submission{Kind: "echo"}))
+	}
+	for _, limit := range []int{1, 7, 50} {
+		if got, want := listAll(t, fx, job.ListQuery{Admin: true, Limit: limit}), newestFirst(all, func(job.Job) bool { return true }); !slices.Equal(got, want) {
+			t.Errorf("limit %d: listed %d jobs, want %d\n got %v\nwant %v", limit, len(got), len(want), got, want)
+		}
+	}
+	sent := func() int64 {
+		var n int64
+		for _, line := range strings.Split(fx.rdb.Info(t.Context(), "stats").Val(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_net_output_bytes:"); ok {
+				n, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return n
+	}
+	before := sent()
+	if jobs, _, err := fx.store.List(t.Context(), job.ListQuery{Admin: true, Limit: 20}); err != nil || len(jobs) != 20 {
+		t.Fatalf("a page of 20: %d jobs, %v", len(jobs), err)
+	}
+	// 41 indexes of 17 to 334 entries: 21 of each would be about 45 KB.
+	if n := sent() - before; n > 30_000 {
+		t.Errorf("a page of 20 jobs of 41 indexes took %d bytes from Redis", n)
 	}
 }
