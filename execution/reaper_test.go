@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,20 +80,29 @@ func TestReaperPlacesAnOldBandedTurnAgain(t *testing.T) {
 }
 
 // TestReaperDrainsTheIndexOfAllJobs: versions before issue 23's waypoint
-// listed every job in the queue's index of all jobs too. A pass drops its
-// entries over an hour old and keeps the younger ones, which such a
-// version's submit reads when go-redis resends it.
+// listed every job in the queue's index of all jobs too. A drain takes out
+// at most drainBatch entries over an hour old, and a pass drains until
+// none is left; the younger ones stay, which such a version's submit
+// reads when go-redis resends it.
 func TestReaperDrainsTheIndexOfAllJobs(t *testing.T) {
 	f := newQueueFixture(t, Config{})
 	q, ctx := f.q, t.Context()
 	all := q.keys.QueueAllJobs(q.name)
 	now := time.Now()
-	f.rdb.ZAdd(ctx, all, redis.Z{Score: float64(now.Add(-2 * time.Hour).UnixMilli()), Member: "old"},
-		redis.Z{Score: float64(now.Add(-time.Minute).UnixMilli()), Member: "young"})
+	entries := []redis.Z{{Score: float64(now.Add(-time.Minute).UnixMilli()), Member: "young"}}
+	for i := range 2*drainBatch + 5 {
+		entries = append(entries, redis.Z{Score: float64(now.Add(-2 * time.Hour).UnixMilli()), Member: fmt.Sprint("old-", i)})
+	}
+	f.rdb.ZAdd(ctx, all, entries...)
 
+	if more, err := q.drainAll(ctx); err != nil || !more {
+		t.Fatalf("the first drain: more %v, %v; want more", more, err)
+	}
+	if n := f.rdb.ZCard(ctx, all).Val(); n != int64(len(entries)-drainBatch) {
+		t.Errorf("after one drain %d entries are left, want %d", n, len(entries)-drainBatch)
+	}
 	f.w.reaper.runOnce(ctx)
-
 	if left := f.rdb.ZRange(ctx, all, 0, -1).Val(); len(left) != 1 || left[0] != "young" {
-		t.Errorf("the index of all jobs after a pass: %v, want [young]", left)
+		t.Errorf("the index of all jobs after a pass: %d entries, want [young]", len(left))
 	}
 }

@@ -28,6 +28,9 @@ const (
 	// loadChunk is how many jobs one pipeline reads, so the jobs held at
 	// once while a page fills stay near MaxPageBytes too.
 	loadChunk = 16
+	// listFirstRead is about how many index entries a listing's first
+	// read takes in all, when its indexes are many (nextEntries).
+	listFirstRead = 256
 )
 
 // shownFields are the hash fields Get and a listing read: all but input,
@@ -238,20 +241,22 @@ type entry struct {
 // across indexes, in listing order, and whether more follow them.
 //
 // Any of the first n entries overall is among the first n of its own index,
-// so reading n+1 of each index and merging would be exact; but an admin's
-// listing reads an index per tenant and queue, so it reads a few of each
-// instead, and then further only those that may hold more of the first
+// so reading n+1 of each index and merging is exact, in one round trip: a
+// tenant's listing, over its queues, does that. An admin's reads an index
+// per tenant and queue, so it reads a few of each instead (listFirstRead
+// in all), and then further only those that may hold more of the first
 // n+1: an index whose last entry read ranks before the (n+1)-th read
-// (twice as many each time, up to n+1). It stops when no index may: the
-// entries read are then exact, and about n and a few per index.
+// (twice as many each time, up to n+1 in all). It stops when no index may:
+// the entries read are then exact, and about n and a few per index.
 func (s *Store) nextEntries(ctx context.Context, indexes []string, after *position, n int) ([]entry, bool, error) {
 	type cursor struct {
 		at   *position // the last entry read, after to begin with
+		read int       // how many it has read
 		want int       // how many to read next; 0 once no more are needed
 	}
 	cursors := make([]cursor, len(indexes))
 	for i := range cursors {
-		cursors[i] = cursor{at: after, want: min(n+1, max(4, 2*(n+1)/len(indexes)+1))}
+		cursors[i] = cursor{at: after, want: min(n+1, max(4, listFirstRead/len(indexes)))}
 	}
 	var merged []entry
 	for {
@@ -277,7 +282,8 @@ func (s *Store) nextEntries(ctx context.Context, indexes []string, after *positi
 				c.want = 0 // the index has no more
 				continue
 			}
-			c.at, c.want = &got[len(got)-1].position, min(2*c.want, n+1)
+			c.read += c.want
+			c.at, c.want = &got[len(got)-1].position, min(2*c.want, n+1-c.read)
 		}
 		slices.SortFunc(merged, func(a, b entry) int {
 			if a.before(b.position) {
