@@ -49,3 +49,50 @@ func TestTakeWaitsUpToLingerForTheSlotsToFree(t *testing.T) {
 		t.Errorf("stopped while lingering: took %d slots, %d held, want 0 and the 2 running", got, len(w.slots))
 	}
 }
+
+// gather batches the finishes waiting and, given a linger, those that
+// arrive within it until it holds as many as executions run: the handlers
+// of one claim's short jobs return one after another, and one finish
+// writes them all.
+func TestGatherWaitsUpToLingerForTheRunningToFinish(t *testing.T) {
+	w := &Worker{finishes: make(chan *finishing)}
+	send := func(n int) {
+		for range n {
+			w.finishes <- &finishing{}
+		}
+	}
+	first := []*finishing{{}}
+
+	if got := w.gather(first, 3, 0); len(got) != 1 {
+		t.Errorf("without a linger, none waiting: %d finishes, want 1", len(got))
+	}
+	go send(1)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		got := w.gather(first, 3, 0)
+		if len(got) == 2 {
+			return true
+		}
+		if len(got) != 1 {
+			t.Fatalf("without a linger: %d finishes, want 1 or, once the other waits, 2", len(got))
+		}
+		return false
+	}, "gather never took the finish waiting")
+	if got := w.gather(first, 3, time.Millisecond); len(got) != 1 {
+		t.Errorf("none came within the linger: %d finishes, want 1", len(got))
+	}
+
+	// The others come while gather lingers: it takes them too, and returns
+	// once it holds as many as run, long before its linger ends.
+	got := make(chan []*finishing)
+	go func() { got <- w.gather(first, 3, time.Hour) }()
+	send(2)
+	if b := <-got; len(b) != 3 {
+		t.Errorf("the others came while it lingered: %d finishes, want 3", len(b))
+	}
+	// It never waits for more than run.
+	go send(1)
+	if b := w.gather(first, 1, time.Hour); len(b) != 1 {
+		t.Errorf("one running: %d finishes, want 1", len(b))
+	}
+	<-w.finishes
+}
