@@ -44,13 +44,18 @@ end
 -- job waiting for signals over and over has no other bound).
 local states_max = 4096
 
--- next_state_id is the id of the event after those in states, at now (ms).
-local function next_state_id(states, now)
-  local ms, seq = string.match(states, '^(%d+)%-(%d+) ')
-  if ms and tonumber(ms) >= now then
-    return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+-- next_state_id is the id of the event after those in states, at now (ms;
+-- now_s as text, which the caller has made already). A new job's states
+-- are "": it skips the pattern, which costs about as much as the rest of
+-- a move's id and states.
+local function next_state_id(states, now, now_s)
+  if states ~= '' then
+    local ms, seq = string.match(states, '^(%d+)%-(%d+) ')
+    if ms and tonumber(ms) >= now then
+      return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+    end
   end
-  return string.format('%d', now) .. '-0'
+  return now_s .. '-0'
 end
 
 -- two_of returns the values of names a and b in flat (a list: name,

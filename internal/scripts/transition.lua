@@ -560,15 +560,15 @@ local function move(tx, j, to, fields, attempt, shown)
   if not may_move(from, to) then
     error('transition: job ' .. j.id .. ' cannot move from "' .. from .. '" to ' .. to)
   end
-  local finished_at = ''
-  if terminal(to) then
+  local finished_at, ending, leaving = '', terminal(to), terminal(from)
+  if ending then
     finished_at = tx.now_s
     deliver(tx, j, fields)
   end
-  if terminal(to) or terminal(from) then
+  if ending or leaving then
     fields[#fields + 1], fields[#fields + 2] = 'finished_at', finished_at
   end
-  if terminal(from) then
+  if leaving then
     expand(j)
   end
   local states = j.states
@@ -581,7 +581,7 @@ local function move(tx, j, to, fields, attempt, shown)
   end
   local id
   if states and #states + #data < states_max then
-    id = next_state_id(states, tx.now)
+    id = next_state_id(states, tx.now, tx.now_s)
     states = id .. ' ' .. kept_data(data) .. '\n' .. states
     fields[#fields + 1], fields[#fields + 2] = 'states', states
   elseif states then
@@ -597,9 +597,9 @@ local function move(tx, j, to, fields, attempt, shown)
     count(tx, j.tenant, from, -1)
   end
   count(tx, j.tenant, to, 1)
-  if terminal(to) then
+  if ending then
     tx.retiring[#tx.retiring + 1], tx.retiring[#tx.retiring + 2] = tx.retire_at, j.id
-  elseif terminal(from) then
+  elseif leaving then
     tx.unretiring[#tx.unretiring + 1] = j.id
   end
   return id
