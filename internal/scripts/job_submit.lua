@@ -39,7 +39,7 @@ local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
 use_day(tx, KEYS[7], ARGV[4])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
-local out = {}
+local out, created = {}, 0 -- created: how many jobs this call created
 local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not created
 
 -- The ids this call made up join the tenant's index first, NX: the
@@ -131,7 +131,7 @@ for i = 0, n - 1 do
     if replay then
       late[#late + 1], late[#late + 2] = tx.now_s, id
     end
-    use(tx, tenant, 'jobs_submitted')
+    created = created + 1
     if held then
       held = held + 1
     end
@@ -148,6 +148,9 @@ for _, lane in ipairs(lanes) do
 end
 if #late > 0 then
   redis.call('ZADD', tenant_index, unpack(late))
+end
+if created > 0 then
+  use(tx, tenant, 'jobs_submitted', created)
 end
 if #unlisted > 0 then
   redis.call('ZREM', tenant_index, unpack(unlisted))

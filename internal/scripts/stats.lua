@@ -56,12 +56,12 @@ local function use_day(tx, key, drop_at)
   end
 end
 
--- use counts one event of tenant's counter in tx's day (written by
--- settle).
-local function use(tx, tenant, counter)
+-- use counts n events (1 when nil) of tenant's counter in tx's day
+-- (written by settle).
+local function use(tx, tenant, counter, n)
   if tx.usage then
     local field = counter .. '/' .. tenant
-    tx.used[field] = (tx.used[field] or 0) + 1
+    tx.used[field] = (tx.used[field] or 0) + (n or 1)
   end
 end
 
