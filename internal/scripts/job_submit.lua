@@ -40,6 +40,7 @@ local tx = transitions(stats, nil, now, nil, maxlen)
 use_day(tx, KEYS[7], ARGV[4])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
 local out, created = {}, 0 -- created: how many jobs this call created
+local j = {tenant = tenant} -- every job's move's, in turn: a table a job cost 2 000 Redis instructions
 local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not created
 
 -- The ids this call made up join the tenant's index first, NX: the
@@ -111,7 +112,8 @@ for i = 0, n - 1 do
         fields[#fields + 1], fields[#fields + 2] = o[1], v
       end
     end
-    move(tx, {key = job, events = events, id = id, tenant = tenant, state = '', states = ''}, 'queued', fields, '0')
+    j.key, j.events, j.id, j.state, j.states = job, events, id, '', ''
+    move(tx, j, 'queued', fields, '0')
 
     if delay > 0 then
       redis.call('ZADD', scheduled, now + delay, id)
