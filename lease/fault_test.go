@@ -133,19 +133,6 @@ func (tr *tracker) ended(holder string, end time.Time) {
 	}
 }
 
-// trustedNow counts the holders that trust their lease at this instant.
-func (tr *tracker) trustedNow() int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	now, n := time.Now(), 0
-	for _, h := range tr.open {
-		if h.start.Before(now) && now.Before(h.end) {
-			n++
-		}
-	}
-	return n
-}
-
 // maxOverlap closes every open holding at its trust end (a killed holder
 // trusted its lease until then) and returns the largest number of holdings
 // that overlapped at any instant.
@@ -284,9 +271,11 @@ func (tr *tracker) feed(line string) {
 
 // Test 6: 64 goroutines and 2 subprocesses hammer one limit-5 key while the
 // subprocesses are killed with SIGKILL and paused with SIGSTOP. An observer
-// samples the lease set and the holders' trust windows at every step; at
-// the end every trust window, the dead subprocesses' included, is checked
-// for overlap beyond the limit.
+// samples the lease set at every step; at the end every trust window, the
+// dead subprocesses' included, is checked for overlap beyond the limit, at
+// every instant. (Not while it runs: a subprocess's end reaches the
+// tracker through a pipe, after the slot it freed may have been taken, so
+// the tracker's view of "now" can count a holder that has already let go.)
 func TestStressNeverOversells(t *testing.T) {
 	t.Parallel()
 	const (
@@ -346,10 +335,6 @@ func TestStressNeverOversells(t *testing.T) {
 		}
 		if n > limit {
 			t.Errorf("lease set holds %d members, limit %d", n, limit)
-			break
-		}
-		if trusted := tr.trustedNow(); trusted > limit {
-			t.Errorf("%d holders trust their lease at once, limit %d", trusted, limit)
 			break
 		}
 		time.Sleep(time.Millisecond)
