@@ -173,10 +173,11 @@ func decodeBatch(body []byte) ([]json.RawMessage, error) {
 	if len(fields) > 0 {
 		return nil, &badRequest{detail: "a batch is {\"jobs\": [...]}: see errors", fields: fields}
 	}
-	var items []json.RawMessage
-	if t := bytes.TrimSpace(raw["jobs"]); len(t) == 0 || t[0] != '[' || json.Unmarshal(t, &items) != nil {
+	jobs, ok := raw["jobs"]
+	if !ok || jobs[0] != '[' {
 		return nil, fieldError("jobs", "is required: an array of submissions")
 	}
+	items := arrayElements(jobs)
 	if len(items) < 1 || len(items) > job.MaxBatch {
 		return nil, fieldError("jobs", fmt.Sprintf("must hold 1 to %d submissions, not %d", job.MaxBatch, len(items)))
 	}
@@ -191,7 +192,7 @@ func (s *server) decodeItem(tenant string, raw json.RawMessage) (job.BatchItem, 
 	if int64(len(raw)) > s.maxBody {
 		return it, &http.MaxBytesError{Limit: s.maxBody}
 	}
-	members, err := decodeObject(raw)
+	members, err := validObject(raw)
 	if err != nil {
 		return it, err
 	}

@@ -84,3 +84,52 @@ func isBadRequest(err error) bool {
 	var invalid *job.ValidationError
 	return errors.As(err, &bad) || errors.As(err, &invalid)
 }
+
+// decodeObject splits a body in place as json.Unmarshal into a map of raw
+// members does, value for value and byte for byte, and refuses what
+// Unmarshal refuses or finds not an object; arrayElements splits an array
+// as Unmarshal into a slice of raw elements does.
+func FuzzObjectMembers(f *testing.F) {
+	for _, s := range []string{
+		`{}`, ` { "a" : 1 , "b":[1,{"c":"]}"}], "a": "last" } `, `{"\u0061\"": "x\"y\\", "é": null}`,
+		`{"a": true, "b": false, "c": -1.5e3, "d": {"e": [[], {}]}}`, "{\"\xff\": 1}",
+		`{"jobs": [ {"kind": "echo"} , 1, "two", [3], null ]}`, `[]`, `null`, `1`, `{"a": 1} {}`, `{"a": 1`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want map[string]json.RawMessage
+		wantErr := json.Unmarshal(body, &want) != nil || want == nil
+		got, err := decodeObject(body)
+		if (err != nil) != wantErr {
+			t.Fatalf("%q: error %v, want one: %v", body, err, wantErr)
+		}
+		if err != nil {
+			if !isBadRequest(err) {
+				t.Fatalf("%q: %v is not a 400", body, err)
+			}
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, want %d", body, len(got), len(want))
+		}
+		for name, v := range want {
+			if string(got[name]) != string(v) {
+				t.Fatalf("%q: member %q is %q, want %q", body, name, got[name], v)
+			}
+			var elems []json.RawMessage
+			if json.Unmarshal(v, &elems) != nil || elems == nil {
+				continue
+			}
+			split := arrayElements(v)
+			if len(split) != len(elems) {
+				t.Fatalf("%q: %d elements, want %d", v, len(split), len(elems))
+			}
+			for i := range elems {
+				if string(split[i]) != string(elems[i]) {
+					t.Fatalf("%q: element %d is %q, want %q", v, i, split[i], elems[i])
+				}
+			}
+		}
+	})
+}
