@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -246,7 +249,7 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 	run(false)
 	before := map[string]reads{}
 	for name, id := range ids {
-		before[name] = f.reads(t, id, subs[name])
+		before[name] = f.reads(t, id, subs[name], false)
 	}
 	if enc := f.rdb.ObjectEncoding(ctx, ks.Job("default", ids["chat"])).Val(); enc != "hashtable" {
 		t.Fatalf("the chat job's hash before its fold: %s, want hashtable (its values are long)", enc)
@@ -260,7 +263,8 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 			if f.rdb.Exists(ctx, ks.JobFolded("default", id)).Val() != 1 {
 				t.Errorf("round %d: the %s job has no folded key", round, name)
 			}
-			f.reads(t, id, subs[name]).same(t, before[name], fmt.Sprintf("round %d: %s folded", round, name))
+			f.reads(t, id, subs[name], false).same(t, before[name], fmt.Sprintf("round %d: %s folded", round, name))
+			f.reads(t, id, subs[name], true).same(t, before[name], fmt.Sprintf("round %d: %s packed", round, name))
 		}
 		if packed := packedOutputs(t, f, ids["chat"]); round == 1 && packed != 4 {
 			t.Errorf("the chat job's %d output events packed, want 4: each run's 2 deltas of its result's text", packed)
@@ -268,19 +272,25 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 		if round == 1 {
 			break
 		}
-		// A retry expands them: as they were before the fold, then their
-		// second run, which the next round folds.
+		// A retry expands them, packed (the last reads leave them so): as
+		// they were before the fold, then their second run, which the next
+		// round folds. The chat job is retried by its id, the noop job by
+		// a bulk retry of the failed noop jobs.
+		if _, err := f.store.Retry(ctx, "acme", ids["chat"], false); err != nil {
+			t.Fatal(err)
+		}
+		page, err := f.store.RetryAll(ctx, job.RetryFilter{Tenant: "acme", Kind: "noop"})
+		if err != nil || page.Moved["default"] != 1 {
+			t.Fatalf("bulk retry of the packed noop job: %+v, %v", page, err)
+		}
 		for name, id := range ids {
-			if _, err := f.store.Retry(ctx, "acme", id, false); err != nil {
-				t.Fatal(err)
-			}
 			if n := f.rdb.Exists(ctx, ks.JobFolded("default", id)).Val(); n != 0 || f.rdb.HExists(ctx, ks.Job("default", id), "folded").Val() {
 				t.Fatalf("the %s job retried: its folded key or marker is left", name)
 			}
 		}
 		run(false)
 		for name, id := range ids {
-			r := f.reads(t, id, subs[name])
+			r := f.reads(t, id, subs[name], false)
 			if !slices.EqualFunc(r.events[:len(before[name].events)], before[name].events, sameEvent) {
 				t.Fatalf("%s retried: events %s\nwant %s first", name, r.events, before[name].events)
 			}
@@ -302,12 +312,17 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 	}
 }
 
-// packedOutputs returns how many output events of job id's folded key the
-// fold packed as a run of its result (type "o").
+// packedOutputs returns how many output events of job id's folded key
+// (packed or not) the fold packed as a run of its result (type "o").
 func packedOutputs(t *testing.T, f *fixture, id string) int {
 	t.Helper()
 	var folded struct{ E []string }
 	b, err := f.rdb.Get(t.Context(), keys.New(f.prefix).JobFolded("default", id)).Bytes()
+	if err == nil && scripts.IsPacked(b) {
+		var p scripts.Packed
+		p, err = scripts.Unpack(b)
+		b = p.Folded
+	}
 	if err == nil {
 		err = json.Unmarshal(b, &folded)
 	}
@@ -329,13 +344,54 @@ type reads struct {
 	get, listed, refused  string // Get, List's entry and Cancel's refusal, as JSON
 	refusedIn, replayedIn string // the input of Cancel's and a replay's job
 	replayed              string // a replay of its submission, as JSON
+	signalled             string // Signal's refusal, as JSON
 	events                []job.Event
 }
 
-// reads reads job id, submitted as s with the idempotency key key-<kind>.
-func (f *fixture) reads(t *testing.T, id string, s job.Submission) reads {
+// pack packs job id, folded, as a reaper of a later version does
+// (scripts.Pack): its hash and folded key become its folded key alone.
+// It is a no-op on a job packed already.
+func (f *fixture) pack(t *testing.T, id string) {
+	t.Helper()
+	ctx, ks := t.Context(), keys.New(f.prefix)
+	hash, folded := ks.Job("default", id), ks.JobFolded("default", id)
+	h := f.rdb.HGetAll(ctx, hash).Val()
+	if len(h) == 0 {
+		return
+	}
+	v, err := f.rdb.Get(ctx, folded).Bytes()
+	if err != nil || h["folded"] != "1" {
+		t.Fatalf("pack job %s: not folded (%v)", id, err)
+	}
+	value, err := scripts.Pack(h, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, hash)
+		p.SetArgs(ctx, folded, value, redis.SetArgs{KeepTTL: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reads reads job id, submitted as s with the idempotency key key-<kind>;
+// packed, with the job packed (pack) before each reader: those that only
+// read leave it packed, those that may write (a cancel, a replay, a
+// signal) unpack it first.
+func (f *fixture) reads(t *testing.T, id string, s job.Submission, packed bool) reads {
 	t.Helper()
 	ctx := t.Context()
+	pack := func(what string) {
+		t.Helper()
+		if packed {
+			f.pack(t, id)
+			if n := f.rdb.Exists(ctx, keys.New(f.prefix).Job("default", id)).Val(); n != 0 {
+				t.Fatalf("job %s packed for %s: its hash is left", id, what)
+			}
+		}
+	}
 	var r reads
 	marshal := func(j job.Job) string {
 		b, err := json.Marshal(j)
@@ -344,8 +400,17 @@ func (f *fixture) reads(t *testing.T, id string, s job.Submission) reads {
 		}
 		return string(b)
 	}
+	kept := func(what string) {
+		t.Helper()
+		if packed && f.rdb.Exists(ctx, keys.New(f.prefix).Job("default", id)).Val() != 0 {
+			t.Fatalf("job %s: read by %s, it was unpacked", id, what)
+		}
+	}
+	pack("Get")
 	r.job = f.get(t, id)
 	r.get = marshal(r.job)
+	kept("Get")
+	pack("List")
 	list, _, err := f.store.List(ctx, job.ListQuery{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
@@ -355,17 +420,28 @@ func (f *fixture) reads(t *testing.T, id string, s job.Submission) reads {
 			r.listed = marshal(j)
 		}
 	}
+	kept("List")
+	pack("Cancel")
 	refused, err := f.store.Cancel(ctx, "acme", id, false)
 	if !errors.Is(err, job.ErrConflict) {
 		t.Fatalf("cancel of ended job %s: %v", id, err)
 	}
 	r.refused, r.refusedIn = marshal(refused), string(refused.Input)
+	pack("a replay")
 	replayed, created, err := f.store.Submit(ctx, "acme", s, "key-"+s.Kind)
 	if err != nil || created {
 		t.Fatalf("replay of job %s: created %v, %v", id, created, err)
 	}
 	r.replayed, r.replayedIn = marshal(replayed), string(replayed.Input)
+	pack("Signal")
+	signalled, resumed, err := f.store.Signal(ctx, "acme", id, false, "approval", nil)
+	if !errors.Is(err, job.ErrConflict) || resumed {
+		t.Fatalf("signal to ended job %s: resumed %v, %v", id, resumed, err)
+	}
+	r.signalled = marshal(signalled)
+	pack("Events")
 	r.events = f.allEvents(t, id)
+	kept("Events")
 	return r
 }
 
@@ -375,7 +451,7 @@ func (r reads) same(t *testing.T, want reads, what string) {
 	for _, c := range []struct{ name, got, want string }{
 		{"Get", r.get, want.get}, {"List", r.listed, want.listed}, {"Cancel", r.refused, want.refused},
 		{"Cancel's input", r.refusedIn, want.refusedIn}, {"replay", r.replayed, want.replayed},
-		{"replay's input", r.replayedIn, want.replayedIn},
+		{"replay's input", r.replayedIn, want.replayedIn}, {"Signal", r.signalled, want.signalled},
 	} {
 		if c.got != c.want || c.got == "" {
 			t.Errorf("%s: %s reads %s\nwant %s", what, c.name, c.got, c.want)
@@ -386,7 +462,9 @@ func (r reads) same(t *testing.T, want reads, what string) {
 	}
 }
 
-// A folded job past its retention goes with its folded key.
+// A folded job past its retention goes with its folded key; packed, with
+// its entry in its tenant's listing, whose tenant only the packed value
+// holds then.
 func TestFoldedJobRetired(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -397,9 +475,13 @@ func TestFoldedJobRetired(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return f.rdb.Exists(ctx, ks.JobFolded("default", j.ID)).Val() == 1
 	}, "job not folded")
+	f.pack(t, j.ID)
 	testenv.Eventually(t, 10*time.Second, func() bool {
 		return f.rdb.Exists(ctx, ks.Job("default", j.ID), ks.JobEvents("default", j.ID), ks.JobFolded("default", j.ID)).Val() == 0
 	}, "job past its retention: some of its keys left")
+	if err := f.rdb.ZScore(ctx, ks.QueueTenantJobs("default", "acme"), j.ID).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("job past its retention: still in its tenant's listing (%v)", err)
+	}
 }
 
 // A folded job's key expires a day after the end of its retention, its

@@ -110,16 +110,19 @@ func (q *queue) waiting(ctx context.Context) bool {
 }
 
 // tenantsOf reads the tenant of each retired job, whose listing entry
-// (the tenant's index) the claim removes with the record; "" for a record
-// already gone.
+// (the tenant's index) the claim removes with the record: from its hash,
+// or from the head of its folded key once it is packed (scripts.Pack); ""
+// for a record already gone.
 func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, error) {
 	if len(retired) == 0 {
 		return nil, nil
 	}
 	cmds := make([]*redis.StringCmd, len(retired))
+	heads := make([]*redis.StringCmd, len(retired))
 	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for k, id := range retired {
 			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id), "tenant")
+			heads[k] = p.GetRange(ctx, q.keys.JobFolded(q.name, id), 0, scripts.PackedHead-1)
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
@@ -128,6 +131,9 @@ func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, erro
 	tenants := make([]string, len(retired))
 	for k, c := range cmds {
 		tenants[k] = c.Val()
+		if packed, ok := scripts.PackedTenant([]byte(heads[k].Val())); ok && tenants[k] == "" {
+			tenants[k] = packed
+		}
 	}
 	return tenants, nil
 }

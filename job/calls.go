@@ -2,7 +2,10 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -185,11 +188,75 @@ func (c followCall) layout(ks keys.Space) scriptArgs {
 	return scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobEvents(c.queue, c.id)}}
 }
 
+// unpackCall writes a packed job back (job_unpack.lua): hash and folded
+// are its keys, value the packed value read, and p its content.
+type unpackCall struct {
+	hash, folded string
+	value        []byte
+	p            scripts.Packed
+}
+
+func (c unpackCall) layout(keys.Space) scriptArgs {
+	a := scriptArgs{keys: []string{c.hash, c.folded}, argv: make([]any, 0, 2+2*len(c.p.Hash))}
+	a.argv = append(a.argv, c.value, []byte(c.p.Folded))
+	for _, name := range slices.Sorted(maps.Keys(c.p.Hash)) {
+		a.argv = append(a.argv, name, c.p.Hash[name])
+	}
+	return a
+}
+
 // layouter is a params struct of a script call.
 type layouter interface{ layout(keys.Space) scriptArgs }
 
-// run runs script with the KEYS and ARGV c lays out.
+// run runs script with the KEYS and ARGV c lays out (runArgs).
 func (s *Store) run(ctx context.Context, script *redis.Script, c layouter) *redis.Cmd {
-	a := c.layout(s.keys)
-	return script.Run(ctx, s.rdb, a.keys, a.argv...)
+	return s.runArgs(ctx, script, c.layout(s.keys))
+}
+
+// unpackTries bounds the runs of a script that finds packed jobs: each is
+// unpacked before the next, so only a reaper packing them again at once
+// (it packs a job once, a minute after it ended) takes a second.
+const unpackTries = 3
+
+// runArgs runs script with a. A script that finds packed jobs where it
+// needs their fields (scripts.PackedKeys) has written nothing: they are
+// unpacked, and it runs again.
+func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs) *redis.Cmd {
+	for try := 1; ; try++ {
+		cmd := script.Run(ctx, s.rdb, a.keys, a.argv...)
+		at, packed := scripts.PackedKeys(cmd.Err())
+		if !packed || try == unpackTries {
+			return cmd
+		}
+		for _, k := range at {
+			if k[0] > len(a.keys) || k[1] > len(a.keys) {
+				return cmd
+			}
+			if _, err := s.unpackJob(ctx, a.keys[k[0]-1], a.keys[k[1]-1]); err != nil {
+				cmd.SetErr(err)
+				return cmd
+			}
+		}
+	}
+}
+
+// unpackJob writes the job whose hash and folded key are hash and folded
+// back as it was before it was packed (job_unpack.lua), if it still is,
+// and says whether it was.
+func (s *Store) unpackJob(ctx context.Context, hash, folded string) (packed bool, err error) {
+	value, err := s.rdb.Get(ctx, folded).Bytes()
+	if errors.Is(err, redis.Nil) || (err == nil && !scripts.IsPacked(value)) {
+		return false, nil // not packed, unpacked since, or no job
+	}
+	if err != nil {
+		return false, fmt.Errorf("job: unpack: %w", err)
+	}
+	p, err := scripts.Unpack(value)
+	if err != nil {
+		return true, fmt.Errorf("job: %s: %w", folded, err)
+	}
+	if err := s.run(ctx, s.unpack, unpackCall{hash: hash, folded: folded, value: value, p: p}).Err(); err != nil {
+		return true, fmt.Errorf("job: unpack: %w", err)
+	}
+	return true, nil
 }

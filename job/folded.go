@@ -27,19 +27,27 @@ type folded struct {
 }
 
 // readFolded reads the reply of a GET of a job's folded key; ok is false
-// when there is none (the job is not folded).
-func readFolded(cmd *redis.StringCmd) (f folded, ok bool, err error) {
+// when there is none (the job is not folded). A packed job's (scripts.Pack)
+// is its folded key's JSON, and p its content (nil when not packed).
+func readFolded(cmd *redis.StringCmd) (f folded, p *scripts.Packed, ok bool, err error) {
 	b, err := cmd.Bytes()
 	if errors.Is(err, redis.Nil) {
-		return folded{}, false, nil
+		return folded{}, nil, false, nil
 	}
 	if err != nil {
-		return folded{}, false, err
+		return folded{}, nil, false, err
+	}
+	if scripts.IsPacked(b) {
+		unpacked, err := scripts.Unpack(b)
+		if err != nil {
+			return folded{}, nil, false, fmt.Errorf("job: folded key: %w", err)
+		}
+		p, b = &unpacked, unpacked.Folded
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		return folded{}, false, fmt.Errorf("job: folded key: %w", err)
+		return folded{}, nil, false, fmt.Errorf("job: folded key: %w", err)
 	}
-	return f, true, nil
+	return f, p, true, nil
 }
 
 // events returns f's events, three strings each, unpacked. held are the
@@ -154,10 +162,13 @@ func (f folded) merge(h map[string]string) {
 }
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
-// fields and of the fold's marker, then GET of its folded key. The two are
-// not one step: a retry's expand may come between them, which the marker
-// tells (torn). A fold between them is harmless: the hash was read whole.
+// fields and of the fold's marker, then GET of its folded key, which holds
+// the whole job once it is packed (scripts.Pack). The two are not one
+// step: a retry's expand, or an unpack, may come between them, which the
+// marker tells (torn). A fold or a packing between them is harmless: the
+// hash was read whole.
 type jobRead struct {
+	names  []string
 	hash   *redis.SliceCmd
 	folded *redis.StringCmd
 }
@@ -165,26 +176,56 @@ type jobRead struct {
 // readJob queues the read of names of job id of queue into p.
 func (s *Store) readJob(ctx context.Context, p redis.Pipeliner, queue, id string, names []string) jobRead {
 	return jobRead{
+		names:  names,
 		hash:   p.HMGet(ctx, s.keys.Job(queue, id), append(slices.Clip(names), "folded")...),
 		folded: p.Get(ctx, s.keys.JobFolded(queue, id)),
 	}
 }
 
-// values returns the values of the names read, as the hash holds them,
-// what the fold moved out (ok false when the job was not folded as read),
-// and torn when the job was folded but its folded key gone by the second
-// read: it was expanded since, and must be read again.
+// values returns the values of the names read, as the hash holds them (or
+// held them, packed), what the fold moved out (ok false when the job was
+// not folded as read), and torn when the job was folded but its folded
+// key gone by the second read, or neither hash nor packed job was there
+// but its folded key was: it was expanded or unpacked since, and must be
+// read again.
 func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 	all, err := r.hash.Result()
 	if err != nil {
 		return nil, folded{}, false, false, err
 	}
 	vals, marker := all[:len(all)-1], all[len(all)-1]
-	if marker == nil {
-		return vals, folded{}, false, false, nil
+	if marker == nil && slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
+		return vals, folded{}, false, false, nil // not folded
 	}
-	f, ok, err = readFolded(r.folded)
-	return vals, f, ok, !ok && err == nil, err
+	f, p, ok, err := readFolded(r.folded)
+	switch {
+	case err != nil || marker != nil:
+		return vals, f, ok, !ok && err == nil, err
+	case p != nil:
+		for i, name := range r.names {
+			if v, held := p.Hash[name]; held {
+				vals[i] = v
+			}
+		}
+		return vals, f, true, false, nil
+	}
+	return vals, folded{}, false, ok, nil // no job, or one unpacked between the reads
+}
+
+// hashFields is HMGET of names on job id of queue, a packed job
+// (scripts.Pack) written back first: what a caller reads of a job before a
+// script on it, which takes it through KEYS or checks it. Every value is
+// nil when there is no such job.
+func (s *Store) hashFields(ctx context.Context, queue, id string, names ...string) ([]any, error) {
+	hash := s.keys.Job(queue, id)
+	vals, err := s.rdb.HMGet(ctx, hash, names...).Result()
+	if err != nil || slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
+		return vals, err
+	}
+	if packed, err := s.unpackJob(ctx, hash, s.keys.JobFolded(queue, id)); !packed || err != nil {
+		return vals, err
+	}
+	return s.rdb.HMGet(ctx, hash, names...).Result()
 }
 
 // shown returns the shown fields of a job read with shownFields, as they

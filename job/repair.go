@@ -54,7 +54,7 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 	}
 	// The script takes the job's lane through KEYS; a job's keys and
 	// tenant never change, so reading them first races with nothing.
-	f, err := s.rdb.HMGet(ctx, s.keys.Job(queue, id), "state", "concurrency_keys", "tenant").Result()
+	f, err := s.hashFields(ctx, queue, id, "state", "concurrency_keys", "tenant")
 	if err != nil {
 		return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
 	}
@@ -449,18 +449,25 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 	if len(ids) == 0 {
 		return 0, false, nil, nil
 	}
-	cmds := make([]*redis.SliceCmd, len(ids))
+	names := []string{"tenant", "state", "kind", "concurrency_keys", "finished_at"}
+	reads := make([]jobRead, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, s.keys.Job(queue, id), "tenant", "state", "kind", "concurrency_keys", "finished_at")
+			reads[i] = s.readJob(ctx, p, queue, id, names) // a packed job's too (values)
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) { // the GET of a job not folded
 		return 0, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
 	}
 	var match, lanes []string
-	for i, cmd := range cmds {
-		v := cmd.Val()
+	for i, r := range reads {
+		v, _, _, torn, err := r.values()
+		if err == nil && torn {
+			v, err = s.hashFields(ctx, queue, ids[i], names...)
+		}
+		if err != nil {
+			return 0, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
+		}
 		tenant, _ := v[0].(string)
 		state, _ := v[1].(string)
 		kind, _ := v[2].(string)
@@ -559,12 +566,13 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 		return Job{}, err
 	}
 	// The tenant index is the job's tenant's; a job's tenant never changes.
-	jobTenant, err := s.rdb.HGet(ctx, s.keys.Job(queue, id), "tenant").Result()
-	if errors.Is(err, redis.Nil) {
-		return Job{}, ErrNotFound
-	}
+	f, err := s.hashFields(ctx, queue, id, "tenant")
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
+	}
+	jobTenant, ok := f[0].(string)
+	if !ok {
+		return Job{}, ErrNotFound
 	}
 	res, err := s.run(ctx, s.delete, deleteCall{queue: queue, id: id, tenant: jobTenant, owner: owner, idemTTL: s.idemTTL}).Slice()
 	if err != nil {

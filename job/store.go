@@ -101,6 +101,7 @@ type Store struct {
 	delete    *redis.Script
 	signal    *redis.Script
 	follow    *redis.Script
+	unpack    *redis.Script
 	unlock    *redis.Script
 	tracer    trace.Tracer
 	queueSet  *queueSet
@@ -129,6 +130,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		delete:    scripts.Load("job_delete.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua"),
 		signal:    scripts.Load("job_signal.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua"),
 		follow:    scripts.Load("job_follow.lua", "states.lua"),
+		unpack:    scripts.Load("job_unpack.lua"),
 		unlock:    scripts.Load("unlock.lua"),
 		tracer:    telemetry.Tracer(cfg.TracerProvider),
 	}
@@ -464,21 +466,19 @@ func (s *Store) laneOf(ctx context.Context, tenant, id string, admin bool) (queu
 		return "", "", "", err
 	}
 	queue, err = s.withQueue(ctx, id, func(queue string) (bool, error) {
-		var err error
-		lane, err = s.rdb.HGet(ctx, s.keys.Job(queue, id), "concurrency_keys").Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			return false, nil
-		case err != nil:
+		f, err := s.hashFields(ctx, queue, id, "concurrency_keys")
+		if err != nil {
 			return false, fmt.Errorf("job: %s: %w", id, err)
 		}
-		return true, nil
+		lane, _ = f[0].(string)
+		return f[0] != nil, nil
 	})
 	return queue, owner, lane, err
 }
 
 // holder returns the one of queues that holds job id, asking them all in
-// one round trip; ErrNotFound when none does.
+// one round trip; ErrNotFound when none does. A packed job (scripts.Pack)
+// has its folded key alone.
 func (s *Store) holder(ctx context.Context, id string, queues []string) (string, error) {
 	if len(queues) == 0 {
 		return "", ErrNotFound
@@ -486,14 +486,14 @@ func (s *Store) holder(ctx context.Context, id string, queues []string) (string,
 	exists := make([]*redis.IntCmd, len(queues))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
-			exists[i] = p.Exists(ctx, s.keys.Job(q, id))
+			exists[i] = p.Exists(ctx, s.keys.Job(q, id), s.keys.JobFolded(q, id))
 		}
 		return nil
 	}); err != nil {
 		return "", fmt.Errorf("job: locate %s: %w", id, err)
 	}
 	for i, q := range queues {
-		if exists[i].Val() == 1 {
+		if exists[i].Val() > 0 {
 			return q, nil
 		}
 	}

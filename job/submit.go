@@ -457,7 +457,7 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	go func() {
 		for range calls {
 			a := <-laid
-			replies <- s.submit.Run(ctx, s.rdb, a.keys, a.argv...)
+			replies <- s.runArgs(ctx, s.submit, a)
 		}
 	}()
 	var errs []error

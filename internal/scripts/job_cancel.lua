@@ -9,6 +9,7 @@
 -- ARGV[3] events stream MAXLEN   ARGV[4] the job's id
 -- (cancelCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
+-- Fails with unpack_first's reply (transition.lua) when the job is packed.
 -- Returns {'missing'} when there is no such job for this caller, else
 -- {outcome, the job's record (record, transition.lua)} where outcome is 'cancelled' (now terminal),
 -- 'requested' (running; cancel_requested set), 'unchanged' (already cancelled
@@ -19,6 +20,9 @@ local tenant, retention_ms, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local f = redis.call('HMGET', job, 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
 local state = f[2]
 f[5] = f[5] or '0' -- attempt, implied when absent (transition.lua)
+if not state and packed(KEYS[11]) then
+  return unpack_first({1, 11})
+end
 -- Another tenant's job is as absent as one that never existed.
 if not state or (tenant ~= '' and f[1] ~= tenant) then
   return {'missing'}

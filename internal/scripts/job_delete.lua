@@ -9,6 +9,7 @@
 -- still stand for the job
 -- (deleteCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
+-- Fails with unpack_first's reply (transition.lua) when the job is packed.
 -- Returns {'missing'} when there is no such job for this caller,
 -- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
 -- has not ended (nothing changed).
@@ -17,6 +18,9 @@ local id, tenant = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', job, 'tenant', 'state')
 local owner, state = f[1], f[2]
+if not state and packed(KEYS[6]) then
+  return unpack_first({1, 6})
+end
 if not state or (tenant ~= '' and owner ~= tenant) then
   return {'missing'}
 end

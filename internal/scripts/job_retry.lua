@@ -11,6 +11,7 @@
 -- no cap; only with a tenant)   ARGV[5 .. 4+n] the job ids
 -- (retryCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
+-- Fails with unpack_first's reply (transition.lua) when a job is packed.
 -- Returns, for each job, {outcome} or, with ARGV[3] "1", {outcome, the
 -- job's record (record, transition.lua)}: outcome is 'retried' when it moved (it is queued now),
 -- 'missing' when there is no such job for this caller, 'capped' when it
@@ -38,6 +39,17 @@ local tenant, maxlen, records, room = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber
 local now = redis_now()
 local tx = transitions(stats, retired, now, nil, maxlen)
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, moved ones included
+
+-- Packed jobs are unpacked first, before anything here is written.
+local packed_at = {}
+for i = 1, #ARGV - 4 do
+  if packed(KEYS[5 + 4 * i]) and redis.call('EXISTS', KEYS[2 + 4 * i]) == 0 then
+    packed_at[#packed_at + 1], packed_at[#packed_at + 2] = 2 + 4 * i, 5 + 4 * i
+  end
+end
+if #packed_at > 0 then
+  return unpack_first(packed_at)
+end
 
 local out = {}
 for i = 1, #ARGV - 4 do

@@ -12,6 +12,7 @@
 -- bytes of their data   ARGV[7] the job's id
 -- (signalCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
+-- Fails with unpack_first's reply (transition.lua) when the job is packed.
 -- Returns {'missing'} when there is no such job for this caller, else
 -- {outcome, the job's record (record, transition.lua)}: outcome is 'resumed' (it waited for this
 -- signal: queued now), 'kept', 'ended' (terminal: nothing changed) or
@@ -25,6 +26,9 @@ local f = redis.call('HMGET', job, 'tenant', 'state', 'wait_for', 'attempt', 'co
   'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
 local state = f[2]
 f[4], f[6] = f[4] or '0', f[6] or '0' -- attempt and priority, implied when absent (transition.lua)
+if not state and packed(KEYS[9]) then
+  return unpack_first({1, 9})
+end
 -- Another tenant's job is as absent as one that never existed.
 if not state or (tenant ~= '' and f[1] ~= tenant) then
   return {'missing'}

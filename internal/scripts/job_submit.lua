@@ -25,7 +25,8 @@
 -- replay), which may have been deleted since; "" for an id made by this call
 -- (submitCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
--- Returns a flat list, two values per job in order: 1, its created_at
+-- Fails with unpack_first's reply (transition.lua) when a replay's job is
+-- packed. Returns a flat list, two values per job in order: 1, its created_at
 -- when this call created it; 1, its record (record, transition.lua) to a
 -- resent call that had created it (see the nonce below); 0, its record
 -- when it existed; -1, n when the queue holds n >= the cap of the tenant's
@@ -50,11 +51,19 @@ local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not
 -- needs an EXISTS. Only go-redis's resend of this very call, after a lost
 -- reply, finds them there: it looks each up. The replays created join it
 -- at the end, and the fresh ids not created leave it.
-local fresh = {}
+-- A replay's job may be packed since: it is unpacked first, before
+-- anything here is written.
+local fresh, packed_at = {}, {}
 for i = 0, n - 1 do
+  local k = 8 + 5 * i
   if ARGV[5 + 17 * i + 16] ~= '1' then
     fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[5 + 17 * i]
+  elseif packed(KEYS[k + 4]) and redis.call('EXISTS', KEYS[k]) == 0 then
+    packed_at[#packed_at + 1], packed_at[#packed_at + 2] = k, k + 4
   end
+end
+if #packed_at > 0 then
+  return unpack_first(packed_at)
 end
 local resent = #fresh > 0 and redis.call('ZADD', tenant_index, 'NX', unpack(fresh)) < #fresh / 2
 local lanes, pushed = {}, {} -- the lanes of the jobs created ready, in order; by lane, its set and jobs

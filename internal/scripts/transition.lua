@@ -434,6 +434,26 @@ local function unfolded(folded)
   return packed and cjson.decode(packed).f or {}
 end
 
+-- packed says whether folded, a job's folded key, holds the job packed: its
+-- hash and folded key in one, compressed, which Go alone reads (package
+-- scripts' Pack). Its hash is gone then.
+local function packed(folded)
+  return redis.call('GETRANGE', folded, 0, 0) == '\1'
+end
+
+-- unpack_first is the reply of a script that found packed jobs where it
+-- needs their fields, before it wrote anything: KEYS[at[1]] the first
+-- one's hash, KEYS[at[2]] its folded key, and so on. Go writes each back
+-- as it was before the packing (job_unpack.lua) and runs the script again
+-- (scripts.PackedKeys).
+local function unpack_first(at)
+  local list = {}
+  for i = 1, #at, 2 do
+    list[#list + 1] = at[i] .. ',' .. at[i + 1]
+  end
+  return redis.error_reply('LEASEHOLD_PACKED ' .. table.concat(list, ' '))
+end
+
 -- record returns job hash key as HGETALL reads it, and as it read before
 -- the fold: with the fields the fold moved into folded (those the hash
 -- holds win: written since), without the marker. The implied fields it

@@ -1,0 +1,164 @@
+package scripts
+
+import (
+	"bytes"
+	"compress/flate"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A packed job is an ended job, folded (transition.lua's fold), whose hash
+// and folded key a reaper has put into its folded key alone, compressed:
+// one key instead of two, and a third of their bytes (docs/architecture.md,
+// *Executions*). Lua cannot decompress, so only Go reads one; a script
+// that finds one where it needs the job's fields fails with PackedError's
+// reply (transition.lua's unpack_first), and Go writes the job back as it
+// was (job_unpack.lua) and runs the script again.
+//
+// The value is the byte packedV1, the job's tenant and a NUL byte, then
+// the raw DEFLATE stream, with packDict as its preset dictionary, of the
+// JSON {"h": the hash's fields but its marker folded, "j": the folded
+// key's JSON as it was}. A JSON folded key starts with '{', so the first
+// byte tells the two apart. The tenant is read without the rest
+// (PackedTenant): its index's entry goes with the job.
+const packedV1 = 0x01
+
+// PackedHead is how many bytes of a packed value hold its tenant: the
+// first byte, a tenant of at most 64 bytes, and the NUL after it.
+const PackedHead = 66
+
+// packDict is what most packed jobs hold, so that DEFLATE refers to it
+// rather than spelling it out: the hash's field names in the order JSON
+// sorts them, their usual values, and the folded key's shape. Changing it
+// changes what every packed value decodes to: a new one needs a new first
+// byte, beside this one.
+const packDict = `{"h":{"attempt":"1","cancel_requested":"1","concurrency_keys":"[\"model:","cost":"",` +
+	`"created_at":"17","error":"{\"code\":\"","exec_attempt":"1","exec_finished_at":"17",` +
+	`"exec_heartbeat_at":"17","exec_id":"","exec_started_at":"17","exec_state":"failed",` +
+	`"exec_trace":"00-","exec_worker":"","finished_at":"17","kind":"llm.chat","max_attempts":"3",` +
+	`"metadata":"{","nonce":"","retries":"","started_at":"17","state":"cancelled","tenant":"",` +
+	`"timeout_ms":"600000","token":"17","trace":"00-","webhook":"https://","webhook_attempts":"1",` +
+	`"webhook_first_at":"17","webhook_id":"msg_","webhook_state":"delivered","webhook_tries":"[{\"at\":"},` +
+	`"j":{"E":["17","state","","+","s","running,1,,=,=,,=,=,=,=,=,=,","o","succeeded,1,=,=,=,,=,=,=,=,=,=,="],` +
+	`"f":{"input":"{\"messages\":[{\"content\":\"\",\"role\":\"system\"},{\"content\":\"\",\"role\":\"user\"}],` +
+	`\"model\":\"","result":"{\"text\":\"","usage\":{\"prompt_tokens\":,\"completion_tokens\":,\"total_tokens\":}}"}}}`
+
+// Packed is a packed job's content: its hash's fields but the marker
+// folded, and its folded key's JSON.
+type Packed struct {
+	Hash   map[string]string `json:"h"`
+	Folded json.RawMessage   `json:"j"`
+}
+
+// IsPacked says whether v, a job's folded key, is a packed job.
+func IsPacked(v []byte) bool { return len(v) > 0 && v[0] == packedV1 }
+
+// writers keeps DEFLATE writers: each holds about a megabyte of state.
+var writers sync.Pool
+
+// Pack is the packed value of a job whose hash holds hash (as HGETALL
+// reads it; its marker folded is left out) and whose folded key holds
+// folded.
+func Pack(hash map[string]string, folded []byte) ([]byte, error) {
+	fields := make(map[string]string, len(hash))
+	for name, value := range hash {
+		if name != "folded" {
+			fields[name] = value
+		}
+	}
+	text, err := json.Marshal(Packed{Hash: fields, Folded: folded})
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	out := bytes.NewBuffer(append(append([]byte{packedV1}, hash["tenant"]...), 0))
+	w, _ := writers.Get().(*flate.Writer)
+	if w == nil {
+		w, _ = flate.NewWriterDict(out, flate.BestCompression, []byte(packDict)) // the level is valid
+	} else {
+		w.Reset(out)
+	}
+	defer writers.Put(w)
+	if _, err := w.Write(text); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// maxUnpacked bounds what a packed value may inflate to: a fold moves at
+// most 16 KB of events and long fields, and a job's other fields are
+// short, so no value Pack wrote comes near it.
+const maxUnpacked = 1 << 20
+
+// PackedTenant returns the tenant of a packed job from the first
+// PackedHead bytes of its value or more; ok is false for a value that is
+// not a packed job.
+func PackedTenant(head []byte) (tenant string, ok bool) {
+	if !IsPacked(head) {
+		return "", false
+	}
+	tenant, _, ok = strings.Cut(string(head[1:]), "\x00")
+	return tenant, ok
+}
+
+// Unpack reads a packed value (IsPacked).
+func Unpack(v []byte) (Packed, error) {
+	if !IsPacked(v) {
+		return Packed{}, errors.New("unpack: not a packed job")
+	}
+	end := bytes.IndexByte(v, 0)
+	if end < 0 {
+		return Packed{}, errors.New("unpack: no end to the tenant")
+	}
+	r := flate.NewReaderDict(bytes.NewReader(v[end+1:]), []byte(packDict))
+	defer r.Close()
+	text, err := io.ReadAll(io.LimitReader(r, maxUnpacked+1))
+	if err == nil && len(text) > maxUnpacked {
+		err = errors.New("larger than a packed job can be")
+	}
+	var p Packed
+	if err == nil {
+		err = json.Unmarshal(text, &p)
+	}
+	if err == nil && (p.Hash == nil || len(p.Folded) == 0) {
+		err = errors.New("no hash or no folded key")
+	}
+	if err != nil {
+		return Packed{}, fmt.Errorf("unpack: %w", err)
+	}
+	return p, nil
+}
+
+// PackedKeys reads the error reply of a script that found packed jobs
+// where it needs their fields (transition.lua's unpack_first): for each,
+// the places in its KEYS (from 1) of the job's hash and folded key. ok is
+// false for any other error, or none.
+func PackedKeys(err error) (at [][2]int, ok bool) {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return nil, false
+	}
+	list, ok := strings.CutPrefix(reply.Error(), "LEASEHOLD_PACKED ")
+	if !ok {
+		return nil, false
+	}
+	for pair := range strings.FieldsSeq(list) {
+		h, f, _ := strings.Cut(pair, ",")
+		hash, errH := strconv.Atoi(h)
+		fold, errF := strconv.Atoi(f)
+		if errH != nil || errF != nil || hash < 1 || fold < 1 {
+			return nil, false
+		}
+		at = append(at, [2]int{hash, fold})
+	}
+	return at, len(at) > 0
+}

@@ -1,0 +1,114 @@
+package job
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/testenv"
+)
+
+// A script that finds a packed job where it needs its fields fails
+// having written nothing, and run unpacks the job and runs it again: the
+// cancel, the signal, the retry and the delete answer as for the job
+// before it was packed. Run through the scripts directly: the Store's own
+// reads before them unpack a job already (hashFields), so only a job
+// packed between those reads and its script takes this way. A replay's
+// (job_submit.lua) is execution's TestFoldedJobReadsAsBefore's.
+//
+// Fails when a script takes a packed job for a missing one.
+func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
+				t.Fatalf("cancel: %s, %v", j.State, err)
+			}
+			q, lane := j.Queue, `["tenant:acme"]`
+			hash, folded := s.keys.Job(q, j.ID), s.keys.JobFolded(q, j.ID)
+			// Folded as a fold leaves a job of no long field (its events
+			// stay in its hash's states field here), then packed.
+			if err := s.rdb.HSet(ctx, hash, "folded", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			pack := func() {
+				t.Helper()
+				value, err := scripts.Pack(s.rdb.HGetAll(ctx, hash).Val(), []byte(s.rdb.Get(ctx, folded).Val()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Del(ctx, hash)
+					p.SetArgs(ctx, folded, value, redis.SetArgs{KeepTTL: true})
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range []struct {
+				name    string
+				call    layouter
+				script  *redis.Script
+				outcome string
+			}{
+				{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "acme", retention: s.retention}, s.cancel, "unchanged"},
+				{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "acme", name: "go", data: []byte("null")}, s.signal, "ended"},
+				{"retry", retryCall{queue: q, owner: "acme", ids: []string{j.ID}, lanes: []string{lane}, records: true}, s.retry, "retried"},
+			} {
+				pack()
+				res, err := s.run(ctx, c.script, c.call).Result()
+				if c.name == "retry" && err == nil {
+					res = res.([]any)[0]
+				}
+				r, err := decodeVerdict(res)
+				if err != nil {
+					t.Fatalf("%s: %v (%v)", c.name, err, res)
+				}
+				got, err := r.job(q, j.ID)
+				if r.outcome != c.outcome || err != nil || got.ID != j.ID || string(got.Input) != `{"n":1}` {
+					t.Fatalf("%s of the packed job: %s (job %q %s), %v; want %s and the job", c.name, r.outcome, got.ID, got.State, err, c.outcome)
+				}
+			}
+			// The retry left it queued: cancelled and packed again, it is
+			// deleted.
+			if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
+				t.Fatalf("cancel: %s, %v", j.State, err)
+			}
+			if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			s.rdb.HSet(ctx, hash, "folded", "1")
+			pack()
+			// A Store that does not know the job's queue finds it packed.
+			fresh, err := NewStore(b.Client, Config{Prefix: s.keys.Prefix()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := fresh.Get(ctx, "acme", j.ID, false); err != nil || got.State != StateCancelled {
+				t.Fatalf("the packed job read by a new Store: %s, %v", got.State, err)
+			}
+			res, err := s.run(ctx, s.delete, deleteCall{queue: q, id: j.ID, tenant: "acme", owner: "acme", idemTTL: s.idemTTL}).Result()
+			if r, err2 := decodeVerdict(res); err != nil || err2 != nil || r.outcome != "deleted" {
+				t.Fatalf("delete of the packed job: %v, %v, %v", res, err, err2)
+			}
+			if n := s.rdb.Exists(ctx, hash, folded).Val(); n != 0 {
+				t.Fatalf("deleted: %d of its keys left", n)
+			}
+		})
+	}
+}
