@@ -13,7 +13,10 @@ import (
 	"github.com/leasehold/leasehold/internal/scripts"
 )
 
-var foldScript = scripts.Load("job_fold.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
+var (
+	foldScript = scripts.Load("job_fold.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
+	packScript = scripts.Load("job_pack.lua")
+)
 
 // DefaultFoldAfter is the default Config.FoldAfter.
 const DefaultFoldAfter = time.Minute
@@ -73,10 +76,14 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	for _, z := range retired {
 		ids = append(ids, z.Member.(string))
 	}
-	args := q.newFoldArgs(last, upto, after, append(ids, later...))
+	ids = append(ids, later...)
+	args := q.newFoldArgs(last, upto, after, ids)
 	from, err := foldScript.Run(ctx, q.rdb, args.keys, args.argv...).Text()
 	if err != nil {
 		return false, fmt.Errorf("fold %s: %w", q.name, err)
+	}
+	if err := q.pack(ctx, ids); err != nil {
+		return false, err
 	}
 	if len(retired) == 0 {
 		return len(later) == foldBatch, nil
@@ -116,6 +123,71 @@ func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []
 	for _, id := range ids {
 		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
 		a.argv = append(a.argv, id)
+	}
+	return a
+}
+
+// pack packs those of ids that are folded (scripts.Pack): each job's hash
+// and folded key become its folded key alone, a third of their bytes.
+// Redis cannot compress, so it reads them, compresses them here, and
+// job_pack.lua writes those that have not changed since. ids are the
+// jobs the fold just took: one of them folded before (by an older
+// version, or unpacked since) is packed too, a packed one left.
+func (q *queue) pack(ctx context.Context, ids []string) error {
+	hashes := make([]*redis.MapStringStringCmd, len(ids))
+	folded := make([]*redis.StringCmd, len(ids))
+	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			hashes[i], folded[i] = p.HGetAll(ctx, q.keys.Job(q.name, id)), p.Get(ctx, q.keys.JobFolded(q.name, id))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("pack %s: %w", q.name, err)
+	}
+	var jobs []packing
+	for i, id := range ids {
+		h, f := hashes[i].Val(), []byte(folded[i].Val())
+		if h["folded"] != "1" || len(f) == 0 || scripts.IsPacked(f) {
+			continue
+		}
+		value, err := scripts.Pack(h, f)
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", q.name, err)
+		}
+		jobs = append(jobs, packing{id: id, hash: h, folded: f, value: value})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	args := q.newPackArgs(jobs)
+	if err := packScript.Run(ctx, q.rdb, args.keys, args.argv...).Err(); err != nil {
+		return fmt.Errorf("pack %s: %w", q.name, err)
+	}
+	return nil
+}
+
+// packing is one job to pack: its hash and folded key as read, and its
+// packed value.
+type packing struct {
+	id            string
+	hash          map[string]string
+	folded, value []byte
+}
+
+// newPackArgs lays out the pack script's KEYS and ARGV for jobs: the one
+// place in Go that knows that layout, which the header of
+// internal/scripts/job_pack.lua documents: change the two together.
+func (q *queue) newPackArgs(jobs []packing) scriptArgs {
+	var a scriptArgs
+	for _, j := range jobs {
+		// KEYS[2i - 1], KEYS[2i]; then m, the m strings of its hash, its
+		// folded key and its packed value
+		a.keys = append(a.keys, q.keys.Job(q.name, j.id), q.keys.JobFolded(q.name, j.id))
+		a.argv = append(a.argv, 2*len(j.hash))
+		for name, value := range j.hash {
+			a.argv = append(a.argv, name, value)
+		}
+		a.argv = append(a.argv, j.folded, j.value)
 	}
 	return a
 }

@@ -16,8 +16,8 @@ import (
 
 // BenchmarkFold runs 2 000 jobs that echo an input of 120 bytes (longer
 // than a listpack's values, as an LLM prompt: a job whose values are all
-// short is not folded), then folds their events into their hashes
-// (fold.go), and reports the Redis CPU and commands per job of each, in
+// short is not folded), then folds their events and long fields into
+// their folded keys and packs them (fold.go), and reports the Redis CPU and commands per job of each, in
 // the same run, and the memory per job before and after: what folding
 // costs beside running a job, and what it saves.
 func BenchmarkFold(b *testing.B) {

@@ -93,7 +93,11 @@
 //	                      fields, folded out a minute after its end; its
 //	                      hash keeps the short ones and folded "1", a
 //	                      listpack (Get, List and the scripts merge them);
-//	                      it expires at the end of the job's retention
+//	                      then packed (scripts.Pack): the hash's fields
+//	                      too, compressed, and no hash (Get, List and
+//	                      Events decode it; a script that needs its
+//	                      fields has it unpacked first); it expires a day
+//	                      after the end of the job's retention
 //	{q:Q}:fold_later      zset of ended ids the fold passed over while
 //	                      their webhook delivery was pending, score = unix
 //	                      ms when the fold looks at them again

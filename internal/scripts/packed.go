@@ -60,8 +60,10 @@ type Packed struct {
 // IsPacked says whether v, a job's folded key, is a packed job.
 func IsPacked(v []byte) bool { return len(v) > 0 && v[0] == packedV1 }
 
-// writers keeps DEFLATE writers: each holds about a megabyte of state.
-var writers sync.Pool
+// writers and readers keep DEFLATE's writers and readers: a writer holds
+// about a megabyte of state, a reader about 40 KB, which a reader of a
+// page of packed jobs would make anew for each.
+var writers, readers sync.Pool
 
 // Pack is the packed value of a job whose hash holds hash (as HGETALL
 // reads it; its marker folded is left out) and whose folded key holds
@@ -119,8 +121,14 @@ func Unpack(v []byte) (Packed, error) {
 	if end < 0 {
 		return Packed{}, errors.New("unpack: no end to the tenant")
 	}
-	r := flate.NewReaderDict(bytes.NewReader(v[end+1:]), []byte(packDict))
-	defer r.Close()
+	src := bytes.NewReader(v[end+1:])
+	r, _ := readers.Get().(io.ReadCloser)
+	if r == nil {
+		r = flate.NewReaderDict(src, []byte(packDict))
+	} else if err := r.(flate.Resetter).Reset(src, []byte(packDict)); err != nil {
+		return Packed{}, fmt.Errorf("unpack: %w", err)
+	}
+	defer readers.Put(r)
 	text, err := io.ReadAll(io.LimitReader(r, maxUnpacked+1))
 	if err == nil && len(text) > maxUnpacked {
 		err = errors.New("larger than a packed job can be")

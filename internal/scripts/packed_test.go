@@ -87,3 +87,35 @@ func TestPackedKeys(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPack packs and unpacks the job of TestMemoryPerFinishedChatJob
+// (an llm.chat job that streamed 30 tokens), as a reaper and a reader do:
+// the Go work a packed job costs.
+func BenchmarkPack(b *testing.B) {
+	hash := map[string]string{"folded": "1", "token": "1796633390152801", "exec_state": "succeeded",
+		"exec_started_at": "1796633390152", "attempt": "1", "tenant": "acme", "exec_heartbeat_at": "1796633390152",
+		"cost": "1038", "timeout_ms": "600000", "exec_id": "01a24fb1-ec45-7e70-8852-4c55a4722559",
+		"exec_finished_at": "1796633390158", "exec_worker": "vm-20503-fb9b", "finished_at": "1796633390158",
+		"started_at": "1796633390152", "created_at": "1796633390148", "kind": "llm.chat",
+		"concurrency_keys": `["model:fake-1","tenant:acme"]`, "exec_attempt": "1", "max_attempts": "3", "state": "succeeded"}
+	folded := []byte(`{"E":["1796633390148-0","state","","+4","s","running,1,,=,=,,=,=,=,=,=,=,","+2","o","9,171","+1","o","180,90","+3","s","succeeded,1,=,=,=,,=,=,=,=,=,=,="],"f":{"result":"{\"text\":\"token-1 token-2 token-3 token-4 token-5 token-6 token-7 token-8 token-9 token-10 token-11 token-12 token-13 token-14 token-15 token-16 token-17 token-18 token-19 token-20 token-21 token-22 token-23 token-24 token-25 token-26 token-27 token-28 token-29 token-30 \",\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":30,\"total_tokens\":34}}","input":"{\"messages\":[{\"content\":\"be brief\",\"role\":\"system\"},{\"content\":\"say hello\",\"role\":\"user\"}],\"model\":\"fake-1\"}"}}`)
+	v, err := Pack(hash, folded)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("pack", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Pack(hash, folded); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(v)), "bytes")
+	})
+	b.Run("unpack", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Unpack(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

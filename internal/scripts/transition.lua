@@ -60,7 +60,10 @@
 --   folded             "1": the job is folded (see fold below):
 --                      its long fields and events are in
 --                      {q:Q}:folded:<id> (absent: not folded)  fold (job_fold),
---                                                              expand (a move out of ended)
+--                                                              expand (a move out of ended),
+--                                                              unpack (job_unpack)
+-- A packed job (see packed below) has no hash: its fields are in its
+-- folded key, with the rest, compressed.
 --   events             the events of an ended job folded by an
 --                      older version (absent: not so)          expand (deletes it)
 --   sig:<name>         JSON data of a signal kept for a later

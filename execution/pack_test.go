@@ -1,0 +1,71 @@
+package execution
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/job"
+)
+
+// The pack script packs a folded job only as pack read it: a job whose
+// hash or folded key changed since (a retry's expand, a webhook's try, an
+// unpack that another caller changed) is left, and packed by a later
+// pack that reads it anew, its folded key's expiry kept.
+//
+// Fails when the script packs over a change, which would lose it.
+func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
+	t.Parallel()
+	f := newQueueFixture(t, Config{})
+	ctx, q := t.Context(), f.q
+	id := f.submit("acme", job.Submission{})
+	if j, err := f.store.Cancel(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
+		t.Fatalf("cancel: %s, %v", j.State, err)
+	}
+	hash, folded := q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id)
+	// Folded as a fold leaves a job of no long field (its events stay in
+	// its hash's states field here).
+	f.rdb.HSet(ctx, hash, "folded", "1")
+	f.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, time.Hour)
+	read := func() packing {
+		t.Helper()
+		h, fj := f.rdb.HGetAll(ctx, hash).Val(), []byte(f.rdb.Get(ctx, folded).Val())
+		value, err := scripts.Pack(h, fj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return packing{id: id, hash: h, folded: fj, value: value}
+	}
+	for _, c := range []struct {
+		name   string
+		change func()
+	}{
+		{"a field written", func() { f.rdb.HSet(ctx, hash, "webhook_tries", `[{"at":1}]`) }},
+		{"a field deleted", func() { f.rdb.HDel(ctx, hash, "webhook_tries") }},
+		{"the folded key written", func() { f.rdb.Set(ctx, folded, `{"f":{"error":"x"},"E":[]}`, redis.KeepTTL) }},
+	} {
+		p := read()
+		c.change()
+		args := q.newPackArgs([]packing{p})
+		if n, err := packScript.Run(ctx, f.rdb, args.keys, args.argv...).Int(); err != nil || n != 0 {
+			t.Fatalf("%s since read: %d packed, %v; want 0", c.name, n, err)
+		}
+		if f.rdb.Exists(ctx, hash).Val() != 1 || scripts.IsPacked([]byte(f.rdb.Get(ctx, folded).Val())) {
+			t.Fatalf("%s since read: packed", c.name)
+		}
+	}
+	if err := q.pack(ctx, []string{id}); err != nil {
+		t.Fatal(err)
+	}
+	if f.rdb.Exists(ctx, hash).Val() != 0 || !scripts.IsPacked([]byte(f.rdb.Get(ctx, folded).Val())) {
+		t.Fatal("read anew: not packed")
+	}
+	if ttl := f.rdb.PTTL(ctx, folded).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("packed, its folded key expires in %v, want the hour it had", ttl)
+	}
+	if j, err := f.store.Get(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
+		t.Fatalf("packed, it reads %s, %v", j.State, err)
+	}
+}
