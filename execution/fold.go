@@ -147,8 +147,8 @@ func (q *queue) pack(ctx context.Context, ids []string) error {
 	var jobs []packing
 	for i, id := range ids {
 		h, f := hashes[i].Val(), []byte(folded[i].Val())
-		if h["folded"] != "1" || len(f) == 0 || scripts.IsPacked(f) {
-			continue
+		if h["folded"] != "1" || len(f) == 0 || scripts.IsPacked(f) || h["webhook_state"] == "pending" {
+			continue // not folded, packed already, or a delivery's drainer reads its hash (an older fold's)
 		}
 		value, err := scripts.Pack(h, f)
 		if err != nil {

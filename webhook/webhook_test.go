@@ -547,13 +547,17 @@ func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
 	tried.Wait(t, 10*time.Second)
 
 	// This version's fold waits for the delivery's end: the delivery is
-	// pending again once it is folded, as an older fold leaves it.
+	// pending again once it is folded, as an older fold leaves it (one
+	// that does not pack it: a refused cancel unpacks it).
 	hash := fx.keys.Job(j.Queue, j.ID)
 	fx.rdb.HSet(ctx, hash, "webhook_state", "delivered")
 	fx.worker(t, execution.Config{FoldAfter: time.Millisecond})
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1
-	}, "job not folded")
+		return fx.rdb.Exists(ctx, fx.keys.JobFolded(j.Queue, j.ID)).Val() == 1 && fx.rdb.Exists(ctx, hash).Val() == 0
+	}, "job not folded and packed")
+	if _, err := fx.jobs.Cancel(ctx, "acme", j.ID, false); !errors.Is(err, job.ErrConflict) {
+		t.Fatal(err)
+	}
 	fx.rdb.HSet(ctx, hash, "webhook_state", "pending")
 	if fx.rdb.HExists(ctx, hash, "webhook_tries").Val() {
 		t.Fatal("the tries, longer than a listpack's values, left in the hash by the fold")
