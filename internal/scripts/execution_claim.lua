@@ -386,8 +386,12 @@ local function start(takes, lanes, expires, reply)
     lease_args[#lease_args + 1] = c.id
     local exec_id, token_s = ARGV[8 + n + c.i], int(token)
     local fields = {'attempt', attempt, 'token', token_s, 'exec_id', exec_id, 'exec_worker', worker,
-      'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running',
-      'exec_finished_at', ''}
+      'exec_attempt', attempt, 'exec_started_at', tx.now_s, 'exec_heartbeat_at', tx.now_s, 'exec_state', 'running'}
+    -- An execution before this one ended: its end is cleared. A job's
+    -- first has none to clear (an absent field reads as "").
+    if c.f[EXEC_ID] then
+      fields[#fields + 1], fields[#fields + 2] = 'exec_finished_at', ''
+    end
     -- The job's first start is kept.
     local started_at = c.f[STARTED_AT]
     if started_at == '' then
