@@ -27,6 +27,12 @@ func Fold(ctx context.Context, w *Worker, after time.Duration) (bool, error) {
 	return w.queues[0].fold(ctx, after)
 }
 
+// Pack packs ids, folded jobs of w's first queue, as its reaper does
+// after a fold (fold.go).
+func Pack(ctx context.Context, w *Worker, ids ...string) error {
+	return w.queues[0].pack(ctx, ids)
+}
+
 // The names of the worker's services (service.go), for WithStartedSignal.
 const (
 	ServiceHeartbeats    = serviceHeartbeats

@@ -78,15 +78,18 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	}
 	ids = append(ids, later...)
 	args := q.newFoldArgs(last, upto, after, ids)
-	from, err := foldScript.Run(ctx, q.rdb, args.keys, args.argv...).Text()
+	reply, err := foldScript.Run(ctx, q.rdb, args.keys, args.argv...).StringSlice()
+	if err == nil && len(reply) == 0 {
+		err = errors.New("an empty reply")
+	}
 	if err != nil {
 		return false, fmt.Errorf("fold %s: %w", q.name, err)
 	}
-	if err := q.pack(ctx, ids); err != nil {
-		return false, err
-	}
+	from, folded := reply[0], reply[1:]
+	// The packing comes after the fold's progress is kept: a job it
+	// leaves is folded, not lost, and the next fold goes on.
 	if len(retired) == 0 {
-		return len(later) == foldBatch, nil
+		return len(later) == foldBatch, q.pack(ctx, folded)
 	}
 	// Jobs retired in the same millisecond share a score: the next batch
 	// starts at the last one's, past those of it already taken.
@@ -104,7 +107,7 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	if from != last { // another reaper is further on
 		q.folds.from, q.folds.skip = from, 0
 	}
-	return len(retired) == foldBatch || len(later) == foldBatch, nil
+	return len(retired) == foldBatch || len(later) == foldBatch, q.pack(ctx, folded)
 }
 
 // newFoldArgs lays out the fold script's KEYS and ARGV for a fold of ids
@@ -127,12 +130,11 @@ func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []
 	return a
 }
 
-// pack packs those of ids that are folded (scripts.Pack): each job's hash
-// and folded key become its folded key alone, a third of their bytes.
-// Redis cannot compress, so it reads them, compresses them here, and
-// job_pack.lua writes those that have not changed since. ids are the
-// jobs the fold just took: one of them folded before (by an older
-// version, or unpacked since) is packed too, a packed one left.
+// pack packs ids, the jobs a fold just folded (scripts.Pack): each job's
+// hash and folded key become its folded key alone, a third of their
+// bytes. Redis cannot compress, so it reads them, compresses them here,
+// and job_pack.lua writes those that have not changed since. A job that
+// Pack cannot give back byte for byte stays folded.
 func (q *queue) pack(ctx context.Context, ids []string) error {
 	hashes := make([]*redis.MapStringStringCmd, len(ids))
 	folded := make([]*redis.StringCmd, len(ids))
@@ -151,6 +153,9 @@ func (q *queue) pack(ctx context.Context, ids []string) error {
 			continue // not folded, packed already, or a delivery's drainer reads its hash (an older fold's)
 		}
 		value, err := scripts.Pack(h, f)
+		if errors.Is(err, scripts.ErrNotPackable) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("pack %s: %w", q.name, err)
 		}

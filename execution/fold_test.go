@@ -356,30 +356,16 @@ type reads struct {
 	events                []job.Event
 }
 
-// pack packs job id, folded, as a reaper of a later version does
-// (scripts.Pack): its hash and folded key become its folded key alone.
-// It is a no-op on a job packed already.
+// pack packs job id, folded, as its reaper does after the fold
+// (execution.Pack): its hash and folded key become its folded key alone.
+// A job packed already is left.
 func (f *fixture) pack(t *testing.T, id string) {
 	t.Helper()
-	ctx, ks := t.Context(), keys.New(f.prefix)
-	hash, folded := ks.Job("default", id), ks.JobFolded("default", id)
-	h := f.rdb.HGetAll(ctx, hash).Val()
-	if len(h) == 0 {
-		return
-	}
-	v, err := f.rdb.Get(ctx, folded).Bytes()
-	if err != nil || h["folded"] != "1" {
-		t.Fatalf("pack job %s: not folded (%v)", id, err)
-	}
-	value, err := scripts.Pack(h, v)
+	w, err := execution.NewWorker(f.rdb, execution.Config{Prefix: f.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, hash)
-		p.SetArgs(ctx, folded, value, redis.SetArgs{KeepTTL: true})
-		return nil
-	}); err != nil {
+	if err := execution.Pack(t.Context(), w, id); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -44,6 +45,7 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 		change func()
 	}{
 		{"a field written", func() { f.rdb.HSet(ctx, hash, "webhook_tries", `[{"at":1}]`) }},
+		{"a field's value changed", func() { f.rdb.HSet(ctx, hash, "webhook_tries", `[{"at":2}]`) }},
 		{"a field deleted", func() { f.rdb.HDel(ctx, hash, "webhook_tries") }},
 		{"the folded key written", func() { f.rdb.Set(ctx, folded, `{"f":{"error":"x"},"E":[]}`, redis.KeepTTL) }},
 	} {
@@ -76,5 +78,36 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 	}
 	if j, err := f.store.Get(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
 		t.Fatalf("packed, it reads %s, %v", j.State, err)
+	}
+}
+
+// The claim's retirement reads a packed job's tenant, which names its
+// listing entry, from its folded key's head, and an unpacked one's from its
+// hash, in one step: another client's unpack between the two reads would
+// leave neither, and the job's listing entry behind.
+func TestTenantsOfAJobUnpackedMeanwhile(t *testing.T) {
+	t.Parallel()
+	f := newQueueFixture(t, Config{})
+	ctx, q := t.Context(), f.q
+	id := f.submit("acme", job.Submission{})
+	if _, err := f.store.Cancel(ctx, "acme", id, false); err != nil {
+		t.Fatal(err)
+	}
+	hash, folded := q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id)
+	f.rdb.HSet(ctx, hash, "folded", "1")
+	f.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, time.Hour)
+	if err := q.pack(ctx, []string{id}); err != nil || f.rdb.Exists(ctx, hash).Val() != 0 {
+		t.Fatalf("not packed: %v", err)
+	}
+	fired := testenv.Between(f.rdb, func(args []any) bool {
+		return len(args) > 1 && args[0] == "hget" && args[1] == hash
+	}, func() {
+		if _, err := f.store.Cancel(ctx, "acme", id, false); err != nil { // it unpacks the job
+			t.Errorf("cancel: %v", err)
+		}
+	})
+	tenants, err := q.tenantsOf(ctx, []string{id})
+	if err != nil || !fired() || tenants[0] != "acme" {
+		t.Fatalf("tenant of the retired job: %q, %v (another client came between: %v); want acme", tenants, err, fired())
 	}
 }

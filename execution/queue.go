@@ -111,15 +111,16 @@ func (q *queue) waiting(ctx context.Context) bool {
 
 // tenantsOf reads the tenant of each retired job, whose listing entry
 // (the tenant's index) the claim removes with the record: from its hash,
-// or from the head of its folded key once it is packed (scripts.Pack); ""
-// for a record already gone.
+// or from the head of its folded key once it is packed (scripts.Pack), in
+// one step (a transaction in the queue's slot), so that an unpack between
+// the two reads cannot hide it; "" for a record already gone.
 func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, error) {
 	if len(retired) == 0 {
 		return nil, nil
 	}
 	cmds := make([]*redis.StringCmd, len(retired))
 	heads := make([]*redis.StringCmd, len(retired))
-	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for k, id := range retired {
 			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id), "tenant")
 			heads[k] = p.GetRange(ctx, q.keys.JobFolded(q.name, id), 0, scripts.PackedHead-1)

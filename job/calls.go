@@ -232,7 +232,7 @@ func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs)
 			if k[0] > len(a.keys) || k[1] > len(a.keys) {
 				return cmd
 			}
-			if _, err := s.unpackJob(ctx, a.keys[k[0]-1], a.keys[k[1]-1]); err != nil {
+			if err := s.unpackJob(ctx, "", a.keys[k[0]-1], a.keys[k[1]-1]); err != nil {
 				cmd.SetErr(err)
 				return cmd
 			}
@@ -241,22 +241,25 @@ func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs)
 }
 
 // unpackJob writes the job whose hash and folded key are hash and folded
-// back as it was before it was packed (job_unpack.lua), if it still is,
-// and says whether it was.
-func (s *Store) unpackJob(ctx context.Context, hash, folded string) (packed bool, err error) {
+// back as it was before it was packed (job_unpack.lua), if it still is and
+// is owner's ("" for any tenant's): another tenant's call leaves it packed.
+func (s *Store) unpackJob(ctx context.Context, owner, hash, folded string) error {
 	value, err := s.rdb.Get(ctx, folded).Bytes()
 	if errors.Is(err, redis.Nil) || (err == nil && !scripts.IsPacked(value)) {
-		return false, nil // not packed, unpacked since, or no job
+		return nil // not packed, unpacked since, or no job
 	}
 	if err != nil {
-		return false, fmt.Errorf("job: unpack: %w", err)
+		return fmt.Errorf("job: unpack: %w", err)
+	}
+	if tenant, _ := scripts.PackedTenant(value); owner != "" && tenant != owner {
+		return nil
 	}
 	p, err := scripts.Unpack(value)
 	if err != nil {
-		return true, fmt.Errorf("job: %s: %w", folded, err)
+		return fmt.Errorf("job: %s: %w", folded, err)
 	}
 	if err := s.run(ctx, s.unpack, unpackCall{hash: hash, folded: folded, value: value, p: p}).Err(); err != nil {
-		return true, fmt.Errorf("job: unpack: %w", err)
+		return fmt.Errorf("job: unpack: %w", err)
 	}
-	return true, nil
+	return nil
 }

@@ -93,15 +93,12 @@ type jobEvents struct {
 }
 
 // readEvents reads the events of job id of queue after after (from), as
-// jobEvents, in one round trip: the job's tenant, states and fold with
-// readJob, then its stream. The reads are not one step, so an event moved
-// between them from the hash to the stream may be read twice (after
-// merges it), and a torn read (values) finds its events back in the
-// stream.
+// jobEvents, in one step (a transaction: the job's keys share its queue's
+// slot): the job's tenant, states and fold with readJob, then its stream.
 func (s *Store) readEvents(ctx context.Context, queue, id, after string, from streamID) (jobEvents, error) {
 	var r jobRead
 	var xread *redis.XStreamSliceCmd
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		r = s.readJob(ctx, p, queue, id, append([]string{"tenant", "events", "states"}, eventFields...))
 		xread = p.XRead(ctx, eventsRead(s.keys.JobEvents(queue, id), after, 0))
 		return nil

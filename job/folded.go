@@ -163,10 +163,11 @@ func (f folded) merge(h map[string]string) {
 
 // jobRead is one job's read in a pipeline: HMGET of some of its hash's
 // fields and of the fold's marker, then GET of its folded key, which holds
-// the whole job once it is packed (scripts.Pack). The two are not one
-// step: a retry's expand, or an unpack, may come between them, which the
-// marker tells (torn). A fold or a packing between them is harmless: the
-// hash was read whole.
+// the whole job once it is packed (scripts.Pack). Read in one transaction
+// (a job's keys share its queue's slot), the two are one step. In a plain
+// pipeline they are not: a retry's expand, or an unpack, may come between
+// them (torn: values), and the job must be read again in one step. A
+// fold or a packing between them is harmless: the hash was read whole.
 type jobRead struct {
 	names  []string
 	hash   *redis.SliceCmd
@@ -185,9 +186,10 @@ func (s *Store) readJob(ctx context.Context, p redis.Pipeliner, queue, id string
 // values returns the values of the names read, as the hash holds them (or
 // held them, packed), what the fold moved out (ok false when the job was
 // not folded as read), and torn when the job was folded but its folded
-// key gone by the second read, or neither hash nor packed job was there
-// but its folded key was: it was expanded or unpacked since, and must be
-// read again.
+// key gone by the second read, or neither hash nor packed job was there:
+// read apart, either may be a job expanded or unpacked between the reads,
+// to be read again in one step; read in one, a folded job that lost its
+// folded key (its hash shows alone), or no job.
 func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 	all, err := r.hash.Result()
 	if err != nil {
@@ -209,20 +211,23 @@ func (r jobRead) values() (vals []any, f folded, ok, torn bool, err error) {
 		}
 		return vals, f, true, false, nil
 	}
-	return vals, folded{}, false, ok, nil // no job, or one unpacked between the reads
+	return vals, folded{}, false, true, nil // no job, or one unpacked between the reads
 }
 
 // hashFields is HMGET of names on job id of queue, a packed job
-// (scripts.Pack) written back first: what a caller reads of a job before a
-// script on it, which takes it through KEYS or checks it. Every value is
-// nil when there is no such job.
-func (s *Store) hashFields(ctx context.Context, queue, id string, names ...string) ([]any, error) {
+// (scripts.Pack) of owner ("" for any tenant: the admin) written back
+// first: what a caller reads of a job before a script on it, which takes
+// it through KEYS or checks it. Every value is nil when there is no such
+// job, or it is another tenant's, packed. A job found in neither form is
+// read again after the unpack: another caller may have unpacked it
+// between the reads.
+func (s *Store) hashFields(ctx context.Context, owner, queue, id string, names ...string) ([]any, error) {
 	hash := s.keys.Job(queue, id)
 	vals, err := s.rdb.HMGet(ctx, hash, names...).Result()
 	if err != nil || slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
 		return vals, err
 	}
-	if packed, err := s.unpackJob(ctx, hash, s.keys.JobFolded(queue, id)); !packed || err != nil {
+	if err := s.unpackJob(ctx, owner, hash, s.keys.JobFolded(queue, id)); err != nil {
 		return vals, err
 	}
 	return s.rdb.HMGet(ctx, hash, names...).Result()
@@ -243,22 +248,16 @@ func (r jobRead) shown() (h map[string]string, torn bool, err error) {
 }
 
 // shownOf reads the shown fields of job id of queue (shown; nil when the
-// job does not exist) in one round trip, or two when a retry's expand came
-// between its reads. A job torn twice (no retry is that quick: its folded
-// key was lost) shows what its hash holds.
+// job does not exist) in one step: a job whose folded key was lost shows
+// what its hash holds.
 func (s *Store) shownOf(ctx context.Context, queue, id string) (h map[string]string, err error) {
-	for range 2 {
-		var r jobRead
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			r = s.readJob(ctx, p, queue, id, shownFields)
-			return nil
-		}); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, err
-		}
-		var torn bool
-		if h, torn, err = r.shown(); err != nil || !torn {
-			break
-		}
+	var r jobRead
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		r = s.readJob(ctx, p, queue, id, shownFields)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
 	}
+	h, _, err = r.shown()
 	return h, err
 }

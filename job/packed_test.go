@@ -29,38 +29,10 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			j, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
-				t.Fatalf("cancel: %s, %v", j.State, err)
-			}
+			j := packedJob(t, s)
 			q, lane := j.Queue, `["tenant:acme"]`
 			hash, folded := s.keys.Job(q, j.ID), s.keys.JobFolded(q, j.ID)
-			// Folded as a fold leaves a job of no long field (its events
-			// stay in its hash's states field here), then packed.
-			if err := s.rdb.HSet(ctx, hash, "folded", "1").Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			pack := func() {
-				t.Helper()
-				value, err := scripts.Pack(s.rdb.HGetAll(ctx, hash).Val(), []byte(s.rdb.Get(ctx, folded).Val()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-					p.Del(ctx, hash)
-					p.SetArgs(ctx, folded, value, redis.SetArgs{KeepTTL: true})
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, c := range []struct {
+			for i, c := range []struct {
 				name    string
 				call    layouter
 				script  *redis.Script
@@ -70,7 +42,9 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 				{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "acme", name: "go", data: []byte("null")}, s.signal, "ended"},
 				{"retry", retryCall{queue: q, owner: "acme", ids: []string{j.ID}, lanes: []string{lane}, records: true}, s.retry, "retried"},
 			} {
-				pack()
+				if i > 0 {
+					packAs(t, s, hash, folded)
+				}
 				res, err := s.run(ctx, c.script, c.call).Result()
 				if c.name == "retry" && err == nil {
 					res = res.([]any)[0]
@@ -93,7 +67,7 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.rdb.HSet(ctx, hash, "folded", "1")
-			pack()
+			packAs(t, s, hash, folded)
 			// A Store that does not know the job's queue finds it packed.
 			fresh, err := NewStore(b.Client, Config{Prefix: s.keys.Prefix()})
 			if err != nil {
@@ -110,5 +84,46 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 				t.Fatalf("deleted: %d of its keys left", n)
 			}
 		})
+	}
+}
+
+// packedJob returns a job of tenant acme, cancelled, folded as a fold
+// leaves a job of no long field (its events stay in its hash's states
+// field here), and packed.
+func packedJob(t *testing.T, s *Store) Job {
+	t.Helper()
+	ctx := t.Context()
+	j, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
+		t.Fatalf("cancel: %s, %v", j.State, err)
+	}
+	hash, folded := s.keys.Job(j.Queue, j.ID), s.keys.JobFolded(j.Queue, j.ID)
+	if err := s.rdb.HSet(ctx, hash, "folded", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	packAs(t, s, hash, folded)
+	return j
+}
+
+// packAs packs the job of hash and folded as a reaper does.
+func packAs(t *testing.T, s *Store, hash, folded string) {
+	t.Helper()
+	ctx := t.Context()
+	value, err := scripts.Pack(s.rdb.HGetAll(ctx, hash).Val(), []byte(s.rdb.Get(ctx, folded).Val()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, hash)
+		p.SetArgs(ctx, folded, value, redis.SetArgs{KeepTTL: true})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

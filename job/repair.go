@@ -54,7 +54,7 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 	}
 	// The script takes the job's lane through KEYS; a job's keys and
 	// tenant never change, so reading them first races with nothing.
-	f, err := s.hashFields(ctx, queue, id, "state", "concurrency_keys", "tenant")
+	f, err := s.hashFields(ctx, owner, queue, id, "state", "concurrency_keys", "tenant")
 	if err != nil {
 		return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
 	}
@@ -463,7 +463,7 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 	for i, r := range reads {
 		v, _, _, torn, err := r.values()
 		if err == nil && torn {
-			v, err = s.hashFields(ctx, queue, ids[i], names...)
+			v, err = s.hashFields(ctx, owner, queue, ids[i], names...)
 		}
 		if err != nil {
 			return 0, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
@@ -566,7 +566,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 		return Job{}, err
 	}
 	// The tenant index is the job's tenant's; a job's tenant never changes.
-	f, err := s.hashFields(ctx, queue, id, "tenant")
+	f, err := s.hashFields(ctx, owner, queue, id, "tenant")
 	if err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}

@@ -466,7 +466,7 @@ func (s *Store) laneOf(ctx context.Context, tenant, id string, admin bool) (queu
 		return "", "", "", err
 	}
 	queue, err = s.withQueue(ctx, id, func(queue string) (bool, error) {
-		f, err := s.hashFields(ctx, queue, id, "concurrency_keys")
+		f, err := s.hashFields(ctx, owner, queue, id, "concurrency_keys")
 		if err != nil {
 			return false, fmt.Errorf("job: %s: %w", id, err)
 		}

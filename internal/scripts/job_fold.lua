@@ -12,8 +12,9 @@
 -- pass a job passed over is looked at again   ARGV[3 + i] job i's id
 -- (newFoldArgs in execution/fold.go is the one place in Go that lays these
 -- KEYS and ARGV out: change the two together.)
--- Returns the retired score the queue's jobs are folded up to: the higher
--- of ARGV[1] and the one stored (another reaper may be further on).
+-- Returns the retired score the queue's jobs are folded up to (the higher
+-- of ARGV[1] and the one stored: another reaper may be further on), then
+-- the ids of the jobs it folded, which Go packs (execution/fold.go).
 --
 -- A job is left, and out of fold_later, when it is not in the retired
 -- index (retried or deleted since it was picked), its retention is over
@@ -35,7 +36,7 @@ local stats, retired, later = KEYS[1], KEYS[2], KEYS[3]
 local upto, again = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = redis_now()
 local linger = 86400000 -- the day past its retention, ms
-local waits, done = {}, {}
+local waits, done, folded = {}, {}, {}
 for i = 4, #KEYS, 3 do
   local id = ARGV[(i - 1) / 3 + 3]
   local retire_at = tonumber(redis.call('ZSCORE', retired, id))
@@ -46,7 +47,9 @@ for i = 4, #KEYS, 3 do
   elseif redis.call('HGET', KEYS[i], 'webhook_state') == 'pending' then
     waits[#waits + 1], waits[#waits + 2] = now + again, id
   else
-    fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at + linger})
+    if fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at + linger}) then
+      folded[#folded + 1] = id
+    end
     done[#done + 1] = id
   end
 end
@@ -58,8 +61,7 @@ if #done > 0 then
 end
 local reached = tonumber(ARGV[1])
 local stored = tonumber(redis.call('HGET', stats, 'folded_to') or '0')
-if stored >= reached then
-  return int(stored)
+if stored < reached then
+  redis.call('HSET', stats, 'folded_to', int(reached))
 end
-redis.call('HSET', stats, 'folded_to', int(reached))
-return int(reached)
+return {int(math.max(stored, reached)), unpack(folded)}

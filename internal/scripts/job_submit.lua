@@ -46,8 +46,9 @@ local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not
 
 -- The ids this call made up join the tenant's index first, NX: the
 -- listing of the jobs created. A job is in its tenant's index exactly while
--- its hash exists (both are written here and taken by forget,
--- transition.lua), so when every one of them is new, none exists and none
+-- its hash exists, or its folded key packed (both are written here and
+-- taken by forget, transition.lua; a packed job is long ended), so when
+-- every one of them is new, none exists and none
 -- needs an EXISTS. Only go-redis's resend of this very call, after a lost
 -- reply, finds them there: it looks each up. The replays created join it
 -- at the end, and the fresh ids not created leave it.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -65,19 +66,32 @@ func IsPacked(v []byte) bool { return len(v) > 0 && v[0] == packedV1 }
 // page of packed jobs would make anew for each.
 var writers, readers sync.Pool
 
+// ErrNotPackable is a job Pack cannot write so that Unpack gives its bytes
+// back: a field that is not UTF-8 (JSON would replace its bytes; a
+// handler's raw result may be such), or more than Unpack reads.
+var ErrNotPackable = errors.New("pack: the job would not unpack to the same bytes")
+
 // Pack is the packed value of a job whose hash holds hash (as HGETALL
 // reads it; its marker folded is left out) and whose folded key holds
-// folded.
+// folded, the compact JSON a fold writes.
 func Pack(hash map[string]string, folded []byte) ([]byte, error) {
 	fields := make(map[string]string, len(hash))
 	for name, value := range hash {
+		if !utf8.ValidString(name) || !utf8.ValidString(value) {
+			return nil, ErrNotPackable
+		}
 		if name != "folded" {
 			fields[name] = value
 		}
 	}
-	text, err := json.Marshal(Packed{Hash: fields, Folded: folded})
-	if err != nil {
+	var text bytes.Buffer
+	enc := json.NewEncoder(&text)
+	enc.SetEscapeHTML(false) // which would change folded's bytes
+	if err := enc.Encode(Packed{Hash: fields, Folded: folded}); err != nil {
 		return nil, fmt.Errorf("pack: %w", err)
+	}
+	if text.Len() > maxUnpacked {
+		return nil, ErrNotPackable
 	}
 	out := bytes.NewBuffer(append(append([]byte{packedV1}, hash["tenant"]...), 0))
 	w, _ := writers.Get().(*flate.Writer)
@@ -87,7 +101,7 @@ func Pack(hash map[string]string, folded []byte) ([]byte, error) {
 		w.Reset(out)
 	}
 	defer writers.Put(w)
-	if _, err := w.Write(text); err != nil {
+	if _, err := w.Write(text.Bytes()); err != nil {
 		return nil, err
 	}
 	if err := w.Close(); err != nil {

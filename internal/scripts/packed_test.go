@@ -44,6 +44,29 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 }
 
+// A packed job unpacks to the same bytes: JSON's HTML escapes are not
+// written into the folded key's JSON, and a field that is not UTF-8, which
+// JSON would change, is not packed.
+func TestPackIsByteExact(t *testing.T) {
+	hash := map[string]string{"tenant": "acme", "result": "{\"q\":\"a<b && c>d \u2028\"}"}
+	folded := []byte(`{"f":{"input":"{\"q\":\"a<b && c>d\"}"},"E":["1-0","output","{\"text\":\"<\u2028>\"}"]}`)
+	v, err := Pack(hash, folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Unpack(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(p.Hash, hash) || !bytes.Equal(p.Folded, folded) {
+		t.Fatalf("unpacked %q %s\nwant %q %s", p.Hash, p.Folded, hash, folded)
+	}
+	hash["result"] = "\"\xff\""
+	if _, err := Pack(hash, folded); !errors.Is(err, ErrNotPackable) {
+		t.Fatalf("a result not UTF-8 packed: %v", err)
+	}
+}
+
 // Unpack refuses what Pack did not write, with an error, never a panic.
 func FuzzUnpack(f *testing.F) {
 	good, err := Pack(map[string]string{"tenant": "acme", "state": "failed"}, []byte(`{"f":{}}`))
