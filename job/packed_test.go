@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,8 +13,8 @@ import (
 
 // A script that finds a packed job where it needs its fields fails
 // having written nothing, and run unpacks the job and runs it again: the
-// cancel, the signal, the retry and the delete answer as for the job
-// before it was packed. Run through the scripts directly: the Store's own
+// cancel, the signal and the retry answer as for the job before it was
+// packed; the delete deletes it as it is. Run through the scripts directly: the Store's own
 // reads before them unpack a job already (hashFields), so only a job
 // packed between those reads and its script takes this way. A replay's
 // (job_submit.lua) is execution's TestFoldedJobReadsAsBefore's.
@@ -84,6 +85,35 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 				t.Fatalf("deleted: %d of its keys left", n)
 			}
 		})
+	}
+}
+
+// A packed job is deleted as it is, by its tenant alone: its tenant is in
+// its value's head, so neither Delete nor its script unpacks it, and one
+// whose value does not unpack (a bug's, a hand's) is deleted too.
+func TestDeleteAPackedJobAsItIs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := NewStore(testenv.Redis(t).Client(t), Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := packedJob(t, s)
+	hash, folded := s.keys.Job(j.Queue, j.ID), s.keys.JobFolded(j.Queue, j.ID)
+	if _, err := s.Delete(ctx, "beta", j.ID, false); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's delete: %v, want ErrNotFound", err)
+	}
+	if err := s.rdb.Set(ctx, folded, "\x01acme\x00not deflate", redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Delete(ctx, "acme", j.ID, false); err != nil {
+		t.Fatalf("delete of a packed job whose value does not unpack: %v", err)
+	}
+	if n := s.rdb.Exists(ctx, hash, folded).Val(); n != 0 {
+		t.Fatalf("deleted: %d of its keys left", n)
+	}
+	if err := s.rdb.ZScore(ctx, s.keys.QueueTenantJobs(j.Queue, "acme"), j.ID).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("deleted: still in its tenant's listing (%v)", err)
 	}
 }
 

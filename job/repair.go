@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/jobid"
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // retryChunk is how many jobs one run of the retry script moves at most,
@@ -565,13 +566,21 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	if err != nil {
 		return Job{}, err
 	}
-	// The tenant index is the job's tenant's; a job's tenant never changes.
-	f, err := s.hashFields(ctx, owner, queue, id, "tenant")
-	if err != nil {
+	// The tenant index is the job's tenant's; a job's tenant never
+	// changes. A packed job is deleted as it is, not unpacked first.
+	var hash, head *redis.StringCmd
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		hash = p.HGet(ctx, s.keys.Job(queue, id), "tenant")
+		head = p.GetRange(ctx, s.keys.JobFolded(queue, id), 0, scripts.PackedHead-1)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
-	jobTenant, ok := f[0].(string)
-	if !ok {
+	jobTenant := hash.Val()
+	if packed, ok := scripts.PackedTenant([]byte(head.Val())); ok && jobTenant == "" {
+		jobTenant = packed
+	}
+	if jobTenant == "" {
 		return Job{}, ErrNotFound
 	}
 	res, err := s.run(ctx, s.delete, deleteCall{queue: queue, id: id, tenant: jobTenant, owner: owner, idemTTL: s.idemTTL}).Slice()

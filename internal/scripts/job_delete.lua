@@ -9,7 +9,7 @@
 -- still stand for the job
 -- (deleteCall in job/calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
--- Fails with unpack_first's reply (transition.lua) when the job is packed.
+-- A packed job (transition.lua's packed) is deleted as it is: it ended.
 -- Returns {'missing'} when there is no such job for this caller,
 -- {'deleted'} when it was deleted, or {'live', HGETALL of the job} when it
 -- has not ended (nothing changed).
@@ -18,13 +18,14 @@ local id, tenant = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', job, 'tenant', 'state')
 local owner, state = f[1], f[2]
-if not state and packed(KEYS[6]) then
-  return unpack_first({1, 6})
+if not state then -- packed: it ended, and its tenant is in its value's head
+  owner = packed_tenant(KEYS[6])
+  state = owner and 'packed'
 end
 if not state or (tenant ~= '' and owner ~= tenant) then
   return {'missing'}
 end
-if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' then
+if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' and state ~= 'packed' then
   return {'live', redis.call('HGETALL', job)}
 end
 forget(retired, {id}, {job, events, KEYS[6]}, {tenant_index})

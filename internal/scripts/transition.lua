@@ -444,6 +444,14 @@ local function packed(folded)
   return redis.call('GETRANGE', folded, 0, 0) == '\1'
 end
 
+-- packed_tenant returns the tenant of the job packed in folded (its
+-- value's head: package scripts' Pack), or nil when it is not packed.
+local function packed_tenant(folded)
+  local head = redis.call('GETRANGE', folded, 0, 65)
+  local nul = head:byte(1) == 1 and head:find('\0', 2, true)
+  return nul and head:sub(2, nul - 1) or nil
+end
+
 -- unpack_first is the reply of a script that found packed jobs where it
 -- needs their fields, before it wrote anything: KEYS[at[1]] the first
 -- one's hash, KEYS[at[2]] its folded key, and so on. Go writes each back
