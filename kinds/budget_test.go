@@ -92,14 +92,17 @@ func keyLimit(t *testing.T, store *job.Store, key string) job.Limit {
 // TestAdaptiveLimitLearnsTheUpstreamsCapacity: a limit of 20 before an
 // upstream that serves 5 at once, three worker processes, 40 one-second
 // jobs with one attempt each. The effective limit starts low and finds the
-// capacity: every job succeeds, 429s stay within 15 % of the calls, and the
+// capacity: every job succeeds, 429s stay within 20 % of the calls, and the
 // jobs take at most 1.5× the ideal. (A limit that did not learn would see
 // about 75 % refused. A phase is 40 to 60 calls, so each of the law's few
-// probes is 2 %: measured 3 to 11 % on an idle machine. The long-run rate
-// is make bench/utilisation's, in docs/benchmarks.md.) Then the capacity doubles, and the
-// effective limit grows back to it; then a worker is killed mid-run, and
-// its jobs run again on another (after their lease's TTL, which that
-// phase's bound allows for).
+// probes is 2 %: measured 3 to 11 % on an idle machine, 15.5 % once under
+// the full suite's load. The long-run rate is make bench/utilisation's, in
+// docs/benchmarks.md.) Then the capacity doubles, and the effective limit
+// grows back to it, from the first phase's 5 while the phase runs: a round
+// of slack for that ramp (1.51× was measured under -race and load; a limit
+// that did not grow would take twice the ideal). Then a worker is killed
+// mid-run, and its jobs run again on another (after their lease's TTL,
+// which that phase's bound allows for).
 //
 // The ideal is the jobs' rounds at the capacity times one job's time
 // measured alone in the same run (claim, call and finish, under this
@@ -147,8 +150,8 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 		t.Logf("%s: %d jobs in %v (ideal %v, %.2fx); %d calls, %d refused (%.1f %%); effective limit %d",
 			name, jobs, took.Round(10*time.Millisecond), ideal, took.Seconds()/ideal.Seconds(), calls, refused,
 			100*float64(refused)/float64(calls), l.EffectiveLimit.Value)
-		if float64(refused) > 0.15*float64(calls) {
-			t.Errorf("%s: %d of %d calls refused, want at most 15 %%", name, refused, calls)
+		if float64(refused) > 0.2*float64(calls) {
+			t.Errorf("%s: %d of %d calls refused, want at most 20 %%", name, refused, calls)
 		}
 		if took > ideal*3/2+slack {
 			t.Errorf("%s: %v, want at most 1.5x the ideal %v (+%v)", name, took, ideal, slack)
@@ -159,7 +162,7 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 	}
 	t.Logf("one job alone: %v", single)
 	phase("capacity 5", 40, 5, 1, 0, nil)
-	phase("capacity 10", 60, 10, 1, 0, nil)
+	phase("capacity 10", 60, 10, 1, single, nil)
 	// A killed worker's jobs are lost and run again once their leases
 	// expire (the helper's TTL, 1 s): they spend an attempt.
 	phase("capacity 10, a worker killed", 60, 10, 2, time.Second, func() {
