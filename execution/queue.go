@@ -110,31 +110,24 @@ func (q *queue) waiting(ctx context.Context) bool {
 }
 
 // tenantsOf reads the tenant of each retired job, whose listing entry
-// (the tenant's index) the claim removes with the record: from its hash,
-// or from the head of its folded key once it is packed (scripts.Pack), in
-// one step (a transaction in the queue's slot), so that an unpack between
-// the two reads cannot hide it; "" for a record already gone.
+// (the tenant's index) the claim removes with the record, in one step
+// (scripts.ReadTenant, in a transaction); "" for a record already gone.
 func (q *queue) tenantsOf(ctx context.Context, retired []string) ([]string, error) {
 	if len(retired) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.StringCmd, len(retired))
-	heads := make([]*redis.StringCmd, len(retired))
+	reads := make([]scripts.TenantRead, len(retired))
 	if _, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for k, id := range retired {
-			cmds[k] = p.HGet(ctx, q.keys.Job(q.name, id), "tenant")
-			heads[k] = p.GetRange(ctx, q.keys.JobFolded(q.name, id), 0, scripts.PackedHead-1)
+			reads[k] = scripts.ReadTenant(ctx, p, q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id))
 		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("claim %s: tenants of retired jobs: %w", q.name, err)
 	}
 	tenants := make([]string, len(retired))
-	for k, c := range cmds {
-		tenants[k] = c.Val()
-		if packed, ok := scripts.PackedTenant([]byte(heads[k].Val())); ok && tenants[k] == "" {
-			tenants[k] = packed
-		}
+	for k, r := range reads {
+		tenants[k] = r.Tenant()
 	}
 	return tenants, nil
 }

@@ -568,18 +568,14 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 	}
 	// The tenant index is the job's tenant's; a job's tenant never
 	// changes. A packed job is deleted as it is, not unpacked first.
-	var hash, head *redis.StringCmd
+	var read scripts.TenantRead
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		hash = p.HGet(ctx, s.keys.Job(queue, id), "tenant")
-		head = p.GetRange(ctx, s.keys.JobFolded(queue, id), 0, scripts.PackedHead-1)
+		read = scripts.ReadTenant(ctx, p, s.keys.Job(queue, id), s.keys.JobFolded(queue, id))
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
-	jobTenant := hash.Val()
-	if packed, ok := scripts.PackedTenant([]byte(head.Val())); ok && jobTenant == "" {
-		jobTenant = packed
-	}
+	jobTenant := read.Tenant()
 	if jobTenant == "" {
 		return Job{}, ErrNotFound
 	}

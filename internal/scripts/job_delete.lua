@@ -19,7 +19,7 @@ local id, tenant = ARGV[1], ARGV[2]
 local f = redis.call('HMGET', job, 'tenant', 'state')
 local owner, state = f[1], f[2]
 if not state then -- packed: it ended, and its tenant is in its value's head
-  owner = packed_tenant(KEYS[6])
+  owner = packed(KEYS[6])
   state = owner and 'packed'
 end
 if not state or (tenant ~= '' and owner ~= tenant) then

@@ -3,6 +3,7 @@ package scripts
 import (
 	"bytes"
 	"compress/flate"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,21 +20,23 @@ import (
 // and folded key a reaper has put into its folded key alone, compressed:
 // one key instead of two, and a third of their bytes (docs/architecture.md,
 // *Executions*). Lua cannot decompress, so only Go reads one; a script
-// that finds one where it needs the job's fields fails with PackedError's
-// reply (transition.lua's unpack_first), and Go writes the job back as it
-// was (job_unpack.lua) and runs the script again.
+// that finds one where it needs the job's fields fails with
+// unpack_first's reply (transition.lua; PackedKeys reads it), and Go
+// writes the job back as it was (job_unpack.lua) and runs the script
+// again.
 //
 // The value is the byte packedV1, the job's tenant and a NUL byte, then
 // the raw DEFLATE stream, with packDict as its preset dictionary, of the
 // JSON {"h": the hash's fields but its marker folded, "j": the folded
 // key's JSON as it was}. A JSON folded key starts with '{', so the first
 // byte tells the two apart. The tenant is read without the rest
-// (PackedTenant): its index's entry goes with the job.
+// (ReadTenant): its index's entry goes with the job.
 const packedV1 = 0x01
 
-// PackedHead is how many bytes of a packed value hold its tenant: the
-// first byte, a tenant of at most 64 bytes, and the NUL after it.
-const PackedHead = 66
+// packedHead is how many bytes of a packed value hold its tenant: the
+// first byte, a tenant of at most 64 bytes, and the NUL after it
+// (transition.lua's packed reads as many).
+const packedHead = 66
 
 // packDict is what most packed jobs hold, so that DEFLATE refers to it
 // rather than spelling it out: the hash's field names in the order JSON
@@ -116,7 +119,7 @@ func Pack(hash map[string]string, folded []byte) ([]byte, error) {
 const maxUnpacked = 1 << 20
 
 // PackedTenant returns the tenant of a packed job from the first
-// PackedHead bytes of its value or more; ok is false for a value that is
+// packedHead bytes of its value or more; ok is false for a value that is
 // not a packed job.
 func PackedTenant(head []byte) (tenant string, ok bool) {
 	if !IsPacked(head) {
@@ -124,6 +127,27 @@ func PackedTenant(head []byte) (tenant string, ok bool) {
 	}
 	tenant, _, ok = strings.Cut(string(head[1:]), "\x00")
 	return tenant, ok
+}
+
+// TenantRead is the read of a job's tenant in a pipeline: from its hash,
+// or, once the job is packed, from its folded key's head.
+type TenantRead struct{ hash, head *redis.StringCmd }
+
+// ReadTenant queues into p the read of the tenant of the job whose hash
+// and folded key are hash and folded. In a transaction (a job's keys share
+// its queue's slot) the two reads are one step: an unpack between them
+// would leave neither.
+func ReadTenant(ctx context.Context, p redis.Pipeliner, hash, folded string) TenantRead {
+	return TenantRead{hash: p.HGet(ctx, hash, "tenant"), head: p.GetRange(ctx, folded, 0, packedHead-1)}
+}
+
+// Tenant is the tenant r read; "" when there is no such job.
+func (r TenantRead) Tenant() string {
+	if tenant := r.hash.Val(); tenant != "" {
+		return tenant
+	}
+	tenant, _ := PackedTenant([]byte(r.head.Val()))
+	return tenant
 }
 
 // Unpack reads a packed value (IsPacked).

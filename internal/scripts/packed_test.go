@@ -24,7 +24,7 @@ func TestPackRoundTrip(t *testing.T) {
 	if !IsPacked(v) || IsPacked(folded) {
 		t.Fatal("IsPacked tells a packed value from a JSON folded key wrong")
 	}
-	if tenant, ok := PackedTenant(v[:min(len(v), PackedHead)]); !ok || tenant != "acme" {
+	if tenant, ok := PackedTenant(v[:min(len(v), packedHead)]); !ok || tenant != "acme" {
 		t.Fatalf("PackedTenant: %q, %v", tenant, ok)
 	}
 	p, err := Unpack(v)

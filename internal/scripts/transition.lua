@@ -62,8 +62,6 @@
 --                      {q:Q}:folded:<id> (absent: not folded)  fold (job_fold),
 --                                                              expand (a move out of ended),
 --                                                              unpack (job_unpack)
--- A packed job (see packed below) has no hash: its fields are in its
--- folded key, with the rest, compressed.
 --   events             the events of an ended job folded by an
 --                      older version (absent: not so)          expand (deletes it)
 --   sig:<name>         JSON data of a signal kept for a later
@@ -76,6 +74,9 @@
 --   job_submit.lua)                                            submit only: they never change
 --   id, queue          the job's, which its key names: only a job
 --                      an older version submitted has them     (none now)
+--
+-- A packed job (see packed below) has no hash: its fields are in its
+-- folded key, with the rest, compressed.
 --
 -- (claim is execution_claim.lua, which also reaps lost executions, expires
 -- jobs at max_wait and promotes due ones; finish execution_finish.lua;
@@ -437,16 +438,11 @@ local function unfolded(folded)
   return packed and cjson.decode(packed).f or {}
 end
 
--- packed says whether folded, a job's folded key, holds the job packed: its
--- hash and folded key in one, compressed, which Go alone reads (package
--- scripts' Pack). Its hash is gone then.
+-- packed returns the tenant of the job packed in folded, its folded key,
+-- or nil when it is not packed. A packed job has its hash and folded key
+-- in one, compressed, which Go alone reads, and no hash; its tenant is in
+-- its value's head (package scripts' Pack).
 local function packed(folded)
-  return redis.call('GETRANGE', folded, 0, 0) == '\1'
-end
-
--- packed_tenant returns the tenant of the job packed in folded (its
--- value's head: package scripts' Pack), or nil when it is not packed.
-local function packed_tenant(folded)
   local head = redis.call('GETRANGE', folded, 0, 65)
   local nul = head:byte(1) == 1 and head:find('\0', 2, true)
   return nul and head:sub(2, nul - 1) or nil
