@@ -27,7 +27,7 @@ import (
 // script's.
 type tripCounter struct {
 	n              atomic.Int64
-	claims, claimT atomic.Int64 // claim scripts run, and their total time in ns
+	claims, claimT atomic.Int64 // claim scripts run, and the total time in ns of their round trips
 	finishes       atomic.Int64 // finish scripts run
 }
 
@@ -52,8 +52,16 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(1)
 		for _, cmd := range cmds {
-			if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == finishSHA {
+			args := cmd.Args()
+			if len(args) < 2 || cmd.Name() != "evalsha" {
+				continue
+			}
+			switch args[1] {
+			case finishSHA:
 				c.finishes.Add(1)
+			case claimSHA: // a fused claim's (see execution.fused)
+				t0 := time.Now()
+				defer func() { c.claims.Add(1); c.claimT.Add(int64(time.Since(t0))) }()
 			}
 		}
 		return next(ctx, cmds)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/lease"
 )
 
 // claim does the queue's due work for the candidates it looks at (reaping
@@ -30,7 +31,9 @@ import (
 //   - commit: the claim script, which checks each candidate again, and
 //     what its reply tells the next claim.
 //
-// That is two to four round trips, one more when records are retired.
+// That is two to four round trips, one more when records are retired; one
+// for a fused claim that follows another (see fused), whose peek was read
+// in the last claim's round trip and whose slots are taken in its own.
 // busy says the peek saw ready lanes (if none were claimed, other workers
 // took them, and there may be more) or a full batch of due work.
 //
@@ -59,9 +62,12 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	// them taken until their TTL, held by nobody.
 	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
 
-	p, err := q.peek(ctx, want, look, blocked, &r)
-	if err != nil {
-		return nil, false, nil, err
+	fused := q.fused(ctx)
+	p, ok := q.takeAlong()
+	if !ok {
+		if p, err = q.peek(ctx, want, look, blocked, &r); err != nil {
+			return nil, false, nil, err
+		}
 	}
 	q.metrics.reapedLeases(ctx, q.name, false, len(p.expired))
 	busy = p.busy()
@@ -83,7 +89,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		// granted only from here on.
 		p.asked = time.Now()
 	}
-	if err := q.reserve(ctx, &r, want, pl, p.early); err != nil {
+	if err := q.reserve(ctx, &r, want, pl, p.early, fused); err != nil {
 		return nil, false, nil, err
 	}
 	if r.room > 0 {
@@ -97,9 +103,18 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 	}
 
-	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r)
+	var next *nextPeek
+	if fused {
+		next = &nextPeek{look: look, lanes: p.heads, per: perLane(want, len(p.heads)), blocked: blocked}
+	}
+	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, next)
 	if err != nil {
 		return nil, busy, conf, err // conf: closed as nothing was claimed
+	}
+	if next != nil {
+		if np, err := next.read.result(ctx, q); err == nil {
+			q.along.Store(&np)
+		}
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
@@ -161,7 +176,7 @@ func (q *queue) reap(ctx context.Context) (more bool, err error) {
 	for i := range execIDs {
 		execIDs[i] = newExecID()
 	}
-	res, _, err := q.commit(ctx, q.newClaimArgs("", 0, pl, execIDs, make([]string, len(pl.ids))), nil)
+	res, _, err := q.commit(ctx, q.newClaimArgs("", 0, pl, execIDs, make([]string, len(pl.ids))), nil, nil)
 	if err != nil {
 		return more, err
 	}
@@ -182,7 +197,59 @@ func (q *queue) ackEach(ctx context.Context) context.Context {
 	return ctx
 }
 
-// peeked is what a claim's first round trip found.
+// fused says whether a claim's own round trip takes its slots of keys
+// without a limit or a budget, which grant every ask, and reads the next
+// claim's peek (nextPeek), so that a claim of such jobs that follows
+// another takes one round trip: on one primary, where a pipeline runs in
+// order, unless its claims wait for replicas (their script runs on a
+// connection of its own: see confirmation).
+func (q *queue) fused(ctx context.Context) bool {
+	_, single := q.rdb.(*redis.Client)
+	return single && !q.waiting(ctx)
+}
+
+// defaultAlongFor is how long the peek read along with a claim stands in
+// for the next claim's own: a claim that follows within it needs no peek
+// round trip. Later, the lanes at the head may have changed, and their
+// first jobs been taken by others.
+const defaultAlongFor = 10 * time.Millisecond
+
+// takeAlong returns, once, the peek read along with the last claim, when
+// it is younger than q.alongFor, found lanes at the head (a claim after one
+// that found none has been woken, or has polled: it peeks afresh), and
+// their keys grant every ask (the peek's own round trip asks early for
+// the slots of a limited key, and reserves a budget's tokens before the
+// jobs are read: see askEarly).
+func (q *queue) takeAlong() (peeked, bool) {
+	p := q.along.Swap(nil)
+	if p == nil || time.Since(p.read) > q.alongFor || len(p.heads) == 0 {
+		return peeked{}, false
+	}
+	for _, lane := range p.heads {
+		var keys []string
+		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
+		for _, k := range keys {
+			if !(lease.Ask{Limit: int(q.limits.of(k)), Budget: q.limits.budgetOf(k)}).GrantsAll() {
+				return peeked{}, false
+			}
+		}
+	}
+	return *p, true
+}
+
+// nextPeek is the next claim's peek, which a fused claim reads in its own
+// round trip after its script: look lanes at the head and the due work,
+// and the first per jobs of lanes (this claim's heads).
+type nextPeek struct {
+	look    int
+	lanes   []string
+	per     int
+	blocked *map[string]bool
+	read    *peeking // queued by commit
+}
+
+// peeked is what a claim's first round trip found, or the last claim's
+// (see fused).
 type peeked struct {
 	peekReply
 	// ahead holds the first jobs of the lanes the last claim saw at the
@@ -192,6 +259,7 @@ type peeked struct {
 	// asked is when the first ask for slots was sent: the leases' trust
 	// window counts from there.
 	asked time.Time
+	read  time.Time // when the peek was read
 }
 
 // busy says there may be more work than the peek found room for: lanes at
@@ -217,31 +285,52 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bo
 	if h := q.heads.Load(); want > 0 && h != nil {
 		last = *h
 	}
-	var p peeked
-	p.early = q.askEarly(want, last, blocked, q.left.Load())
-	keys := q.peekKeys()
-	var peek *redis.Cmd
+	early := q.askEarly(want, last, blocked, q.left.Load())
+	var pk *peeking
 	// The leases are granted from the moment the first ask for them is
 	// sent: their trust window counts from here.
-	p.asked = time.Now()
+	asked := time.Now()
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		peek = peekScript.EvalSha(ctx, pipe, keys, look, dueBatch)
-		if len(last) > 0 {
-			p.ahead = q.readLanes(ctx, pipe, last, perLane(want, len(last)), blocked)
-		}
-		if p.early != nil {
-			p.early.acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, p.early.asks.list)
+		pk = q.peekIn(ctx, pipe, look, last, perLane(want, len(last)), blocked)
+		if early != nil {
+			early.acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
 		return nil
 	})
-	if p.early != nil {
-		grants, err := p.early.acquiring.Grants(ctx)
+	if early != nil {
+		grants, err := early.acquiring.Grants(ctx)
 		if err != nil {
-			return p, fmt.Errorf("claim %s: %w", q.name, err)
+			return peeked{}, fmt.Errorf("claim %s: %w", q.name, err)
 		}
-		r.add(p.early.asks.list, grants)
+		r.add(early.asks.list, grants)
 	}
-	reply, err := reloaded(ctx, q.rdb, peekScript, peek, keys, look, dueBatch).Slice()
+	p, err := pk.result(ctx, q)
+	p.early, p.asked = early, asked
+	return p, err
+}
+
+// peeking is a peek queued on a pipeline (peekIn).
+type peeking struct {
+	look  int
+	cmd   *redis.Cmd
+	ahead map[string]*redis.StringSliceCmd
+}
+
+// peekIn queues on pipe the peek script for look lanes at the head and the
+// due work, and the reads of the first per jobs of lanes (readLanes).
+func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lanes []string, per int,
+	blocked *map[string]bool) *peeking {
+	pk := &peeking{look: look, cmd: peekScript.EvalSha(ctx, pipe, q.peekKeys(), look, dueBatch)}
+	if len(lanes) > 0 {
+		pk.ahead = q.readLanes(ctx, pipe, lanes, per, blocked)
+	}
+	return pk
+}
+
+// result returns what pk found, once its pipeline has run.
+func (pk *peeking) result(ctx context.Context, q *queue) (peeked, error) {
+	p := peeked{ahead: pk.ahead, read: time.Now()}
+	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, q.peekKeys(), pk.look, dueBatch).Slice()
 	if err != nil {
 		return p, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -300,12 +389,37 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *map[strin
 // commit runs the claim script with args and returns its reply, decoded,
 // and, for a claim whose client waits for replicas on one primary, the
 // WAIT the claim owes (confirmation). r is the claim's reservation; nil
-// for the reaper's, which has none.
-func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation) (res claimReply, conf *confirmation, err error) {
+// for the reaper's, which has none. A fused claim (next not nil) takes the
+// slots r left for its round trip, before the script, and reads next
+// after it.
+func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, next *nextPeek) (res claimReply, conf *confirmation, err error) {
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	var raw []any
-	if c, ok := q.rdb.(*redis.Client); ok && r != nil && q.waiting(ctx) {
+	c, single := q.rdb.(*redis.Client)
+	switch {
+	case next != nil:
+		var acquiring *lease.Acquiring
+		var cmd *redis.Cmd
+		_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			if len(r.later) > 0 {
+				acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, r.later)
+			}
+			cmd = claimScript.EvalSha(ctx, pipe, args.keys, args.argv...)
+			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)
+			return nil
+		})
+		raw, err = reloaded(ctx, q.rdb, claimScript, cmd, args.keys, args.argv...).Slice()
+		if acquiring != nil {
+			// Keys without a limit grant every ask: only an error refuses
+			// one. The jobs claimed then do not start without their slots:
+			// their leases expire and the reaper retries them, as after a
+			// worker's crash.
+			if _, aerr := acquiring.Grants(ctx); aerr != nil && err == nil {
+				err = aerr
+			}
+		}
+	case single && r != nil && q.waiting(ctx):
 		// On a connection of its own, resent on a new one when the
 		// connection drops (go-redis resends only on a pooled one).
 		for try := 0; try < 2; try++ {
@@ -318,7 +432,7 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation) (re
 				break
 			}
 		}
-	} else {
+	default:
 		raw, err = claimScript.Run(replicas.Ack(ctx), q.rdb, args.keys, args.argv...).Slice()
 	}
 	if err != nil {

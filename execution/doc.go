@@ -43,7 +43,11 @@
 // of their concurrency keys; a read of what that missed, and the slots
 // the first did not take, if anything; then the claim script over those
 // candidates), O(k log n) for k candidates in a
-// queue of n, never a scan;
+// queue of n, never a scan. On one primary, a claim whose jobs' keys have
+// neither a limit nor a budget (a tenant's key, usually) takes their slots
+// in the claim script's round trip, before it, and reads the next claim's
+// peek after it: a claim that follows another within 10 ms is then one
+// round trip;
 // the due work one claim does is bounded, and so is the number of lanes it
 // looks at while keys are full (4× the batch + 16, at most 256). A heartbeat is one round trip per queue for all
 // of a worker's executions there. Finishes are written in batches, one

@@ -11,6 +11,9 @@ import (
 // or need it cached in Redis.
 var ClaimScript = claimScript
 
+// PeekScript is the peek script, for tests that watch for it on the wire.
+var PeekScript = peekScript
+
 // FinishScript is the finish script, for benchmarks that count its runs.
 var FinishScript = finishScript
 
@@ -18,6 +21,13 @@ var FinishScript = finishScript
 // (subscribed to wake-ups, nothing to claim, about to wait).
 func WithIdleSignal(cfg Config, sig *testsignal.Signal) Config {
 	cfg.idle = sig
+	return cfg
+}
+
+// WithAlongFor returns cfg with a claim's peek standing in for the next
+// claim's own for d (see fused), not defaultAlongFor.
+func WithAlongFor(cfg Config, d time.Duration) Config {
+	cfg.alongFor = d
 	return cfg
 }
 

@@ -91,7 +91,14 @@ func (f *fixture) config(cfg execution.Config) execution.Config {
 // waits for Run to return.
 func (f *fixture) startWorker(t *testing.T, cfg execution.Config, handlers map[string]execution.Handler) (w *execution.Worker, stop func()) {
 	t.Helper()
-	w, err := execution.NewWorker(f.rdb, f.config(cfg))
+	return f.startWorkerOn(t, f.rdb, cfg, handlers)
+}
+
+// startWorkerOn is startWorker with a worker of client rdb (a client of
+// f's Redis).
+func (f *fixture) startWorkerOn(t *testing.T, rdb redis.UniversalClient, cfg execution.Config, handlers map[string]execution.Handler) (w *execution.Worker, stop func()) {
+	t.Helper()
+	w, err := execution.NewWorker(rdb, f.config(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,10 @@ type queue struct {
 	// folds is where the reaper's next fold starts (fold.go); the reaper
 	// alone uses it.
 	folds folds
+	// along is the peek the last fused claim read in its round trip, for
+	// the next if it follows within alongFor (see fused); nil once taken.
+	along    atomic.Pointer[peeked]
+	alongFor time.Duration
 	// acked is whether its client waits for replicas (see confirmation):
 	// 0 not known yet, 1 it does, 2 it does not.
 	acked atomic.Int32
@@ -381,6 +385,10 @@ type reservation struct {
 	byBudget map[string]string
 	// room is the soonest a budget that refused one has room again.
 	room time.Duration
+	// later holds the asks of keys without a limit or a budget that a
+	// fused claim takes in its own round trip (see reserve), counted in
+	// got and granted already: such a key grants every ask.
+	later []lease.Ask
 }
 
 // add records what asks got.
@@ -389,8 +397,7 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 		for h, tok := range grants[j].Tokens {
 			switch {
 			case tok != 0:
-				r.granted[ask.Holders[h]]++
-				r.got[ask.Key] = append(r.got[ask.Key], ask.Holders[h])
+				r.took(ask.Key, ask.Holders[h])
 			case grants[j].ByBudget:
 				r.byBudget[ask.Holders[h]] = ask.Key
 				if r.room == 0 || grants[j].RetryAfter < r.room {
@@ -399,6 +406,12 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 			}
 		}
 	}
+}
+
+// took records that holder got a slot of key.
+func (r *reservation) took(key, holder string) {
+	r.granted[holder]++
+	r.got[key] = append(r.got[key], holder)
 }
 
 // slotAsks gathers the slots a claim asks for: one lease.Ask per key.
@@ -516,7 +529,10 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 //
 // The candidates asked for are chosen as the claim script serves lanes,
 // one job of each in turn, so that a slot taken is seldom left unused.
-func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk) error {
+// A fused claim's asks whose keys grant every ask are left to the claim's
+// own round trip (r.later): no round trip is spent on an answer known
+// before it is asked.
+func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk, fused bool) error {
 	ids, lanes, ckeys := pl.ids, pl.lanes, pl.ckeys
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
@@ -576,7 +592,17 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			execIDs[i] = newExecID() // not asked for: not claimed, but the claim script's ARGV has one for each candidate
 		}
 	}
-	if len(asks.list) > 0 {
+	switch {
+	case fused && grantAll(asks.list):
+		// Every ask is granted: the claim's round trip takes them, before
+		// its script (commit).
+		r.later = asks.list
+		for _, ask := range asks.list {
+			for _, h := range ask.Holders {
+				r.took(ask.Key, h)
+			}
+		}
+	case len(asks.list) > 0:
 		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks.list)
 		if err != nil {
 			return fmt.Errorf("claim %s: %w", q.name, err)
@@ -594,6 +620,16 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 	}
 	r.execIDs = execIDs
 	return nil
+}
+
+// grantAll says whether every ask of asks is granted to all its holders.
+func grantAll(asks []lease.Ask) bool {
+	for _, a := range asks {
+		if !a.GrantsAll() {
+			return false
+		}
+	}
+	return true
 }
 
 // readCosts reads, in one round trip, the estimated tokens of the

@@ -95,6 +95,10 @@ type Config struct {
 	// started holds, by service name (service.go), a signal fired as the
 	// service starts; set by tests only (export_test.go).
 	started map[string]*testsignal.Signal
+	// alongFor replaces defaultAlongFor (see fused); set by tests only
+	// (export_test.go), which need a claim to follow another within it
+	// however loaded the machine.
+	alongFor time.Duration
 }
 
 // DefaultMaxEvents is the default Config.MaxEvents: far more than an LLM
@@ -255,7 +259,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		}
 		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
-			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics})
+			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)})
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {

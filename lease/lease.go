@@ -139,6 +139,10 @@ type Ask struct {
 	Tokens []int64
 }
 
+// GrantsAll says the ask is granted to every holder, whatever the key
+// holds: the key has neither a limit nor a budget.
+func (a Ask) GrantsAll() bool { return a.Limit < 0 && a.Budget.IsZero() }
+
 // Grant is what one Ask got.
 type Grant struct {
 	// Tokens holds each holder's fencing token, 0 for a holder refused
