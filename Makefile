@@ -77,6 +77,15 @@ bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
 	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/
 
+# Leasehold beside asynq v0.26 (issue 23's goals), three interleaved
+# rounds of 20 000 no-op jobs at concurrency 10, 50 and 200; the script
+# and asynq's side live beside the repository on the team's machines.
+VS_ASYNQ = ../shared/bench/vs-asynq.sh
+.PHONY: bench/vs-asynq
+bench/vs-asynq: ## BenchmarkThroughput beside asynq, median ratios of three rounds (needs $(VS_ASYNQ)).
+	@test -x "$(VS_ASYNQ)" || { echo "$(VS_ASYNQ) not found: set VS_ASYNQ to the side-by-side script"; exit 1; }
+	@$(VS_ASYNQ) $(CURDIR) 3
+
 # About half an hour: each of three modes (adaptive, fixed at the
 # capacity, fixed at 4x) steps a fake upstream's hidden capacity through
 # five 2 min phases (LEASEHOLD_BENCH_PHASE=30s for the stress case;
