@@ -37,13 +37,19 @@ var (
 	finishSHA = execution.FinishScript.Hash()
 )
 
+// timeClaim counts a claim's round trip, which ends when the func it
+// returns is called.
+func (c *tripCounter) timeClaim() func() {
+	t0 := time.Now()
+	return func() { c.claims.Add(1); c.claimT.Add(int64(time.Since(t0))) }
+}
+
 func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
 		if args := cmd.Args(); len(args) > 1 && cmd.Name() == "evalsha" && args[1] == claimSHA {
-			t0 := time.Now()
-			defer func() { c.claims.Add(1); c.claimT.Add(int64(time.Since(t0))) }()
+			defer c.timeClaim()()
 		}
 		return next(ctx, cmd)
 	}
@@ -60,8 +66,7 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 			case finishSHA:
 				c.finishes.Add(1)
 			case claimSHA: // a fused claim's (see execution.fused)
-				t0 := time.Now()
-				defer func() { c.claims.Add(1); c.claimT.Add(int64(time.Since(t0))) }()
+				defer c.timeClaim()()
 			}
 		}
 		return next(ctx, cmds)

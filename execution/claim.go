@@ -2,7 +2,6 @@ package execution
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -63,7 +62,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
 
 	fused := q.fused(ctx)
-	p, ok := q.takeAlong()
+	p, ok := q.takeAlong(want)
 	if !ok {
 		if p, err = q.peek(ctx, want, look, blocked, &r); err != nil {
 			return nil, false, nil, err
@@ -104,15 +103,27 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 
 	var next *nextPeek
-	if fused {
-		next = &nextPeek{look: look, lanes: p.heads, per: perLane(want, len(p.heads)), blocked: blocked}
+	if fused && q.lanesGrantAll(p.heads) {
+		next = &nextPeek{want: want, look: look, lanes: p.heads, per: perLane(want, len(p.heads)), blocked: blocked}
 	}
 	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, next)
+	if errors.Is(err, errSlots) {
+		// The script claimed jobs whose slots were not taken: none of them
+		// runs. Each goes back to its lane unrun, its attempt unspent, and
+		// its slots are released, with those of the candidates not
+		// claimed; what the hand-back cannot write, the reaper retries
+		// once the leases run out.
+		back, _ := q.executions(res, pl, &r, p.asked)
+		r.got = r.unused(back)
+		q.handBack(ctx, back)
+		return nil, busy, conf, err
+	}
 	if err != nil {
 		return nil, busy, conf, err // conf: closed as nothing was claimed
 	}
-	if next != nil {
-		if np, err := next.read.result(ctx, q); err == nil {
+	if next != nil && next.read != nil {
+		if np, err := q.peekResult(ctx, next.read); err == nil {
+			np.want = want
 			q.along.Store(&np)
 		}
 	}
@@ -214,38 +225,33 @@ func (q *queue) fused(ctx context.Context) bool {
 // first jobs been taken by others.
 const defaultAlongFor = 10 * time.Millisecond
 
-// takeAlong returns, once, the peek read along with the last claim, when
-// it is younger than q.alongFor, found lanes at the head (a claim after one
-// that found none has been woken, or has polled: it peeks afresh), and
-// their keys grant every ask (the peek's own round trip asks early for
-// the slots of a limited key, and reserves a budget's tokens before the
-// jobs are read: see askEarly).
-func (q *queue) takeAlong() (peeked, bool) {
+// takeAlong returns, once, the peek read along with the last claim for a
+// claim of want jobs, when it is younger than q.alongFor, was read for at
+// least want (enough lanes, and jobs of each), found lanes at the head (a
+// claim after one that found none has been woken, or has polled: it
+// peeks afresh), and their keys grant every ask (the peek's own round trip
+// asks early for the slots of a limited key, and reserves a budget's
+// tokens before the jobs are read: see askEarly).
+func (q *queue) takeAlong(want int) (peeked, bool) {
 	p := q.along.Swap(nil)
-	if p == nil || time.Since(p.read) > q.alongFor || len(p.heads) == 0 {
+	if p == nil || time.Since(p.read) > q.alongFor || p.want < want || len(p.heads) == 0 ||
+		!q.lanesGrantAll(p.heads) {
 		return peeked{}, false
-	}
-	for _, lane := range p.heads {
-		var keys []string
-		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
-		for _, k := range keys {
-			if !(lease.Ask{Limit: int(q.limits.of(k)), Budget: q.limits.budgetOf(k)}).GrantsAll() {
-				return peeked{}, false
-			}
-		}
 	}
 	return *p, true
 }
 
 // nextPeek is the next claim's peek, which a fused claim reads in its own
-// round trip after its script: look lanes at the head and the due work,
-// and the first per jobs of lanes (this claim's heads).
+// round trip after its script, when its lanes at the head grant every ask
+// (else the next claim peeks itself: see takeAlong): look lanes at the
+// head and the due work, and the first per jobs of lanes (this claim's
+// heads), for a claim of up to want jobs.
 type nextPeek struct {
-	look    int
-	lanes   []string
-	per     int
-	blocked *map[string]bool
-	read    *peeking // queued by commit
+	want, look int
+	lanes      []string
+	per        int
+	blocked    *map[string]bool
+	read       *peeking // queued by commit; nil when its script was loaded again
 }
 
 // peeked is what a claim's first round trip found, or the last claim's
@@ -260,6 +266,7 @@ type peeked struct {
 	// window counts from there.
 	asked time.Time
 	read  time.Time // when the peek was read
+	want  int       // for a claim of up to how many jobs, when read along with the last one (see takeAlong)
 }
 
 // busy says there may be more work than the peek found room for: lanes at
@@ -304,7 +311,7 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bo
 		}
 		r.add(early.asks.list, grants)
 	}
-	p, err := pk.result(ctx, q)
+	p, err := q.peekResult(ctx, pk)
 	p.early, p.asked = early, asked
 	return p, err
 }
@@ -327,8 +334,8 @@ func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lane
 	return pk
 }
 
-// result returns what pk found, once its pipeline has run.
-func (pk *peeking) result(ctx context.Context, q *queue) (peeked, error) {
+// peekResult returns what pk found, once its pipeline has run.
+func (q *queue) peekResult(ctx context.Context, pk *peeking) (peeked, error) {
 	p := peeked{ahead: pk.ahead, read: time.Now()}
 	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, q.peekKeys(), pk.look, dueBatch).Slice()
 	if err != nil {
@@ -378,7 +385,7 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *map[strin
 	for i, lane := range lanes {
 		keys, ok := parsed[lane]
 		if !ok {
-			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array ("" for a job gone)
+			keys = laneKeys(lane) // nil for a job gone ("")
 			parsed[lane] = keys
 		}
 		pl.ckeys[i] = keys
@@ -409,15 +416,21 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)
 			return nil
 		})
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			next.read = nil // read before the script, loaded again below, took its jobs
+		}
 		raw, err = reloaded(ctx, q.rdb, claimScript, cmd, args.keys, args.argv...).Slice()
-		if acquiring != nil {
-			// Keys without a limit grant every ask: only an error refuses
-			// one. The jobs claimed then do not start without their slots:
-			// their leases expire and the reaper retries them, as after a
-			// worker's crash.
-			if _, aerr := acquiring.Grants(ctx); aerr != nil && err == nil {
-				err = aerr
+		if acquiring == nil || err != nil {
+			break
+		}
+		// Keys without a limit grant every ask: only an error refuses one.
+		// The jobs claimed then must not start (see claim).
+		if _, aerr := acquiring.Grants(ctx); aerr != nil {
+			res, err = decodeClaim(raw)
+			if err != nil {
+				return res, nil, fmt.Errorf("claim %s: %w", q.name, err)
 			}
+			return res, nil, fmt.Errorf("claim %s: %w: %w", q.name, errSlots, aerr)
 		}
 	case single && r != nil && q.waiting(ctx):
 		// On a connection of its own, resent on a new one when the
@@ -449,6 +462,24 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 		return res, conf, fmt.Errorf("claim %s: %w", q.name, err)
 	}
 	return res, conf, nil
+}
+
+// errSlots is a fused claim's error when the slots it took in its round
+// trip failed and its script claimed jobs anyway (see commit).
+var errSlots = errors.New("the claimed jobs' slots were not taken")
+
+// handBack hands back executions claimed that must not run, unrun: their
+// jobs go back to their lanes with their attempts unspent, and their
+// slots are released (finishAll).
+func (q *queue) handBack(ctx context.Context, execs []*Execution) {
+	if len(execs) == 0 {
+		return
+	}
+	fs := make([]*finishing, len(execs))
+	for i, e := range execs {
+		fs[i] = &finishing{e: e, o: outcome{state: StateHandedOff, unrun: true}}
+	}
+	finishAll(ctx, q.rdb, fs)
 }
 
 // executions returns the executions of the jobs res hands out, candidates

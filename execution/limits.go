@@ -28,6 +28,12 @@ func (l *limits) of(key string) int64 {
 	return scripts.LimitOf(l.m, key)
 }
 
+// ask returns an ask for slots of key, with no holders yet: its limit
+// and budget as the worker knows them.
+func (l *limits) ask(key string) lease.Ask {
+	return lease.Ask{Key: key, Limit: int(l.of(key)), Budget: l.budgetOf(key)}
+}
+
 // budgetOf returns key's budget, the zero Budget for none.
 func (l *limits) budgetOf(key string) lease.Budget {
 	l.mu.RLock()

@@ -2,7 +2,6 @@ package execution
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -195,9 +194,7 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, b
 	byKey = map[string]int64{}
 	for lane, n := range scripts.LaneCounts(fair.Val()) {
 		ready += n
-		var keys []string
-		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
-		for _, k := range keys {
+		for _, k := range laneKeys(lane) {
 			byKey[k] += n
 		}
 	}
@@ -273,9 +270,7 @@ func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool,
 // their concurrency keys; lanes are the jobs' keys as stored.
 func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []string) {
 	for _, lane := range lanes {
-		var keys []string
-		_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
-		for _, k := range keys {
+		for _, k := range laneKeys(lane) {
 			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", k)))
 		}
 	}

@@ -431,7 +431,7 @@ func (a *slotAsks) add(limits *limits, keys []string, holder string, tokens int6
 		if !ok {
 			j = len(a.list)
 			a.at[k] = j
-			a.list = append(a.list, lease.Ask{Key: k, Limit: int(limits.of(k)), Budget: limits.budgetOf(k)})
+			a.list = append(a.list, limits.ask(k))
 		}
 		a.list[j].Holders = append(a.list[j].Holders, holder)
 		if a.list[j].Budget.TPM > 0 {
@@ -489,7 +489,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 			id := newExecID()
 			keys, ok := keysOf[lane]
 			if !ok {
-				_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
+				keys = laneKeys(lane)
 				keysOf[lane] = keys
 			}
 			var cost int64
@@ -630,6 +630,27 @@ func grantAll(asks []lease.Ask) bool {
 		}
 	}
 	return true
+}
+
+// lanesGrantAll says whether every key of lanes grants every ask, as the
+// worker's limits stand.
+func (q *queue) lanesGrantAll(lanes []string) bool {
+	for _, lane := range lanes {
+		for _, k := range laneKeys(lane) {
+			if !q.limits.ask(k).GrantsAll() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// laneKeys returns the concurrency keys of lane, the JSON array the submit
+// script writes as a job's concurrency_keys (nil for "", a job gone).
+func laneKeys(lane string) []string {
+	var keys []string
+	_ = json.Unmarshal([]byte(lane), &keys)
+	return keys
 }
 
 // readCosts reads, in one round trip, the estimated tokens of the
