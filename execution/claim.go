@@ -107,17 +107,6 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		next = &nextPeek{want: want, look: look, lanes: p.heads, per: perLane(want, len(p.heads)), blocked: blocked}
 	}
 	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, next)
-	if errors.Is(err, errSlots) {
-		// The script claimed jobs whose slots were not taken: none of them
-		// runs. Each goes back to its lane unrun, its attempt unspent, and
-		// its slots are released, with those of the candidates not
-		// claimed; what the hand-back cannot write, the reaper retries
-		// once the leases run out.
-		back, _ := q.executions(res, pl, &r, p.asked)
-		r.got = r.unused(back)
-		q.handBack(ctx, back)
-		return nil, busy, conf, err
-	}
 	if err != nil {
 		return nil, busy, conf, err // conf: closed as nothing was claimed
 	}
@@ -147,10 +136,16 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	claimed, err = q.executions(res, pl, &r, p.asked)
+	claimed = q.slotted(ctx, claimed, &r)
 	if err != nil {
 		return claimed, busy, conf, err
 	}
 	q.left.Store(jobsLeft(p.heads, pl.lanes[pl.due:], perLane(want, len(p.heads)), claimed))
+	if r.err != nil {
+		// A key Redis could not ask is no reason to claim again at once:
+		// its jobs would only be asked for, and handed back, again.
+		return claimed, false, conf, fmt.Errorf("claim %s: %w", q.name, r.err)
+	}
 	return claimed, busy, conf, nil
 }
 
@@ -305,11 +300,8 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bo
 		return nil
 	})
 	if early != nil {
-		grants, err := early.acquiring.Grants(ctx)
-		if err != nil {
-			return peeked{}, fmt.Errorf("claim %s: %w", q.name, err)
-		}
-		r.add(early.asks.list, grants)
+		grants, errs := early.acquiring.Each(ctx)
+		r.add(early.asks.list, grants, errs)
 	}
 	p, err := q.peekResult(ctx, pk)
 	p.early, p.asked = early, asked
@@ -420,17 +412,10 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 			next.read = nil // read before the script, loaded again below, took its jobs
 		}
 		raw, err = reloaded(ctx, q.rdb, claimScript, cmd, args.keys, args.argv...).Slice()
-		if acquiring == nil || err != nil {
-			break
-		}
-		// Keys without a limit grant every ask: only an error refuses one.
-		// The jobs claimed then must not start (see claim).
-		if _, aerr := acquiring.Grants(ctx); aerr != nil {
-			res, err = decodeClaim(raw)
-			if err != nil {
-				return res, nil, fmt.Errorf("claim %s: %w", q.name, err)
-			}
-			return res, nil, fmt.Errorf("claim %s: %w: %w", q.name, errSlots, aerr)
+		if acquiring != nil {
+			// Keys without a limit grant every ask: only an error refuses
+			// one, and the jobs claimed without it must not start (slotted).
+			r.tookLater(acquiring.Each(ctx))
 		}
 	case single && r != nil && q.waiting(ctx):
 		// On a connection of its own, resent on a new one when the
@@ -464,22 +449,33 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 	return res, conf, nil
 }
 
-// errSlots is a fused claim's error when the slots it took in its round
-// trip failed and its script claimed jobs anyway (see commit).
-var errSlots = errors.New("the claimed jobs' slots were not taken")
-
-// handBack hands back executions claimed that must not run, unrun: their
-// jobs go back to their lanes with their attempts unspent, and their
-// slots are released (finishAll).
-func (q *queue) handBack(ctx context.Context, execs []*Execution) {
-	if len(execs) == 0 {
-		return
+// slotted returns the executions of claimed that hold a slot of every one
+// of their keys, and hands the others back. The claim script takes only
+// candidates holding theirs, but a fused claim takes some of its slots in
+// the script's own round trip (reserve), which may fail (commit): the
+// jobs claimed without theirs go back to their lanes unrun, their
+// attempts unspent, and their slots are released, with those of the
+// candidates not claimed. What the hand-back cannot write, the reaper
+// retries once their leases run out.
+func (q *queue) slotted(ctx context.Context, claimed []*Execution, r *reservation) []*Execution {
+	var held, back []*Execution
+	for _, e := range claimed {
+		if r.granted[e.ID] == len(e.keys) {
+			held = append(held, e)
+		} else {
+			back = append(back, e)
+		}
 	}
-	fs := make([]*finishing, len(execs))
-	for i, e := range execs {
+	if len(back) == 0 {
+		return claimed
+	}
+	r.got = r.unused(back)
+	fs := make([]*finishing, len(back))
+	for i, e := range back {
 		fs[i] = &finishing{e: e, o: outcome{state: StateHandedOff, unrun: true}}
 	}
 	finishAll(ctx, q.rdb, fs)
+	return held
 }
 
 // executions returns the executions of the jobs res hands out, candidates

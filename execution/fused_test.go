@@ -171,10 +171,7 @@ func TestAClaimThatFollowsAnotherTakesOneRoundTrip(t *testing.T) {
 func TestAFusedClaimWhoseSlotsFailRunsNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	slots := keys.New(f.prefix).LeaseSet("tenant:acme")
-	if err := f.rdb.Set(t.Context(), slots, "not a lease set", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	slots := breakLeaseSet(t, f, "tenant:acme")
 	x := f.submit(t, job.Submission{Kind: "quick"})
 	var runs, slotless atomic.Int32
 	f.startWorker(t, execution.Config{LeaseTTL: time.Minute}, map[string]execution.Handler{
@@ -204,4 +201,62 @@ func TestAFusedClaimWhoseSlotsFailRunsNothing(t *testing.T) {
 		t.Fatalf("X ran %d times (%d without its slot), succeeding on attempt %d; want once, with it, on attempt 1",
 			k, slotless.Load(), done.Attempt)
 	}
+}
+
+// A key whose slots cannot be taken (here a lease set of the wrong type;
+// on a Redis Cluster, its shard down) holds back its own jobs only: the
+// other tenants' run meanwhile, and its own once it is whole again.
+func TestAKeyWhoseSlotsFailHoldsBackOnlyItsJobs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	slots := breakLeaseSet(t, f, "tenant:acme")
+	x := f.submit(t, job.Submission{Kind: "quick"})
+	var acmeRuns atomic.Int32
+	f.startWorker(t, execution.Config{Concurrency: 4, LeaseTTL: time.Minute}, map[string]execution.Handler{
+		"quick": func(ctx context.Context, e *execution.Execution) (any, error) {
+			if e.JobID == x.ID {
+				acmeRuns.Add(1)
+			}
+			return "ok", nil
+		}})
+	// X's lane is at the head before the others' jobs come: the claims
+	// after the first ask for its slots early.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return f.get(t, x.ID).Execution != nil
+	}, "X was never claimed")
+	var others []string
+	for range 20 {
+		j, _, err := f.store.Submit(t.Context(), "other", job.Submission{Kind: "quick"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, j.ID)
+	}
+	for _, id := range others {
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			j, err := f.store.Get(t.Context(), "other", id, false)
+			return err == nil && j.State == job.StateSucceeded
+		}, "another tenant's job did not run while acme's slots could not be taken")
+	}
+	if k := acmeRuns.Load(); k > 0 {
+		t.Fatalf("X ran %d times while its slots could not be taken", k)
+	}
+	if err := f.rdb.Del(t.Context(), slots).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, x.ID, 10*time.Second, job.StateSucceeded)
+	if k := acmeRuns.Load(); k != 1 {
+		t.Fatalf("X ran %d times, want once", k)
+	}
+}
+
+// breakLeaseSet makes key's lease set a string, which every ask for a
+// slot of it fails on (WRONGTYPE), and returns its Redis key.
+func breakLeaseSet(t *testing.T, f *fixture, key string) string {
+	t.Helper()
+	slots := keys.New(f.prefix).LeaseSet(key)
+	if err := f.rdb.Set(t.Context(), slots, "not a lease set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return slots
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -389,11 +390,16 @@ type reservation struct {
 	// fused claim takes in its own round trip (see reserve), counted in
 	// got and granted already: such a key grants every ask.
 	later []lease.Ask
+	// err holds the errors of asks Redis could not run (a key's Cluster
+	// shard down, a lease set of the wrong type): their holders got no
+	// slot, and the claim goes on with the others.
+	err error
 }
 
-// add records what asks got.
-func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
+// add records what asks got, or the error that kept each from Redis.
+func (r *reservation) add(asks []lease.Ask, grants []lease.Grant, errs []error) {
 	for j, ask := range asks {
+		r.err = errors.Join(r.err, errs[j])
 		for h, tok := range grants[j].Tokens {
 			switch {
 			case tok != 0:
@@ -412,6 +418,22 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant) {
 func (r *reservation) took(key, holder string) {
 	r.granted[holder]++
 	r.got[key] = append(r.got[key], holder)
+}
+
+// tookLater records what the asks of later got, taken in the claim's own
+// round trip and counted as granted by reserve: a holder refused, or of an
+// ask Redis could not run, holds no slot of that key after all.
+func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
+	for j, ask := range r.later {
+		r.err = errors.Join(r.err, errs[j])
+		for h, holder := range ask.Holders {
+			if errs[j] == nil && grants[j].Tokens[h] != 0 {
+				continue
+			}
+			r.granted[holder]--
+			r.got[ask.Key] = slices.DeleteFunc(r.got[ask.Key], func(id string) bool { return id == holder })
+		}
+	}
 }
 
 // slotAsks gathers the slots a claim asks for: one lease.Ask per key.
@@ -603,11 +625,8 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			}
 		}
 	case len(asks.list) > 0:
-		grants, err := q.leases.AcquireAll(ctx, q.ttl, q.back, asks.list)
-		if err != nil {
-			return fmt.Errorf("claim %s: %w", q.name, err)
-		}
-		r.add(asks.list, grants)
+		grants, errs := q.leases.AcquireEach(ctx, q.ttl, q.back, asks.list)
+		r.add(asks.list, grants, errs)
 	}
 	for _, i := range asked {
 		r.held[i] = "0"

@@ -168,12 +168,22 @@ type Grant struct {
 // refusal counts this caller as waiting (see Acquire): longer than the
 // caller takes to come back.
 func (c *Client) AcquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, error) {
+	return c.acquireAll(ctx, ttl, mark, asks).Grants(ctx)
+}
+
+// AcquireEach is AcquireAll that tells each ask's error apart (see
+// Acquiring.Each).
+func (c *Client) AcquireEach(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, []error) {
+	return c.acquireAll(ctx, ttl, mark, asks).Each(ctx)
+}
+
+func (c *Client) acquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) *Acquiring {
 	var a *Acquiring
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		a = c.AcquireIn(ctx, p, ttl, mark, asks)
 		return nil
 	})
-	return a.Grants(ctx)
+	return a
 }
 
 // Acquiring is an AcquireAll queued on a caller's pipeline.
@@ -194,9 +204,25 @@ func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark tim
 	return a
 }
 
-// Grants returns what each ask got, in the order of the asks.
+// Grants returns what each ask got, in the order of the asks, or the
+// first error that kept one from Redis (see Each).
 func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
-	grants := make([]Grant, len(a.asks))
+	grants, errs := a.Each(ctx)
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return grants, nil
+}
+
+// Each returns what each ask got, in the order of the asks, and for each
+// the error that kept it from Redis (nil for one that ran): one key's
+// failure need not fail the others' asks (on a Redis Cluster each key's
+// lease set is on a shard of its own, which may be down alone). An ask
+// that failed has the zero Grant: its holders got no slot.
+func (a *Acquiring) Each(ctx context.Context) ([]Grant, []error) {
+	grants, errs := make([]Grant, len(a.asks)), make([]error, len(a.asks))
 	for i, ask := range a.asks {
 		cmd := a.cmds[i]
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
@@ -207,7 +233,8 @@ func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
 			err = fmt.Errorf("%d values in the reply, want %d", len(res), 4+len(ask.Holders))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lease: acquire %q: %w", ask.Key, err)
+			errs[i] = fmt.Errorf("lease: acquire %q: %w", ask.Key, err)
+			continue
 		}
 		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1, ByBudget: res[3] == 1,
 			Tokens: make([]fencing.Token, len(ask.Holders))}
@@ -216,7 +243,7 @@ func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
 		}
 		grants[i] = g
 	}
-	return grants, nil
+	return grants, errs
 }
 
 func (c *Client) acquireKeys(key string) []string {

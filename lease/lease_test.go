@@ -531,3 +531,28 @@ func TestSemaphoreBoundsConcurrentCallers(t *testing.T) {
 		}
 	})
 }
+
+// One key's ask failing (its lease set of the wrong type; on a Cluster,
+// its shard down) fails that ask alone: AcquireEach answers the others.
+func TestAcquireEachAnswersEveryAskOnItsOwn(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		if err := rdb.Set(t.Context(), ks.LeaseSet("broken"), "not a lease set", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		asks := []lease.Ask{
+			{Key: "whole", Limit: 1, Holders: []string{"a", "b"}},
+			{Key: "broken", Limit: 5, Holders: []string{"c"}},
+		}
+		grants, errs := c.AcquireEach(t.Context(), time.Minute, time.Second, asks)
+		if errs[0] != nil || grants[0].Tokens[0] == 0 || grants[0].Tokens[1] != 0 {
+			t.Fatalf("whole: grant %+v, err %v; want a's slot granted, b's refused", grants[0], errs[0])
+		}
+		if errs[1] == nil || grants[1].Tokens != nil {
+			t.Fatalf("broken: grant %+v, err %v; want the zero grant and WRONGTYPE", grants[1], errs[1])
+		}
+		if _, err := c.AcquireAll(t.Context(), time.Minute, time.Second, asks); err == nil {
+			t.Fatal("AcquireAll returned no error for an ask that failed")
+		}
+	})
+}
