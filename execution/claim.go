@@ -311,6 +311,7 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bo
 // peeking is a peek queued on a pipeline (peekIn).
 type peeking struct {
 	look  int
+	keys  []string
 	cmd   *redis.Cmd
 	ahead map[string]*redis.StringSliceCmd
 }
@@ -319,7 +320,8 @@ type peeking struct {
 // due work, and the reads of the first per jobs of lanes (readLanes).
 func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lanes []string, per int,
 	blocked *map[string]bool) *peeking {
-	pk := &peeking{look: look, cmd: peekScript.EvalSha(ctx, pipe, q.peekKeys(), look, dueBatch)}
+	pk := &peeking{look: look, keys: q.peekKeys()}
+	pk.cmd = peekScript.EvalSha(ctx, pipe, pk.keys, look, dueBatch)
 	if len(lanes) > 0 {
 		pk.ahead = q.readLanes(ctx, pipe, lanes, per, blocked)
 	}
@@ -329,7 +331,7 @@ func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lane
 // peekResult returns what pk found, once its pipeline has run.
 func (q *queue) peekResult(ctx context.Context, pk *peeking) (peeked, error) {
 	p := peeked{ahead: pk.ahead, read: time.Now()}
-	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, q.peekKeys(), pk.look, dueBatch).Slice()
+	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, pk.keys, pk.look, dueBatch).Slice()
 	if err != nil {
 		return p, fmt.Errorf("peek %s: %w", q.name, err)
 	}

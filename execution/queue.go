@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -422,16 +421,17 @@ func (r *reservation) took(key, holder string) {
 
 // tookLater records what the asks of later got, taken in the claim's own
 // round trip and counted as granted by reserve: a holder refused, or of an
-// ask Redis could not run, holds no slot of that key after all.
+// ask Redis could not run, holds no slot of that key after all. It stays
+// in got, released with the slots unused: a release takes out nothing
+// where Redis took nothing, and the slot it took where only the reply was
+// lost.
 func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
 	for j, ask := range r.later {
 		r.err = errors.Join(r.err, errs[j])
 		for h, holder := range ask.Holders {
-			if errs[j] == nil && grants[j].Tokens[h] != 0 {
-				continue
+			if errs[j] != nil || grants[j].Tokens[h] == 0 {
+				r.granted[holder]--
 			}
-			r.granted[holder]--
-			r.got[ask.Key] = slices.DeleteFunc(r.got[ask.Key], func(id string) bool { return id == holder })
 		}
 	}
 }

@@ -168,22 +168,22 @@ type Grant struct {
 // refusal counts this caller as waiting (see Acquire): longer than the
 // caller takes to come back.
 func (c *Client) AcquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, error) {
-	return c.acquireAll(ctx, ttl, mark, asks).Grants(ctx)
+	grants, errs := c.AcquireEach(ctx, ttl, mark, asks)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return grants, nil
 }
 
-// AcquireEach is AcquireAll that tells each ask's error apart (see
-// Acquiring.Each).
+// AcquireEach is AcquireAll that answers each ask on its own, with the
+// error that kept it from Redis (see Acquiring.Each).
 func (c *Client) AcquireEach(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, []error) {
-	return c.acquireAll(ctx, ttl, mark, asks).Each(ctx)
-}
-
-func (c *Client) acquireAll(ctx context.Context, ttl, mark time.Duration, asks []Ask) *Acquiring {
 	var a *Acquiring
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		a = c.AcquireIn(ctx, p, ttl, mark, asks)
 		return nil
 	})
-	return a
+	return a.Each(ctx)
 }
 
 // Acquiring is an AcquireAll queued on a caller's pipeline.
@@ -195,25 +195,13 @@ type Acquiring struct {
 }
 
 // AcquireIn queues AcquireAll's asks on p, so that they share the round
-// trip of the caller's other commands; Grants reads them once p has run.
+// trip of the caller's other commands; Each reads them once p has run.
 func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark time.Duration, asks []Ask) *Acquiring {
 	a := &Acquiring{c: c, ttl: ttl, mark: mark, asks: asks, cmds: make([]*redis.Cmd, len(asks))}
 	for i, ask := range asks {
 		a.cmds[i] = acquireScript.EvalSha(ctx, p, c.acquireKeys(ask.Key), acquireArgs(ttl, mark, ask)...)
 	}
 	return a
-}
-
-// Grants returns what each ask got, in the order of the asks, or the
-// first error that kept one from Redis (see Each).
-func (a *Acquiring) Grants(ctx context.Context) ([]Grant, error) {
-	grants, errs := a.Each(ctx)
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return grants, nil
 }
 
 // Each returns what each ask got, in the order of the asks, and for each
