@@ -62,8 +62,9 @@ lint/binaries: ## Fail when git tracks an executable binary.
 # Native Go fuzz targets, each run for FUZZTIME. Their seed corpora under
 # testdata/fuzz/ run with every `make test`.
 FUZZTIME ?= 30s
-FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey \
-            ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey
+FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey ./job:FuzzCanonical \
+            ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey ./internal/httpapi:FuzzObjectMembers \
+            ./internal/scripts:FuzzUnpack
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

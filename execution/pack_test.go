@@ -22,15 +22,7 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 	t.Parallel()
 	f := newQueueFixture(t, Config{})
 	ctx, q := t.Context(), f.q
-	id := f.submit("acme", job.Submission{})
-	if j, err := f.store.Cancel(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
-		t.Fatalf("cancel: %s, %v", j.State, err)
-	}
-	hash, folded := q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id)
-	// Folded as a fold leaves a job of no long field (its events stay in
-	// its hash's states field here).
-	f.rdb.HSet(ctx, hash, "folded", "1")
-	f.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, time.Hour)
+	id, hash, folded := f.foldedJob()
 	read := func() packing {
 		t.Helper()
 		h, fj := f.rdb.HGetAll(ctx, hash).Val(), []byte(f.rdb.Get(ctx, folded).Val())
@@ -89,13 +81,7 @@ func TestTenantsOfAJobUnpackedMeanwhile(t *testing.T) {
 	t.Parallel()
 	f := newQueueFixture(t, Config{})
 	ctx, q := t.Context(), f.q
-	id := f.submit("acme", job.Submission{})
-	if _, err := f.store.Cancel(ctx, "acme", id, false); err != nil {
-		t.Fatal(err)
-	}
-	hash, folded := q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id)
-	f.rdb.HSet(ctx, hash, "folded", "1")
-	f.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, time.Hour)
+	id, hash, _ := f.foldedJob()
 	if err := q.pack(ctx, []string{id}); err != nil || f.rdb.Exists(ctx, hash).Val() != 0 {
 		t.Fatalf("not packed: %v", err)
 	}
@@ -110,4 +96,80 @@ func TestTenantsOfAJobUnpackedMeanwhile(t *testing.T) {
 	if err != nil || !fired() || tenants[0] != "acme" {
 		t.Fatalf("tenant of the retired job: %q, %v (another client came between: %v); want acme", tenants, err, fired())
 	}
+}
+
+// A job unpacked by a script that may write it, and did not (a cancel of
+// a job that ended), is packed again by the fold a minute later (job.repackAfter): a
+// client that cancels ended jobs, or replays its submissions, does not
+// undo the packing for the rest of their retention. One that changed
+// since (a retry) is not.
+//
+// Fails when the fold leaves an unpacked job unpacked, or packs one that
+// runs again.
+func TestAJobUnpackedIsPackedAgain(t *testing.T) {
+	t.Parallel()
+	f := newQueueFixture(t, Config{})
+	ctx, q := t.Context(), f.q
+	id, hash, folded := f.foldedJob()
+	later := q.keys.QueueFoldLater(q.name)
+	isPacked := func() bool {
+		return f.rdb.Exists(ctx, hash).Val() == 0 && scripts.IsPacked([]byte(f.rdb.Get(ctx, folded).Val()))
+	}
+	if err := q.pack(ctx, []string{id}); err != nil || !isPacked() {
+		t.Fatalf("not packed: %v", err)
+	}
+	fold := func() {
+		t.Helper()
+		for more := true; more; {
+			var err error
+			if more, err = q.fold(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fold() // past the job in the retired index, as the fold that folded it
+
+	if j, err := f.store.Cancel(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
+		t.Fatalf("cancel of the cancelled job: %s, %v", j.State, err)
+	}
+	if isPacked() {
+		t.Fatal("the cancel did not unpack the job")
+	}
+	if at := f.rdb.ZScore(ctx, later, id).Val(); at < float64(time.Now().Add(30*time.Second).UnixMilli()) {
+		t.Fatalf("unpacked: to be packed again at %v, want about a minute from now", at)
+	}
+	fold()
+	if isPacked() {
+		t.Fatal("packed again before repackAfter")
+	}
+	f.due(later, id)
+	fold()
+	if !isPacked() || f.rdb.ZScore(ctx, later, id).Err() == nil {
+		t.Fatal("not packed again once due, or still in fold_later")
+	}
+
+	if _, err := f.store.Retry(ctx, "acme", id, false); err != nil {
+		t.Fatal(err)
+	}
+	f.due(later, id)
+	fold()
+	if isPacked() || f.rdb.HGet(ctx, hash, "state").Val() != string(job.StateQueued) {
+		t.Fatal("a job retried after its unpack was packed again")
+	}
+}
+
+// foldedJob returns a job of acme, cancelled and folded as a fold leaves
+// a job of no long field (its events stay in its hash's states field
+// here), with its hash and folded key.
+func (f *queueFixture) foldedJob() (id, hash, folded string) {
+	f.t.Helper()
+	ctx, q := f.t.Context(), f.q
+	id = f.submit("acme", job.Submission{})
+	if j, err := f.store.Cancel(ctx, "acme", id, false); err != nil || j.State != job.StateCancelled {
+		f.t.Fatalf("cancel: %s, %v", j.State, err)
+	}
+	hash, folded = q.keys.Job(q.name, id), q.keys.JobFolded(q.name, id)
+	f.rdb.HSet(ctx, hash, "folded", "1")
+	f.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, time.Hour)
+	return id, hash, folded
 }

@@ -188,17 +188,20 @@ func (c followCall) layout(ks keys.Space) scriptArgs {
 	return scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobEvents(c.queue, c.id)}}
 }
 
-// unpackCall writes a packed job back (job_unpack.lua): hash and folded
-// are its keys, value the packed value read, and p its content.
+// unpackCall writes job id of queue back as it was before it was packed,
+// to be packed again at repack (job_unpack.lua): value is the packed
+// value read, and p its content.
 type unpackCall struct {
-	hash, folded string
-	value        []byte
-	p            scripts.Packed
+	queue, id string
+	value     []byte
+	p         scripts.Packed
+	repack    time.Time
 }
 
-func (c unpackCall) layout(keys.Space) scriptArgs {
-	a := scriptArgs{keys: []string{c.hash, c.folded}, argv: make([]any, 0, 2+2*len(c.p.Hash))}
-	a.argv = append(a.argv, c.value, []byte(c.p.Folded))
+func (c unpackCall) layout(ks keys.Space) scriptArgs {
+	a := scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobFolded(c.queue, c.id), ks.QueueFoldLater(c.queue)},
+		argv: make([]any, 0, 4+2*len(c.p.Hash))}
+	a.argv = append(a.argv, c.value, []byte(c.p.Folded), c.id, c.repack.UnixMilli())
 	for _, name := range slices.Sorted(maps.Keys(c.p.Hash)) {
 		a.argv = append(a.argv, name, c.p.Hash[name])
 	}
@@ -229,10 +232,14 @@ func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs)
 			return cmd
 		}
 		for _, k := range at {
-			if k[0] > len(a.keys) || k[1] > len(a.keys) {
+			if k[0] > len(a.keys) {
 				return cmd
 			}
-			if err := s.unpackJob(ctx, "", a.keys[k[0]-1], a.keys[k[1]-1]); err != nil {
+			queue, id, ok := s.keys.JobOf(a.keys[k[0]-1])
+			if !ok {
+				return cmd
+			}
+			if err := s.unpackJob(ctx, "", queue, id); err != nil {
 				cmd.SetErr(err)
 				return cmd
 			}
@@ -240,10 +247,17 @@ func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs)
 	}
 }
 
-// unpackJob writes the job whose hash and folded key are hash and folded
-// back as it was before it was packed (job_unpack.lua), if it still is and
-// is owner's ("" for any tenant's): another tenant's call leaves it packed.
-func (s *Store) unpackJob(ctx context.Context, owner, hash, folded string) error {
+// repackAfter is how long an unpacked job stays unpacked, at least: the
+// reaper's fold packs it again after (job_unpack.lua), unless it changed.
+// A job is unpacked to be written, or read by a script that may write it
+// (a cancel, a signal, a replay), which clients repeat in bursts.
+const repackAfter = time.Minute
+
+// unpackJob writes job id of queue back as it was before it was packed
+// (job_unpack.lua), if it still is and is owner's ("" for any tenant's):
+// another tenant's call leaves it packed.
+func (s *Store) unpackJob(ctx context.Context, owner, queue, id string) error {
+	folded := s.keys.JobFolded(queue, id)
 	value, err := s.rdb.Get(ctx, folded).Bytes()
 	if errors.Is(err, redis.Nil) || (err == nil && !scripts.IsPacked(value)) {
 		return nil // not packed, unpacked since, or no job
@@ -258,7 +272,8 @@ func (s *Store) unpackJob(ctx context.Context, owner, hash, folded string) error
 	if err != nil {
 		return fmt.Errorf("job: %s: %w", folded, err)
 	}
-	if err := s.run(ctx, s.unpack, unpackCall{hash: hash, folded: folded, value: value, p: p}).Err(); err != nil {
+	c := unpackCall{queue: queue, id: id, value: value, p: p, repack: time.Now().Add(repackAfter)}
+	if err := s.run(ctx, s.unpack, c).Err(); err != nil {
 		return fmt.Errorf("job: unpack: %w", err)
 	}
 	return nil

@@ -96,11 +96,13 @@
 //	                      then packed (scripts.Pack): the hash's fields
 //	                      too, compressed, and no hash (Get, List and
 //	                      Events decode it; a script that needs its
-//	                      fields has it unpacked first); it expires a day
-//	                      after the end of the job's retention
+//	                      fields has it unpacked first, and packed again
+//	                      a minute later); it expires a day after the end
+//	                      of the job's retention
 //	{q:Q}:fold_later      zset of ended ids the fold passed over while
-//	                      their webhook delivery was pending, score = unix
-//	                      ms when the fold looks at them again
+//	                      their webhook delivery was pending, and of
+//	                      packed ones unpacked since, score = unix ms when
+//	                      the fold looks at them again
 //	{q:Q}:retired         zset of Q's terminal ids, score = when the job
 //	                      is deleted (finished_at + retention) ms
 //	{q:Q}:tenant:<t>      zset of tenant t's ids in Q, score = created_at ms

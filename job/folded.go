@@ -227,7 +227,7 @@ func (s *Store) hashFields(ctx context.Context, owner, queue, id string, names .
 	if err != nil || slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
 		return vals, err
 	}
-	if err := s.unpackJob(ctx, owner, hash, s.keys.JobFolded(queue, id)); err != nil {
+	if err := s.unpackJob(ctx, owner, queue, id); err != nil {
 		return vals, err
 	}
 	return s.rdb.HMGet(ctx, hash, names...).Result()

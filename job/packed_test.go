@@ -26,11 +26,7 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			j := packedJob(t, s)
+			s, j := packedStore(t, b.Client)
 			q, lane := j.Queue, `["tenant:acme"]`
 			hash, folded := s.keys.Job(q, j.ID), s.keys.JobFolded(q, j.ID)
 			for i, c := range []struct {
@@ -61,7 +57,8 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			}
 			// The retry left it queued: cancelled and packed again, it is
 			// deleted.
-			if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
+			j, err := s.Cancel(ctx, "acme", j.ID, false)
+			if err != nil || j.State != StateCancelled {
 				t.Fatalf("cancel: %s, %v", j.State, err)
 			}
 			if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
@@ -88,17 +85,46 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 	}
 }
 
+// Another tenant's cancel, signal or retry of a packed job finds no job,
+// as for one that never existed, and leaves it packed: the scripts check
+// the tenant in its value's head before they ask for it unpacked.
+//
+// Fails when another tenant's call unpacks the job, or finds it.
+func TestAnotherTenantLeavesAPackedJobPacked(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, j := packedStore(t, testenv.Redis(t).Client(t))
+	q, lane := j.Queue, `["tenant:acme"]`
+	hash := s.keys.Job(q, j.ID)
+	for _, c := range []struct {
+		name   string
+		call   layouter
+		script *redis.Script
+	}{
+		{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "other", retention: s.retention}, s.cancel},
+		{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "other", name: "go", data: []byte("null")}, s.signal},
+		{"retry", retryCall{queue: q, owner: "other", ids: []string{j.ID}, lanes: []string{lane}}, s.retry},
+	} {
+		res, err := s.run(ctx, c.script, c.call).Result()
+		if c.name == "retry" && err == nil {
+			res = res.([]any)[0]
+		}
+		if r, err2 := decodeVerdict(res); err != nil || err2 != nil || r.outcome != "missing" {
+			t.Fatalf("another tenant's %s: %v, %v, %v; want missing", c.name, res, err, err2)
+		}
+		if s.rdb.Exists(ctx, hash).Val() != 0 {
+			t.Fatalf("another tenant's %s unpacked the job", c.name)
+		}
+	}
+}
+
 // A packed job is deleted as it is, by its tenant alone: its tenant is in
 // its value's head, so neither Delete nor its script unpacks it, and one
 // whose value does not unpack (a bug's, a hand's) is deleted too.
 func TestDeleteAPackedJobAsItIs(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := NewStore(testenv.Redis(t).Client(t), Config{Prefix: testenv.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := packedJob(t, s)
+	s, j := packedStore(t, testenv.Redis(t).Client(t))
 	hash, folded := s.keys.Job(j.Queue, j.ID), s.keys.JobFolded(j.Queue, j.ID)
 	if _, err := s.Delete(ctx, "beta", j.ID, false); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another tenant's delete: %v, want ErrNotFound", err)
@@ -139,6 +165,17 @@ func packedJob(t *testing.T, s *Store) Job {
 	}
 	packAs(t, s, hash, folded)
 	return j
+}
+
+// packedStore returns a Store on rdb, under a prefix of the test's own,
+// and a packed job of it (packedJob).
+func packedStore(t *testing.T, rdb redis.UniversalClient) (*Store, Job) {
+	t.Helper()
+	s, err := NewStore(rdb, Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, packedJob(t, s)
 }
 
 // packAs packs the job of hash and folded as a reaper does.

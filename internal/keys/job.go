@@ -1,6 +1,9 @@
 package keys
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Job keys. Everything of one queue shares the hash tag {q:<queue>}, so a
 // queue is one slot and every script on it is atomic on a cluster. Queue
@@ -26,6 +29,16 @@ func (s Space) Idempotency(tenant, key string) string { return s.key("idem:"+ten
 
 // Job is the hash that holds one job's record.
 func (s Space) Job(queue, id string) string { return s.key("q:"+queue, "job:"+id) }
+
+// JobOf returns the queue and id of the job whose hash is key (Job), and
+// whether key is one: for a script's reply that names a job by its key.
+func (s Space) JobOf(key string) (queue, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, s.prefix+"{q:")
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "}:job:") // no queue name holds a brace
+}
 
 // JobDeleted marks a deleted job for as long as an Idempotency-Key may
 // still stand for it, so a replay does not create it again.

@@ -20,7 +20,7 @@ local tenant, retention_ms, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local f = redis.call('HMGET', job, 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
 local state = f[2]
 f[5] = f[5] or '0' -- attempt, implied when absent (transition.lua)
-if not state and packed(KEYS[11]) then
+if not state and packed_for(KEYS[11], tenant) then
   return unpack_first({1, 11})
 end
 -- Another tenant's job is as absent as one that never existed.

@@ -18,14 +18,14 @@ local id, tenant = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', job, 'tenant', 'state')
 local owner, state = f[1], f[2]
+local ended = state == 'succeeded' or state == 'failed' or state == 'cancelled' or state == 'expired'
 if not state then -- packed: it ended, and its tenant is in its value's head
-  owner = packed(KEYS[6])
-  state = owner and 'packed'
+  owner, ended = packed(KEYS[6]), true
 end
-if not state or (tenant ~= '' and owner ~= tenant) then
+if not owner or (tenant ~= '' and owner ~= tenant) then
   return {'missing'}
 end
-if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' and state ~= 'expired' and state ~= 'packed' then
+if not ended then
   return {'live', redis.call('HGETALL', job)}
 end
 forget(retired, {id}, {job, events, KEYS[6]}, {tenant_index})

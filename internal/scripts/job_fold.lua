@@ -14,12 +14,14 @@
 -- KEYS and ARGV out: change the two together.)
 -- Returns the retired score the queue's jobs are folded up to (the higher
 -- of ARGV[1] and the one stored: another reaper may be further on), then
--- the ids of the jobs it folded, which Go packs (execution/fold.go).
+-- the ids of the jobs it folded, and of those folded before and unpacked
+-- since, which Go packs (execution/fold.go).
 --
 -- A job is left, and out of fold_later, when it is not in the retired
 -- index (retried or deleted since it was picked), its retention is over
 -- (its retired score is not after the clock: it is deleted soon), or it
--- has no stream (folded already). A job whose webhook delivery is pending
+-- has no stream (folded already: a folded job unpacked since, which
+-- job_unpack.lua put here, is packed again by Go). A job whose webhook delivery is pending
 -- is passed over into fold_later, to be looked at again after again_ms: a
 -- drainer of the versions before the fold's reads the job's hash alone,
 -- and would send its folded fields as null. A job whose retired score is
@@ -37,6 +39,14 @@ local upto, again = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = redis_now()
 local linger = 86400000 -- the day past its retention, ms
 local waits, done, folded = {}, {}, {}
+
+-- unpacked says whether the job of hash and events is folded, and was
+-- packed since (job_unpack.lua): no stream came back under it. Go packs
+-- it again, as a job just folded.
+local function unpacked(hash, events)
+  return redis.call('HEXISTS', hash, 'folded') == 1 and redis.call('EXISTS', events) == 0
+end
+
 for i = 4, #KEYS, 3 do
   local id = ARGV[(i - 1) / 3 + 3]
   local retire_at = tonumber(redis.call('ZSCORE', retired, id))
@@ -47,7 +57,8 @@ for i = 4, #KEYS, 3 do
   elseif redis.call('HGET', KEYS[i], 'webhook_state') == 'pending' then
     waits[#waits + 1], waits[#waits + 2] = now + again, id
   else
-    if fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at + linger}) then
+    if fold({key = KEYS[i], events = KEYS[i + 1], folded = KEYS[i + 2], expire_at = retire_at + linger}) or
+      unpacked(KEYS[i], KEYS[i + 1]) then
       folded[#folded + 1] = id
     end
     done[#done + 1] = id

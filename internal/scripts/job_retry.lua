@@ -43,7 +43,7 @@ local held = room and unended(stats, tenant) -- the tenant's jobs not ended, mov
 -- Packed jobs are unpacked first, before anything here is written.
 local packed_at = {}
 for i = 1, #ARGV - 4 do
-  if packed(KEYS[5 + 4 * i]) and redis.call('EXISTS', KEYS[2 + 4 * i]) == 0 then
+  if packed_for(KEYS[5 + 4 * i], tenant) and redis.call('EXISTS', KEYS[2 + 4 * i]) == 0 then
     packed_at[#packed_at + 1], packed_at[#packed_at + 2] = 2 + 4 * i, 5 + 4 * i
   end
 end

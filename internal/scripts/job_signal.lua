@@ -26,7 +26,7 @@ local f = redis.call('HMGET', job, 'tenant', 'state', 'wait_for', 'attempt', 'co
   'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
 local state = f[2]
 f[4], f[6] = f[4] or '0', f[6] or '0' -- attempt and priority, implied when absent (transition.lua)
-if not state and packed(KEYS[9]) then
+if not state and packed_for(KEYS[9], tenant) then
   return unpack_first({1, 9})
 end
 -- Another tenant's job is as absent as one that never existed.

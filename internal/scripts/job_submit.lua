@@ -45,9 +45,9 @@ local j = {tenant = tenant} -- every job's move's, in turn: a table a job cost 2
 local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not created
 
 -- The ids this call made up join the tenant's index first, NX: the
--- listing of the jobs created. A job is in its tenant's index exactly while
--- its hash exists, or its folded key packed (both are written here and
--- taken by forget, transition.lua; a packed job is long ended), so when
+-- listing of the jobs created. A job is in its tenant's index from its
+-- record's first write here until forget (transition.lua) takes both,
+-- never before (a packed job, long ended, has only its folded key), so when
 -- every one of them is new, none exists and none
 -- needs an EXISTS. Only go-redis's resend of this very call, after a lost
 -- reply, finds them there: it looks each up. The replays created join it

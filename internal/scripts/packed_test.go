@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -67,7 +68,9 @@ func TestPackIsByteExact(t *testing.T) {
 	}
 }
 
-// Unpack refuses what Pack did not write, with an error, never a panic.
+// Unpack refuses what Pack did not write, with an error, never a panic;
+// what it reads, Pack writes again to unpack the same (the folded JSON
+// compacted, as Pack writes it).
 func FuzzUnpack(f *testing.F) {
 	good, err := Pack(map[string]string{"tenant": "acme", "state": "failed"}, []byte(`{"f":{}}`))
 	if err != nil {
@@ -77,11 +80,25 @@ func FuzzUnpack(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
+		PackedTenant(v)
 		p, err := Unpack(v)
-		if err == nil && (p.Hash == nil || len(p.Folded) == 0) {
+		if err != nil {
+			return
+		}
+		if p.Hash == nil || len(p.Folded) == 0 {
 			t.Fatalf("%q unpacked to %v %s", v, p.Hash, p.Folded)
 		}
-		PackedTenant(v)
+		again, err := Pack(p.Hash, p.Folded)
+		if err != nil {
+			t.Fatalf("%q unpacked to %v %s, which does not pack: %v", v, p.Hash, p.Folded, err)
+		}
+		q, err := Unpack(again)
+		var folded bytes.Buffer
+		_ = json.Compact(&folded, p.Folded)
+		delete(p.Hash, "folded") // the fold's marker, which Pack leaves out
+		if err != nil || !maps.Equal(q.Hash, p.Hash) || !bytes.Equal(q.Folded, folded.Bytes()) {
+			t.Fatalf("%q unpacked to %v %s, packed again to %v %s (%v)", v, p.Hash, p.Folded, q.Hash, q.Folded, err)
+		}
 	})
 }
 

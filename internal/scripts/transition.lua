@@ -448,6 +448,14 @@ local function packed(folded)
   return nul and head:sub(2, nul - 1) or nil
 end
 
+-- packed_for says whether folded holds a packed job of tenant ("" = admin,
+-- any tenant): one a script unpacks first (unpack_first). Another tenant's
+-- is as absent to the caller as one that never existed, and stays packed.
+local function packed_for(folded, tenant)
+  local owner = packed(folded)
+  return owner ~= nil and (tenant == '' or owner == tenant)
+end
+
 -- unpack_first is the reply of a script that found packed jobs where it
 -- needs their fields, before it wrote anything: KEYS[at[1]] the first
 -- one's hash, KEYS[at[2]] its folded key, and so on. Go writes each back
