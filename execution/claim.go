@@ -51,7 +51,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	// are enough, and cheaper.
 	look := want
 	blocked := q.blocked.Load()
-	if blocked != nil && len(*blocked) > 0 {
+	if blocked.any() {
 		look = min(want*4+16, 256)
 	}
 	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}, byBudget: map[string]string{}}
@@ -88,7 +88,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		// granted only from here on.
 		p.asked = time.Now()
 	}
-	if err := q.reserve(ctx, &r, want, pl, p.early, fused); err != nil {
+	if err := q.reserve(ctx, &r, want, pl, p.early, fused, blocked); err != nil {
 		return nil, false, nil, err
 	}
 	if r.room > 0 {
@@ -104,7 +104,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 
 	var next *nextPeek
 	if fused && q.lanesGrantAll(p.heads) {
-		next = &nextPeek{want: want, look: look, lanes: p.heads, per: perLane(want, len(p.heads)), blocked: blocked}
+		next = &nextPeek{want: want, look: look, lanes: p.heads, per: perLaneOf(want, p.heads, blocked), blocked: blocked}
 	}
 	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, next)
 	if err != nil {
@@ -118,12 +118,12 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
-	left := map[string]bool{}
+	left := &waits{lanes: map[string]bool{}, full: r.full}
 	for _, lane := range res.blocked {
-		left[lane] = true
+		left.lanes[lane] = true
 	}
-	q.blocked.Store(&left)
-	if len(left) > 0 {
+	q.blocked.Store(left)
+	if left.any() {
 		busy = look == want
 	}
 	for lane, c := range res.costs {
@@ -140,7 +140,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err != nil {
 		return claimed, busy, conf, err
 	}
-	q.left.Store(jobsLeft(p.heads, pl.lanes[pl.due:], perLane(want, len(p.heads)), claimed))
+	q.left.Store(jobsLeft(p.heads, pl.lanes[pl.due:], perLaneOf(want, p.heads, blocked), claimed))
 	if r.err != nil {
 		// A key Redis could not ask is no reason to claim again at once:
 		// its jobs would only be asked for, and handed back, again.
@@ -245,7 +245,7 @@ type nextPeek struct {
 	want, look int
 	lanes      []string
 	per        int
-	blocked    *map[string]bool
+	blocked    *waits
 	read       *peeking // queued by commit; nil when its script was loaded again
 }
 
@@ -279,7 +279,7 @@ func (p peeked) idle() bool {
 // first jobs of the lanes the last claim saw at the head and asks for
 // slots of their keys (askEarly), what it got going into r; the reaper's
 // (want 0) reads and asks for nothing.
-func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bool, r *reservation) (peeked, error) {
+func (q *queue) peek(ctx context.Context, want, look int, blocked *waits, r *reservation) (peeked, error) {
 	// The lanes at the head are seldom new: the first jobs of those the
 	// last claim saw, and slots of their keys, are asked for in the peek's
 	// round trip, and what that missed in one more.
@@ -293,7 +293,7 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *map[string]bo
 	// sent: their trust window counts from here.
 	asked := time.Now()
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pk = q.peekIn(ctx, pipe, look, last, perLane(want, len(last)), blocked)
+		pk = q.peekIn(ctx, pipe, look, last, perLaneOf(want, last, blocked), blocked)
 		if early != nil {
 			early.acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
@@ -319,7 +319,7 @@ type peeking struct {
 // peekIn queues on pipe the peek script for look lanes at the head and the
 // due work, and the reads of the first per jobs of lanes (readLanes).
 func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lanes []string, per int,
-	blocked *map[string]bool) *peeking {
+	blocked *waits) *peeking {
 	pk := &peeking{look: look, keys: q.peekKeys()}
 	pk.cmd = peekScript.EvalSha(ctx, pipe, pk.keys, look, dueBatch)
 	if len(lanes) > 0 {
@@ -362,7 +362,7 @@ type claimPlan struct {
 // jobs, the due jobs and the first jobs of the lanes at the head (see
 // candidates), each one's keys parsed; for the reaper's (want 0), the due
 // jobs alone. tenants are those of p's retired jobs (tenantsOf).
-func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *map[string]bool, tenants []string) (claimPlan, error) {
+func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, tenants []string) (claimPlan, error) {
 	due := p.due()
 	ids, lanes, err := q.candidates(ctx, due, p.heads, want, blocked, p.ahead)
 	if err != nil {

@@ -67,14 +67,17 @@
 // one tenant's jobs with one set of concurrency keys; the ready set holds
 // the lanes, scored by their virtual start, and each lane its jobs,
 // priority first, then FIFO. Priority orders only a lane's own jobs: it
-// never puts one lane ahead of another's turn. With L lanes waiting and
-// their keys free, a lane's k-th job is claimed within k·L claims of its
+// never puts one lane ahead of another's turn. A tenant's lanes share one
+// turn. With L tenants waiting and their keys free, a tenant's k-th job is
+// claimed within k·L claims of its
 // submission, rounded up to a whole batch, plus at most one batch per
 // worker already under way (two for a worker whose claims are fused: its
 // next claim's peek is read with the claim before); a tenant with 10,000 queued jobs delays
 // another's 10 by a few batches, not 10,000 jobs. A lane waiting for a
-// full key holds one place in the ready set however deep its backlog, so
-// it never hides other lanes from the claim's bounded look past the head.
+// full key holds one place in the ready set however deep its backlog, and
+// gives its turn up when a claim finds it waiting: however many lanes one
+// tenant keeps waiting, they never hide another tenant's lanes from the
+// claim's bounded look past the head.
 //
 // # Handlers
 //

@@ -58,10 +58,11 @@ type queue struct {
 	// are not counted).
 	usageTTL time.Duration
 	metrics  *metrics
-	// blocked holds the lanes the last claim left waiting for a full key:
-	// the next one looks at more lanes, and reads one job of each of those
-	// (its jobs share its keys: one tells whether there is room for any).
-	blocked atomic.Pointer[map[string]bool]
+	// blocked holds what the last claim found waiting for a full key: the
+	// next one looks at more lanes, reads one job of each lane that waits
+	// (its jobs share its keys: one tells whether there is room for any)
+	// and asks for one of each tenant's (see waits).
+	blocked atomic.Pointer[waits]
 	// heads holds the lanes the last claim's peek saw at the head of the
 	// ready set: the next claim reads their first jobs along with its peek.
 	heads atomic.Pointer[[]string]
@@ -385,6 +386,10 @@ type reservation struct {
 	byBudget map[string]string
 	// room is the soonest a budget that refused one has room again.
 	room time.Duration
+	// refused holds, for each execution id refused a slot, the keys that
+	// refused it; full, those keys for each tenant (fullFor).
+	refused map[string][]string
+	full    map[string]bool
 	// later holds the asks of keys without a limit or a budget that a
 	// fused claim takes in its own round trip (see reserve), counted in
 	// got and granted already: such a key grants every ask.
@@ -400,10 +405,15 @@ func (r *reservation) add(asks []lease.Ask, grants []lease.Grant, errs []error) 
 	for j, ask := range asks {
 		r.err = errors.Join(r.err, errs[j])
 		for h, tok := range grants[j].Tokens {
-			switch {
-			case tok != 0:
+			if tok != 0 {
 				r.took(ask.Key, ask.Holders[h])
-			case grants[j].ByBudget:
+				continue
+			}
+			if r.refused == nil {
+				r.refused = map[string][]string{}
+			}
+			r.refused[ask.Holders[h]] = append(r.refused[ask.Holders[h]], ask.Key)
+			if grants[j].ByBudget {
 				r.byBudget[ask.Holders[h]] = ask.Key
 				if r.room == 0 || grants[j].RetryAfter < r.room {
 					r.room = grants[j].RetryAfter
@@ -491,8 +501,8 @@ type earlyAsk struct {
 // refused again). An ask for jobs that are not there would hold slots
 // that others wait for until the claim gives them back. nil when there is
 // nothing to ask for.
-func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, left *map[string]int) *earlyAsk {
-	per := perLane(want, len(lanes))
+func (q *queue) askEarly(want int, lanes []string, blocked *waits, left *map[string]int) *earlyAsk {
+	per := perLaneOf(want, lanes, blocked)
 	var most map[string]int
 	if left != nil {
 		most = *left
@@ -502,7 +512,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *map[string]bool, lef
 	n := 0
 	for round := 0; round < per && n < want; round++ {
 		for _, lane := range lanes {
-			if n == want || blocked != nil && (*blocked)[lane] {
+			if n == want || blocked.has(lane) {
 				continue
 			}
 			if k, ok := most[lane]; ok && round >= k {
@@ -554,7 +564,7 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 // A fused claim's asks whose keys grant every ask are left to the claim's
 // own round trip (r.later): no round trip is spent on an answer known
 // before it is asked.
-func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk, fused bool) error {
+func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk, fused bool, blocked *waits) error {
 	ids, lanes, ckeys := pl.ids, pl.lanes, pl.ckeys
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
@@ -570,13 +580,23 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 		byLane[lane] = append(byLane[lane], i)
 	}
 	var asked []int
+	probe := map[string]string{} // tenant key -> the one of its lanes that waits asked for
 	for round := 0; len(asked) < want; round++ {
 		more := false
 		for _, lane := range order {
-			if c := byLane[lane]; round < len(c) && len(asked) < want {
-				asked = append(asked, c[round])
-				more = true
+			c := byLane[lane]
+			if round >= len(c) || len(asked) == want {
+				continue
 			}
+			if blocked.has(lane) {
+				t := tenantKey(ckeys[c[0]])
+				if p, ok := probe[t]; ok && p != lane {
+					continue
+				}
+				probe[t] = lane
+			}
+			asked = append(asked, c[round])
+			more = true
 		}
 		if !more {
 			break
@@ -635,6 +655,13 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			if c, ok := r.cost[execIDs[i]]; ok {
 				r.held[i] = "1:" + strconv.FormatInt(c, 10) // the claim script checks the job's cost against it
 			}
+		}
+	}
+	// A candidate not asked for whose tenant a key of its refused waits too.
+	r.full = r.fullFor(asked, execIDs, ckeys)
+	for i := range lanes {
+		if r.held[i] == "" && lanes[i] != "" && len(r.full) > 0 && waitsToo(r.full, ckeys[i]) {
+			r.held[i] = "0"
 		}
 	}
 	r.execIDs = execIDs
@@ -789,12 +816,12 @@ func perLane(want, n int) int {
 }
 
 // readLanes queues on p the reads of the first per jobs of lanes, and only
-// the first of a lane the last claim found blocked.
-func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string, per int, blocked *map[string]bool) map[string]*redis.StringSliceCmd {
+// the first of a lane that waits for a full key.
+func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string, per int, blocked *waits) map[string]*redis.StringSliceCmd {
 	read := make(map[string]*redis.StringSliceCmd, len(lanes))
 	for _, lane := range lanes {
 		n := per
-		if blocked != nil && (*blocked)[lane] {
+		if blocked.has(lane) {
 			n = 1
 		}
 		read[lane] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(n-1))
@@ -808,7 +835,7 @@ func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string
 // trip, what ahead (read with the peek) does not hold; none when it holds
 // every head lane and nothing is due. A job whose record is gone has no
 // lane: the claim script drops it.
-func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *map[string]bool,
+func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *waits,
 	ahead map[string]*redis.StringSliceCmd) (ids, lanes []string, err error) {
 	var missed []string
 	if want > 0 {
@@ -824,7 +851,7 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 			for i, id := range due {
 				laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
 			}
-			for lane, cmd := range q.readLanes(ctx, p, missed, perLane(want, len(heads)), blocked) {
+			for lane, cmd := range q.readLanes(ctx, p, missed, perLaneOf(want, heads, blocked), blocked) {
 				if ahead == nil {
 					ahead = map[string]*redis.StringSliceCmd{}
 				}

@@ -307,8 +307,17 @@ local function first_lane(lanes)
   return best
 end
 
+-- share is how many turns of the clock come between two of lane l's: its
+-- tenant's lanes in the ready set share one turn (fair.lua).
+local function share(l)
+  if not l.share then
+    l.share = math.max(fair_lanes(fair, l.name), 1)
+  end
+  return l.share
+end
+
 -- take chooses up to room jobs, lanes in turn, one job each: after each
--- take the lane takes the clock's next turn (fair.lua), and the clock
+-- take the lane takes its tenant's next turn (fair.lua), and the clock
 -- moves to the turn taken. A job is taken only if it holds a slot of
 -- every one of its keys (ARGV after the execution ids): a lane's jobs
 -- share their keys, so when its next job does not fit none does, and the
@@ -316,7 +325,9 @@ end
 -- it reserved is not taken either, nor its lane served further; costs
 -- gets the lane and cost of each job that reserved tokens. Only Lua state
 -- changes here. It returns the jobs taken, the lanes left waiting for a
--- full key, and the clock.
+-- full key (also those behind the last taken: the caller marks a job "0"
+-- that it did not ask for when its key refused another of its tenant's
+-- jobs), and the clock.
 local function take(lanes, room, clock, costs)
   local takes, blocked = {}, {}
   while #takes < room do
@@ -339,16 +350,50 @@ local function take(lanes, room, clock, costs)
       l.taken[#l.taken + 1] = c.id
       l.next = l.next + 1
       clock = math.max(clock, fair_start(l.turn))
-      l.start = clock + 1
+      l.start = clock + share(l)
       l.turn = l.jobs[l.next] and l.start
     else
       l.full = true -- this claim serves the lane no further
       if slots == '0' then
-        blocked[#blocked + 1] = l.name
+        blocked[#blocked + 1] = l
       end
     end
   end
+  for _, l in pairs(lanes) do
+    local c = l.jobs[l.next]
+    if l.turn and not l.full and c and ARGV[8 + 2 * n + c.i] == '0' then
+      l.full = true
+      blocked[#blocked + 1] = l
+    end
+  end
   return takes, blocked, clock
+end
+
+-- give_way moves each lane of blocked that took no job back by its
+-- tenant's share of turns after the clock, all but the first (by turn) of
+-- each tenant: a lane waiting for a full key gives its turn up to the
+-- lanes behind it, so that one tenant's waiting lanes, however many, never
+-- fill a claim's bounded look and hide the others. The first of each
+-- tenant keeps its turn, so that lanes of different tenants waiting for
+-- one key are served in their order when it has room again. It returns
+-- the lanes' names.
+local function give_way(blocked, clock)
+  table.sort(blocked, function(a, b) return a.turn < b.turn or (a.turn == b.turn and a.name < b.name) end)
+  local names, kept, moves = {}, {}, {}
+  for k, l in ipairs(blocked) do
+    names[k] = l.name
+    local tenant = fair_tenant(l.name)
+    local behind = kept[tenant]
+    kept[tenant] = (behind or -1) + 1
+    if behind and #l.taken == 0 then
+      moves[#moves + 1] = fair_int(math.max(fair_start(l.turn), clock) + share(l) + behind)
+      moves[#moves + 1] = l.name
+    end
+  end
+  if #moves > 0 then
+    redis.call('ZADD', ready, 'XX', unpack(moves))
+  end
+  return names
 end
 
 -- The reply: blocked, expired, costs, then 12 values per job handed
@@ -429,7 +474,7 @@ end
 
 local clock_was = fair_clock(fair)
 local takes, blocked, clock = take(lanes, want - #reclaimed, clock_was, reply[3])
-reply[1] = blocked
+reply[1] = give_way(blocked, clock)
 if #takes > 0 then
   start(takes, lanes, expires, reply)
 end

@@ -16,9 +16,17 @@
 -- holds one place in the ready set, not one per job, so it never hides
 -- the lanes behind it from a claim's bounded look.
 --
--- The fair hash holds the clock, and per lane with jobs waiting the count
+-- A tenant's lanes share one turn: a lane of a tenant with n lanes in the
+-- ready set takes its next turn n after the one it took (it starts at the
+-- clock's n-th turn), so however many lanes one tenant opens, its lanes
+-- together take one turn of the clock as another tenant's one lane does,
+-- and they stand in a claim's bounded look no more than that tenant's
+-- share of it.
+--
+-- The fair hash holds the clock, per lane with jobs waiting the count
 -- of them (field '#' .. lane), which GET /v1/limits sums into each key's
--- "waiting".
+-- "waiting", and per tenant with lanes in the ready set the count of them
+-- (field '@' .. tenant).
 -- 2^43 per band keeps every score an exact integer in a double
 -- (201 * 2^43 < 2^53), and holds the clock in ms until the year 2248.
 -- Jobs that join a lane in one ms share a score, and a sorted set orders
@@ -37,20 +45,41 @@ local function fair_start(score) return score % FAIR_BAND end
 
 local function fair_clock(fair) return tonumber(redis.call('HGET', fair, 'clock') or '0') end
 
+-- fair_tenant is the tenant of lane: its jobs' concurrency keys always
+-- name tenant:<tenant>, and no other tenant's key (job/submission.go).
+local function fair_tenant(lane) return string.match(lane, '"tenant:([%w_.-]+)"') or '' end
+
+-- fair_lanes is how many lanes lane's tenant has in the ready set.
+local function fair_lanes(fair, lane)
+  return tonumber(redis.call('HGET', fair, '@' .. fair_tenant(lane)) or '0')
+end
+
+-- fair_count counts a lane that joined (by 1) or left (by -1) the ready
+-- set against its tenant's lanes.
+local function fair_count(fair, lane, by)
+  local field = '@' .. fair_tenant(lane)
+  if redis.call('HINCRBY', fair, field, by) <= 0 then
+    redis.call('HDEL', fair, field)
+  end
+end
+
 -- fair_place puts lane in the ready set at its turn start; an empty lane
 -- leaves the ready set.
-local function fair_place(ready, set, lane, start)
+local function fair_place(fair, ready, set, lane, start)
   if redis.call('ZCARD', set) > 0 then
-    redis.call('ZADD', ready, fair_int(start), lane)
-  else
-    redis.call('ZREM', ready, lane)
+    if redis.call('ZADD', ready, fair_int(start), lane) == 1 then
+      fair_count(fair, lane, 1)
+    end
+  elseif redis.call('ZREM', ready, lane) == 1 then
+    fair_count(fair, lane, -1)
   end
 end
 
 -- fair_push_all makes jobs ids (of priorities, one each) wait in lane,
 -- whose sorted set is set, from now (the Redis clock in ms), in order:
 -- what fair_push does for each, in a few commands for all. A lane already
--- waiting keeps its turn; a new one takes the clock's next turn.
+-- waiting keeps its turn; a new one takes its tenant's next turn: the
+-- clock's next after as many turns as the tenant has lanes waiting.
 local function fair_push_all(fair, ready, set, lane, ids, priorities, now)
   local members = {}
   for i, id in ipairs(ids) do
@@ -59,9 +88,10 @@ local function fair_push_all(fair, ready, set, lane, ids, priorities, now)
   end
   redis.call('ZADD', set, unpack(members))
   -- A lane with jobs holds a turn in the ready set already: only one that
-  -- had none, as its count says, is placed.
-  if redis.call('HINCRBY', fair, '#' .. lane, #ids) == #ids then
-    redis.call('ZADD', ready, fair_int(fair_clock(fair) + 1), lane)
+  -- had none, as its count says, is placed, at its tenant's next turn.
+  if redis.call('HINCRBY', fair, '#' .. lane, #ids) == #ids and
+    redis.call('ZADD', ready, 'NX', fair_int(fair_clock(fair) + fair_lanes(fair, lane) + 1), lane) == 1 then
+    fair_count(fair, lane, 1)
   end
 end
 
@@ -85,7 +115,7 @@ local function fair_remove(fair, ready, set, lane, id, start)
     local turn = redis.call('ZSCORE', ready, lane)
     start = turn and fair_start(tonumber(turn)) or fair_clock(fair) + 1
   end
-  fair_place(ready, set, lane, start)
+  fair_place(fair, ready, set, lane, start)
   return true
 end
 
@@ -96,5 +126,5 @@ local function fair_take(fair, ready, set, lane, ids, start)
   if redis.call('HINCRBY', fair, '#' .. lane, -#ids) <= 0 then
     redis.call('HDEL', fair, '#' .. lane)
   end
-  fair_place(ready, set, lane, start)
+  fair_place(fair, ready, set, lane, start)
 end
