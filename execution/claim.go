@@ -372,14 +372,14 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, te
 	if want == 0 {
 		return pl, nil // nothing is taken: no room to check
 	}
-	// Each candidate's concurrency keys, parsed once per lane: a lane's
-	// jobs share them.
+	// Each candidate's concurrency keys and their share keys (withShares),
+	// parsed once per lane: a lane's jobs share them.
 	pl.ckeys = make([][]string, len(ids))
 	parsed := map[string][]string{}
 	for i, lane := range lanes {
 		keys, ok := parsed[lane]
 		if !ok {
-			keys = laneKeys(lane) // nil for a job gone ("")
+			keys = q.limits.withShares(laneKeys(lane)) // nil for a job gone ("")
 			parsed[lane] = keys
 		}
 		pl.ckeys[i] = keys

@@ -2,7 +2,9 @@ package execution
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -21,10 +23,17 @@ type limits struct {
 	budgets map[string]lease.Budget // key or "prefix:*" -> budget
 }
 
-// of returns key's limit, -1 for none (see scripts.LimitOf).
+// of returns key's limit, -1 for none (see scripts.LimitOf); a share
+// key's is its key's per_tenant.
 func (l *limits) of(key string) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	if base, _, ok := cutShareKey(key); ok {
+		if b, _ := scripts.Lookup(l.budgets, base); b.PerTenant > 0 {
+			return b.PerTenant
+		}
+		return -1
+	}
 	return scripts.LimitOf(l.m, key)
 }
 
@@ -34,13 +43,64 @@ func (l *limits) ask(key string) lease.Ask {
 	return lease.Ask{Key: key, Limit: int(l.of(key)), Budget: l.budgetOf(key)}
 }
 
-// budgetOf returns key's budget, the zero Budget for none.
+// budgetOf returns key's budget, the zero Budget for none; a share key's
+// is its tenant's share of its key's rpm and tpm (per_tenant/limit of
+// each, at least 1).
 func (l *limits) budgetOf(key string) lease.Budget {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	b, _ := scripts.Lookup(l.budgets, key)
-	return b
+	base, _, share := cutShareKey(key)
+	if !share {
+		b, _ := scripts.Lookup(l.budgets, key)
+		return b
+	}
+	b, _ := scripts.Lookup(l.budgets, base)
+	limit := scripts.LimitOf(l.m, base)
+	if b.PerTenant <= 0 || limit <= 0 {
+		return lease.Budget{}
+	}
+	return lease.Budget{RPM: shareOf(b.RPM, b.PerTenant, limit), TPM: shareOf(b.TPM, b.PerTenant, limit)}
 }
+
+// shareOf is n·part/whole, at least 1 when n is above 0, for 0 <= part
+// <= whole, without overflow (n up to lease.MaxBudget, whole up to
+// job.MaxLimit).
+func shareOf(n, part, whole int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	part = min(part, whole)
+	return max(n/whole*part+n%whole*part/whole, 1)
+}
+
+// withShares returns a job's concurrency keys with, for each of them whose
+// limit has a per-tenant share, its share key for the job's tenant: a slot
+// of each is a slot of the share that tenant's jobs hold of the key.
+func (l *limits) withShares(keys []string) []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []string
+	for _, k := range keys {
+		if b, _ := scripts.Lookup(l.budgets, k); b.PerTenant > 0 {
+			if out == nil {
+				out = slices.Clone(keys)
+			}
+			out = append(out, shareKey(k, tenantKey(keys)))
+		}
+	}
+	if out == nil {
+		return keys
+	}
+	return out
+}
+
+// shareKey is the key whose slots and budget are tenant's share of key:
+// "<key>@<tenant key>", which no job can name ('@' is not allowed in a
+// concurrency key).
+func shareKey(key, tenant string) string { return key + "@" + tenant }
+
+// cutShareKey returns the key and tenant key of a share key.
+func cutShareKey(key string) (base, tenant string, ok bool) { return strings.Cut(key, "@") }
 
 func (l *limits) refresh(ctx context.Context, rdb redis.UniversalClient, ks keys.Space) error {
 	var limitsCmd, budgetsCmd *redis.MapStringStringCmd
@@ -59,7 +119,7 @@ func (l *limits) refresh(ctx context.Context, rdb redis.UniversalClient, ks keys
 	}
 	budgets := map[string]lease.Budget{}
 	for k, v := range budgetsCmd.Val() {
-		if b, err := lease.ParseBudget(v); err == nil && !b.IsZero() {
+		if b, err := lease.ParseBudget(v); err == nil && b != (lease.Budget{}) {
 			budgets[k] = b
 		}
 	}

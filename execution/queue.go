@@ -521,7 +521,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *waits, left *map[str
 			id := newExecID()
 			keys, ok := keysOf[lane]
 			if !ok {
-				keys = laneKeys(lane)
+				keys = q.limits.withShares(laneKeys(lane))
 				keysOf[lane] = keys
 			}
 			var cost int64
@@ -682,7 +682,7 @@ func grantAll(asks []lease.Ask) bool {
 // worker's limits stand.
 func (q *queue) lanesGrantAll(lanes []string) bool {
 	for _, lane := range lanes {
-		for _, k := range laneKeys(lane) {
+		for _, k := range q.limits.withShares(laneKeys(lane)) {
 			if !q.limits.ask(k).GrantsAll() {
 				return false
 			}

@@ -79,6 +79,9 @@ type Limit struct {
 	TPM                Optional `json:"tpm"`
 	TokensLastMinute   Optional `json:"tokens_last_minute"`
 	Adaptive           bool     `json:"adaptive"`
+	// PerTenant is the most slots one tenant may hold of Key, and the same
+	// share of its RPM and TPM (PerTenant/Limit of each).
+	PerTenant Optional `json:"per_tenant"`
 	// ThrottledUntil is when the upstream's last Retry-After ends, while it
 	// holds the key's claims; zero (null) when it does not.
 	ThrottledUntil time.Time `json:"throttled_until"`
@@ -145,7 +148,7 @@ func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, 
 	}
 	for i, v := range budgets.Val() {
 		if v, ok := v.(string); ok {
-			if budget, err := lease.ParseBudget(v); err == nil && !budget.IsZero() {
+			if budget, err := lease.ParseBudget(v); err == nil && budget != (lease.Budget{}) {
 				b[fields[i]] = budget
 			}
 		}
@@ -243,8 +246,8 @@ func ParseLimits(s string) (map[string]KeyLimit, error) {
 // validate checks a key's configuration: something to configure, each
 // number in range.
 func (kl KeyLimit) validate() error {
-	if kl.Limit == nil && kl.Budget.RPM == 0 && kl.Budget.TPM == 0 && !kl.Budget.Adaptive {
-		return errors.New("give a limit, rpm, tpm or adaptive")
+	if kl.Limit == nil && kl.Budget == (lease.Budget{}) {
+		return errors.New("give a limit, rpm, tpm, adaptive or per_tenant")
 	}
 	if kl.Limit != nil {
 		if err := validateLimit(*kl.Limit); err != nil {
@@ -255,6 +258,20 @@ func (kl KeyLimit) validate() error {
 		if n < 0 || n > lease.MaxBudget {
 			return fmt.Errorf("%s %d must be between 1 and %d", name, n, int64(lease.MaxBudget))
 		}
+	}
+	return kl.checkPerTenant()
+}
+
+// checkPerTenant checks per_tenant: a share of the key's limit, so at
+// most the limit, and only with one.
+func (kl KeyLimit) checkPerTenant() error {
+	switch p := kl.Budget.PerTenant; {
+	case p == 0:
+		return nil
+	case kl.Limit == nil:
+		return fmt.Errorf("per_tenant %d needs a limit: it is a share of the limit", p)
+	case p < 1 || p > *kl.Limit:
+		return fmt.Errorf("per_tenant %d must be between 1 and the limit (%d)", p, *kl.Limit)
 	}
 	return nil
 }
@@ -272,6 +289,9 @@ func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error 
 	if err := ValidateLimitKey(key); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "key", Message: err.Error()}}}
 	}
+	if err := kl.checkPerTenant(); err != nil {
+		return &ValidationError{Errors: []FieldError{{Field: "per_tenant", Message: err.Error()}}}
+	}
 	if err := kl.validate(); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "limit", Message: err.Error()}}}
 	}
@@ -281,7 +301,7 @@ func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error 
 		} else {
 			p.HDel(ctx, s.keys.Limits(), key)
 		}
-		if kl.Budget.IsZero() {
+		if kl.Budget == (lease.Budget{}) {
 			p.HDel(ctx, s.keys.Budgets(), key)
 		} else {
 			p.HSet(ctx, s.keys.Budgets(), key, kl.Budget.String())
@@ -331,7 +351,7 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	budgets := map[string]lease.Budget{}
 	for k, v := range budgetsCmd.Val() {
 		b, err := lease.ParseBudget(v)
-		if err != nil || b.IsZero() {
+		if err != nil || b == (lease.Budget{}) {
 			continue
 		}
 		budgets[k] = b
@@ -341,6 +361,9 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 			byKey[k] = l
 		}
 		l.Adaptive = b.Adaptive
+		if b.PerTenant > 0 {
+			l.PerTenant = Some(b.PerTenant)
+		}
 		if b.RPM > 0 {
 			l.RPM = Some(b.RPM)
 		}

@@ -29,6 +29,10 @@ func TestParseLimits(t *testing.T) {
 			"model:gpt-4o": {Limit: ptr(200), Budget: lease.Budget{RPM: 3000, TPM: 400000, Adaptive: true}}}},
 		{in: "model:mini=;tpm=400000 , model:*= 5 ; adaptive", want: map[string]job.KeyLimit{
 			"model:mini": {Budget: lease.Budget{TPM: 400000}}, "model:*": {Limit: ptr(5), Budget: lease.Budget{Adaptive: true}}}},
+		{in: "model:*=200;per_tenant=50", want: map[string]job.KeyLimit{"model:*": {Limit: ptr(200), Budget: lease.Budget{PerTenant: 50}}}},
+		{in: "model:x=10;per_tenant=11", wantErr: "between 1 and the limit"},
+		{in: "model:x=;tpm=100;per_tenant=1", wantErr: "needs a limit"},
+		{in: "model:x=10;per_tenant=0", wantErr: "per_tenant=N"},
 		{in: "model:gpt-4o=;rpm=0", wantErr: "rpm=N"},
 		{in: "model:gpt-4o=;tpm=x", wantErr: "tpm=N"},
 		{in: "model:gpt-4o=1;burst=3", wantErr: "unknown option"},

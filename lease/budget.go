@@ -19,10 +19,16 @@ type Budget struct {
 	RPM      int64 // executions that may start per rolling minute; 0: no budget
 	TPM      int64 // tokens per rolling minute; 0: no budget
 	Adaptive bool  // the effective limit follows the upstream's pushback
+	// PerTenant is the most slots one tenant may hold of the key, and the
+	// same share of its limit's RPM and TPM; 0: no share. The key does not
+	// enforce it itself: a claim asks for a slot of the tenant's share key
+	// too (package execution), a key of its own with that limit and budget.
+	PerTenant int64
 }
 
-// IsZero reports whether b is no budget at all.
-func (b Budget) IsZero() bool { return b == Budget{} }
+// IsZero reports whether b is no budget of the key itself: no rpm, tpm or
+// adaptation (a per-tenant share is enforced through share keys).
+func (b Budget) IsZero() bool { return b.RPM == 0 && b.TPM == 0 && !b.Adaptive }
 
 func (b Budget) args() (rpm, tpm int64, adaptive string) {
 	rpm, tpm, adaptive = -1, -1, "0"
@@ -41,7 +47,7 @@ func (b Budget) args() (rpm, tpm int64, adaptive string) {
 // MaxBudget is the largest RPM or TPM.
 const MaxBudget = 1_000_000_000_000
 
-// String writes b in the form ParseBudget reads: "rpm=3000;tpm=400000;adaptive"
+// String writes b in the form ParseBudget reads: "rpm=3000;tpm=400000;adaptive;per_tenant=50"
 // ("" for none).
 func (b Budget) String() string {
 	var parts []string
@@ -54,10 +60,13 @@ func (b Budget) String() string {
 	if b.Adaptive {
 		parts = append(parts, "adaptive")
 	}
+	if b.PerTenant > 0 {
+		parts = append(parts, "per_tenant="+strconv.FormatInt(b.PerTenant, 10))
+	}
 	return strings.Join(parts, ";")
 }
 
-// ParseBudget reads options in the form "rpm=N;tpm=N;adaptive", in any order,
+// ParseBudget reads options in the form "rpm=N;tpm=N;adaptive;per_tenant=N", in any order,
 // each at most once: the part of a LEASEHOLD_LIMITS entry after its limit.
 func ParseBudget(s string) (Budget, error) {
 	var b Budget
@@ -79,18 +88,21 @@ func ParseBudget(s string) (Budget, error) {
 				return Budget{}, fmt.Errorf("option adaptive takes no value")
 			}
 			b.Adaptive = true
-		case "rpm", "tpm":
+		case "rpm", "tpm", "per_tenant":
 			n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
 			if !hasValue || err != nil || n < 1 || n > MaxBudget {
 				return Budget{}, fmt.Errorf("option %s: want %s=N, N from 1 to %d", name, name, int64(MaxBudget))
 			}
-			if name == "rpm" {
+			switch name {
+			case "rpm":
 				b.RPM = n
-			} else {
+			case "tpm":
 				b.TPM = n
+			default:
+				b.PerTenant = n
 			}
 		default:
-			return Budget{}, fmt.Errorf("unknown option %q: want rpm=N, tpm=N or adaptive", name)
+			return Budget{}, fmt.Errorf("unknown option %q: want rpm=N, tpm=N, adaptive or per_tenant=N", name)
 		}
 	}
 	return b, nil

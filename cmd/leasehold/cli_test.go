@@ -490,7 +490,7 @@ func TestCLI(t *testing.T) {
 		}
 		// A budget, its flags after the key and limit: the listing shows
 		// every column, a new adaptive key at its slow start (2 of 20).
-		s.ok("limits", "set", "model:budget", "20", "--tpm", "400000", "--rpm", "3000", "--adaptive", "--key", adminKey)
+		s.ok("limits", "set", "model:budget", "20", "--tpm", "400000", "--rpm", "3000", "--adaptive", "--per-tenant", "5", "--key", adminKey)
 		r := s.ok("limits")
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		if got := strings.Fields(lines[0]); strings.Join(got, " ") != "KEY LIMIT EFFECTIVE IN_USE RPM REQ/MIN TPM TOK/MIN THROTTLED_UNTIL WAITING" {
@@ -505,7 +505,7 @@ func TestCLI(t *testing.T) {
 		if strings.Join(row, " ") != "model:budget 20 2 0 3000 0 400000 0 - 0" {
 			t.Errorf("model:budget listed as %q:\n%s", row, r.stdout)
 		}
-		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":20,"in_use":0,"effective_limit":2,"rpm":3000,"requests_last_minute":0,"tpm":400000,"tokens_last_minute":0,"adaptive":true,"waiting":0,"throttled_until":null`) {
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":20,"in_use":0,"effective_limit":2,"rpm":3000,"requests_last_minute":0,"tpm":400000,"tokens_last_minute":0,"adaptive":true,"per_tenant":5,"waiting":0,"throttled_until":null`) {
 			t.Errorf("limits -o json: %s", r.stdout)
 		}
 		s.ok("limits", "rm", "model:budget", "--key", adminKey)

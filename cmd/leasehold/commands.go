@@ -574,7 +574,7 @@ func printQueues(w io.Writer, queues []job.QueueStats) error {
 	return t.Flush()
 }
 
-// leasehold limits [set KEY [N] [--rpm R] [--tpm T] [--adaptive] | rm KEY]
+// leasehold limits [set KEY [N] [--rpm R] [--tpm T] [--adaptive] [--per-tenant P] | rm KEY]
 func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	print := func(limits []job.Limit) error {
 		t := table(stdout)
@@ -595,6 +595,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rpm := c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide")
 		tpm := c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide")
 		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit")
+		perTenant := c.fs.Int64("per-tenant", 0, "the most slots one tenant may hold, and its share of rpm and tpm")
 		pos, err := c.parse(args[1:], -1, "KEY [LIMIT]")
 		if err != nil {
 			return err
@@ -619,6 +620,9 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if *adaptive {
 			body["adaptive"] = true
 		}
+		if *perTenant != 0 {
+			body["per_tenant"] = *perTenant
+		}
 		var l job.Limit
 		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
 			return err
@@ -628,7 +632,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return deleteCommand(ctx, "limits rm", "/v1/limits/", "removed", args[1:], stdout, stderr)
 	}
 	c := newCommand("limits", stdout, stderr)
-	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive], limits rm KEY)"); err != nil {
+	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive] [--per-tenant P], limits rm KEY)"); err != nil {
 		return err
 	}
 	var list struct {

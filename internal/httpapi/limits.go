@@ -22,6 +22,9 @@ type limitBody struct {
 	RPM      int64  `json:"rpm"`
 	TPM      int64  `json:"tpm"`
 	Adaptive bool   `json:"adaptive"`
+	// PerTenant is the most slots one tenant may hold, and its share of
+	// rpm and tpm; it needs a limit.
+	PerTenant int64 `json:"per_tenant"`
 }
 
 // GET /v1/limits: every configured limit with its leases in use. Any
@@ -152,7 +155,7 @@ func (s *server) deleteLimit(w http.ResponseWriter, r *http.Request, c caller) {
 }
 
 // decodeLimit parses a PUT body: {"limit": N, "rpm": N, "tpm": N,
-// "adaptive": true}, every field optional and at least one given, each of
+// "adaptive": true, "per_tenant": N}, every field optional and at least one given, each of
 // its type. Unknown fields and wrong types are named; the ranges are job's
 // to check.
 func decodeLimit(body []byte) (job.KeyLimit, error) {
@@ -176,19 +179,19 @@ func decodeLimit(body []byte) (job.KeyLimit, error) {
 			}
 		}
 	}
-	for _, name := range []string{"rpm", "tpm"} {
-		if _, ok := raw[name]; ok && (name == "rpm" && b.RPM < 1 || name == "tpm" && b.TPM < 1) {
+	for name, n := range map[string]int64{"rpm": b.RPM, "tpm": b.TPM, "per_tenant": b.PerTenant} {
+		if _, ok := raw[name]; ok && n < 1 {
 			fields = append(fields, job.FieldError{Field: name, Message: "must be at least 1"})
 		}
 	}
 	if len(raw) == 0 {
-		fields = append(fields, job.FieldError{Field: "limit", Message: "give at least one of limit, rpm, tpm and adaptive"})
+		fields = append(fields, job.FieldError{Field: "limit", Message: "give at least one of limit, rpm, tpm, adaptive and per_tenant"})
 	}
 	if len(fields) > 0 {
 		slices.SortFunc(fields, func(a, b job.FieldError) int { return strings.Compare(a.Field, b.Field) })
-		return job.KeyLimit{}, &badRequest{detail: `the body must be {"limit": N, "rpm": N, "tpm": N, "adaptive": true}, at least one of them: see errors`, fields: fields}
+		return job.KeyLimit{}, &badRequest{detail: `the body must be {"limit": N, "rpm": N, "tpm": N, "adaptive": true, "per_tenant": N}, at least one of them: see errors`, fields: fields}
 	}
-	return job.KeyLimit{Limit: b.Limit, Budget: lease.Budget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive}}, nil
+	return job.KeyLimit{Limit: b.Limit, Budget: lease.Budget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive, PerTenant: b.PerTenant}}, nil
 }
 
 func isNullJSON(raw []byte) bool { return strings.TrimSpace(string(raw)) == "null" }

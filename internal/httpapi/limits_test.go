@@ -156,6 +156,9 @@ func TestLimitsBadRequests(t *testing.T) {
 		{name: "null", key: "model:a", body: `{"limit": null}`, status: 400, field: "limit"},
 		{name: "missing", key: "model:a", body: `{}`, status: 400, field: "limit"},
 		{name: "unknown field", key: "model:a", body: `{"limit": 1, "max": 2}`, status: 400, field: "max"},
+		{name: "per_tenant without a limit", key: "model:a", body: `{"tpm": 100, "per_tenant": 1}`, status: 400, field: "per_tenant"},
+		{name: "per_tenant above the limit", key: "model:a", body: `{"limit": 2, "per_tenant": 3}`, status: 400, field: "per_tenant"},
+		{name: "per_tenant zero", key: "model:a", body: `{"limit": 2, "per_tenant": 0}`, status: 400, field: "per_tenant"},
 		{name: "not an object", key: "model:a", body: `[1]`, status: 400},
 		{name: "malformed", key: "model:a", body: `{"limit": `, status: 400},
 		{name: "content type", key: "model:a", body: `{"limit": 1}`, header: http.Header{"Content-Type": {"text/plain"}}, status: 415},
@@ -257,4 +260,21 @@ func TestLimitHistory(t *testing.T) {
 		}
 	}
 	expectProblem(t, f.get(acmeKey, "/v1/limits/bad%20key/history"), http.StatusBadRequest, "key")
+}
+
+// per_tenant is set and read back with the limit it is a share of.
+func TestLimitPerTenant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	resp := f.putLimit(adminKey, "model:shared", `{"limit": 4, "rpm": 100, "per_tenant": 2}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	want := job.Limit{Key: "model:shared", Limit: job.Some(4), RPM: job.Some(100), RequestsLastMinute: job.Some(0), PerTenant: job.Some(2)}
+	if got := decode[job.Limit](t, resp); got != want {
+		t.Errorf("put answered %+v, want %+v", got, want)
+	}
+	if got := f.limits(acmeKey); !slices.Equal(got, []job.Limit{want}) {
+		t.Errorf("acme lists %+v, want %+v", got, want)
+	}
 }
