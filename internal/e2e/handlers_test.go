@@ -26,10 +26,10 @@ type handlerProcess struct {
 	lines chan string
 }
 
-// examples is the repository's examples directory.
-func examples(t *testing.T) string {
+// repoPath is the path of elem in the repository.
+func repoPath(elem ...string) string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "examples")
+	return filepath.Join(append([]string{filepath.Dir(file), "..", ".."}, elem...)...)
 }
 
 // startHandler runs an example handler, command then its arguments with
@@ -44,7 +44,7 @@ func startHandler(t *testing.T, command ...string) *handlerProcess {
 		command[i] = strings.ReplaceAll(command[i], "{port}", strconv.Itoa(port))
 	}
 	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Dir = examples(t)
+	cmd.Dir = repoPath("examples")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestExampleHandlers(t *testing.T) {
 
 			// Submit, stream, cancel mid-stream: the client does it all.
 			client := exec.Command(c.client[0], append(c.client[1:], "--api", s.base, "--key", s.key, "--steps", "200", "--cancel-after", "2")...)
-			client.Dir = examples(t)
+			client.Dir = repoPath("examples")
 			out, err := client.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "output line 2") || !strings.HasSuffix(strings.TrimSpace(string(out)), "state cancelled") {
 				t.Fatalf("client: %v\n%s", err, out)
