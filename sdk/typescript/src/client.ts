@@ -1,5 +1,5 @@
 import { ConnectionError, LeaseholdError } from './errors.js';
-import { Transport, backoff, sleep, type TransportOptions } from './http.js';
+import { Transport, backoff, bounded, sleep, type TransportOptions } from './http.js';
 import { parseEvents } from './sse.js';
 import {
   terminalStates,
@@ -102,7 +102,7 @@ export class Client {
   }
 
   /** get reads a job; with `wait`, once it has ended or the wait is over. */
-  get(id: string, options: GetOptions = {}): Promise<Job> {
+  async get(id: string, options: GetOptions = {}): Promise<Job> {
     return this.http.json('GET', jobPath(id), {
       query: { wait: options.wait === undefined ? undefined : duration(options.wait) },
       signal: options.signal,
@@ -154,7 +154,7 @@ export class Client {
    */
   async *watch(id: string, options: WatchOptions = {}): AsyncGenerator<JobEvent, void, undefined> {
     const { signal } = options;
-    const maxReconnects = options.maxReconnects ?? 5;
+    const maxReconnects = bounded('maxReconnects', options.maxReconnects ?? 5, 1000);
     let last = options.lastEventId;
     let failures = 0;
     // The server ends a stream at once, with nothing, when its job has
@@ -199,7 +199,7 @@ export class Client {
   }
 
   /** usage reads the caller's usage counts for each UTC day from `from` to `to`. */
-  usage(query: UsageQuery, options: CallOptions = {}): Promise<Usage> {
+  async usage(query: UsageQuery, options: CallOptions = {}): Promise<Usage> {
     return this.http.json('GET', '/v1/usage', {
       query: { from: day(query.from), to: day(query.to), tenant: query.tenant },
       signal: options.signal,

@@ -156,7 +156,8 @@ export function message(err: unknown): string {
   return String(err);
 }
 
-function bounded(name: string, value: number, max: number): number {
+/** bounded answers value when it is a number from 0 to max, and throws a RangeError otherwise. */
+export function bounded(name: string, value: number, max: number): number {
   if (!Number.isFinite(value) || value < 0 || value > max) {
     throw new RangeError(`${name} must be a number from 0 to ${max}, not ${value}`);
   }

@@ -25,6 +25,14 @@ test('a bad field is a BadRequestError naming it', async () => {
   assert.deepEqual(err.errors.map((e) => e.field), ['timeout']);
 });
 
+test('options out of their bounds are refused before any call', async () => {
+  assert.throws(() => client({ maxRetries: -1 }), RangeError);
+  assert.throws(() => client({ maxRetryWait: Number.NaN }), RangeError);
+  await assert.rejects(c.watch('x', { maxReconnects: Number.POSITIVE_INFINITY }).next(), RangeError);
+  await assert.rejects(c.get('x', { wait: -1 }), RangeError);
+  await assert.rejects(c.usage({ from: new Date(Number.NaN), to: '2026-01-01' }), RangeError);
+});
+
 test('an unknown key is an UnauthorizedError', async () => {
   await assert.rejects(client({ key: 'not-a-key-0123456789abcdef' }).get('x'), UnauthorizedError);
 });
