@@ -25,7 +25,7 @@ def pip(*args: str) -> None:
         text=True,
     )
     if out.returncode != 0:
-        raise AssertionError(f"pip {' '.join(args)}: exit {out.returncode}\n{out.stdout}{out.stderr}")
+        raise AssertionError(f"pip {' '.join(args)}: exit {out.returncode} (no pip? apt-get install python3-pip)\n{out.stdout}{out.stderr}")
 
 
 class PackagingTest(unittest.TestCase):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import sys
 from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence, TypeVar
 
 from . import _operations as ops
@@ -16,6 +17,16 @@ T = TypeVar("T")
 
 # The longest line of a response head that is read.
 _LINE_LIMIT = 1 << 16
+
+
+async def _within(step: Awaitable[T], timeout: float) -> T:
+    """Awaits step for at most timeout seconds. Not asyncio.wait_for where
+    asyncio.timeout exists (3.11): wait_for before 3.12 may swallow a
+    cancellation that comes as step ends, and a cancelled watch would go on."""
+    if sys.version_info < (3, 11):
+        return await asyncio.wait_for(step, timeout)
+    async with asyncio.timeout(timeout):
+        return await step
 
 
 class _Malformed(Exception):
@@ -41,7 +52,7 @@ class _Exchange:
     @classmethod
     async def start(cls, config: Config, request: Request, timeout: float) -> _Exchange:
         """Sends request and reads the answer's head."""
-        reader, writer = await asyncio.wait_for(
+        reader, writer = await _within(
             asyncio.open_connection(config.host, config.port, ssl=config.ssl_context, limit=_LINE_LIMIT), timeout
         )
         ex = cls(reader, writer, timeout)
@@ -58,7 +69,7 @@ class _Exchange:
         self._writer.close()
 
     async def _within(self, step: Awaitable[T]) -> T:
-        return await asyncio.wait_for(step, self._timeout)
+        return await _within(step, self._timeout)
 
     async def _read_head(self, method: str) -> None:
         status = (await self._within(self._reader.readline())).split(None, 2)
@@ -243,7 +254,7 @@ class AsyncClient(Base):
                     if isinstance(action, Sleep):
                         await asyncio.sleep(action.seconds)
                     elif isinstance(action, Send):
-                        run.reply = await asyncio.wait_for(self._send(action.request), self._config.timeout + action.request.hold)
+                        run.reply = await self._send(action.request)
                     elif isinstance(action, Open):
                         if stream is not None:
                             stream.close()
