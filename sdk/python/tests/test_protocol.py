@@ -6,6 +6,7 @@ import datetime
 import email.utils
 import unittest
 
+from leasehold import _operations as ops
 from leasehold import _protocol as protocol
 from leasehold import errors
 
@@ -94,6 +95,29 @@ class RetryTest(unittest.TestCase):
             self.assertIsInstance(next(op), protocol.Send)
         with self.assertRaises(errors.Unavailable):
             op.send(busy)
+
+
+class RunsTest(unittest.TestCase):
+    """The v1.2 run calls, as requests: the API does not serve them yet."""
+
+    policy = protocol.Policy()
+
+    def test_steps_and_run(self) -> None:
+        send = next(ops.steps(self.policy, "a/b"))
+        self.assertEqual(send, protocol.Send(protocol.Request("GET", "/v1/jobs/a%2Fb/steps", idempotent=True)))
+        send = next(ops.run(self.policy, "j"))
+        self.assertEqual(send, protocol.Send(protocol.Request("GET", "/v1/jobs/j/run", idempotent=True)))
+
+    def test_children_follow_next_cursor(self) -> None:
+        op = ops.children(self.policy, "j", "failed", 1)
+        self.assertEqual(next(op), protocol.Send(protocol.Request("GET", "/v1/jobs/j/children", {"state": "failed", "limit": "1"}, idempotent=True)))
+        page = protocol.Response(200, {}, b'{"children": [{"key": "a", "job": {}}], "next_cursor": "c1"}')
+        self.assertEqual(op.send(page), protocol.Emit({"key": "a", "job": {}}))
+        self.assertEqual(next(op), protocol.Send(protocol.Request("GET", "/v1/jobs/j/children", {"state": "failed", "limit": "1", "cursor": "c1"}, idempotent=True)))
+        last = protocol.Response(200, {}, b'{"children": [{"key": "b", "job": {}}], "next_cursor": null}')
+        self.assertEqual(op.send(last), protocol.Emit({"key": "b", "job": {}}))
+        with self.assertRaises(StopIteration):
+            next(op)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Mapping, Seque
 from . import _operations as ops
 from ._config import Base, Config
 from ._protocol import Duration, Emit, Event, Open, Operation, Request, Response, Runner, Send, Sleep, watch
-from .types import BatchItem, Job, Limit, Queue, Schedule, Usage
+from .types import BatchItem, Child, Job, Limit, Queue, Schedule, Usage
 
 T = TypeVar("T")
 
@@ -186,6 +186,17 @@ class AsyncClient(Base):
 
     def watch(self, job_id: str, *, last_event_id: str | None = None) -> AsyncIterator[Event]:
         return self._run(watch(self._policy, job_id, last_event_id))
+
+    # Runs (API v1.2)
+
+    async def steps(self, job_id: str) -> dict[str, Any]:
+        return await self._result(ops.steps(self._policy, job_id))
+
+    def children(self, job_id: str, *, state: str | None = None, page_size: int | None = None) -> AsyncIterator[Child]:
+        return self._run(ops.children(self._policy, job_id, state, page_size))
+
+    async def run(self, job_id: str) -> dict[str, Any]:
+        return await self._result(ops.run(self._policy, job_id))
 
     # Queues, limits, usage
 

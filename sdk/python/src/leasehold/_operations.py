@@ -74,6 +74,18 @@ def signal(p: Policy, job_id: str, name: str, data: Any) -> Operation:
     return call(p, Request("POST", _job(job_id, "signal"), body=body))
 
 
+def steps(p: Policy, job_id: str) -> Operation:
+    return member(p, Request("GET", _job(job_id, "steps"), idempotent=True), "steps")
+
+
+def children(p: Policy, job_id: str, state: str | None, page_size: int | None) -> Operation:
+    return pages(p, _job(job_id, "children"), "children", query(state=state, limit=page_size))
+
+
+def run(p: Policy, job_id: str) -> Operation:
+    return call(p, Request("GET", _job(job_id, "run"), idempotent=True))
+
+
 def queues(p: Policy) -> Operation:
     return member(p, Request("GET", "/v1/queues", idempotent=True), "queues")
 

@@ -10,7 +10,7 @@ from typing import Any, Generator, Iterator, Mapping, Sequence
 from . import _operations as ops
 from ._config import Base
 from ._protocol import Duration, Emit, Event, Open, Operation, Request, Response, Runner, Send, Sleep, watch
-from .types import BatchItem, Job, Limit, Queue, Schedule, Usage
+from .types import BatchItem, Child, Job, Limit, Queue, Schedule, Usage
 
 # What a connection that broke or never came raises.
 _BROKEN = (OSError, http.client.HTTPException)
@@ -89,6 +89,22 @@ class Client(Base):
         """Iterates over the job's events until its terminal state event,
         resuming across broken connections without losing or repeating one."""
         return self._run(watch(self._policy, job_id, last_event_id))
+
+    # Runs (API v1.2)
+
+    def steps(self, job_id: str) -> dict[str, Any]:
+        """The steps the job's executions recorded, by name."""
+        return self._result(ops.steps(self._policy, job_id))
+
+    def children(self, job_id: str, *, state: str | None = None, page_size: int | None = None) -> Iterator[Child]:
+        """Iterates over the jobs the job spawned, oldest first, as
+        ``{"key", "job"}``."""
+        return self._run(ops.children(self._policy, job_id, state, page_size))
+
+    def run(self, job_id: str) -> dict[str, Any]:
+        """The run under the job: its jobs by state, executions, usage and
+        spend."""
+        return self._result(ops.run(self._policy, job_id))
 
     # Queues, limits, usage
 

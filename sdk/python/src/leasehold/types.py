@@ -53,6 +53,11 @@ class BatchItem(TypedDict, total=False):
     problem: Dict[str, Any]
 
 
+class Child(TypedDict):
+    key: str
+    job: Job
+
+
 class Queue(TypedDict):
     name: str
     queued: int
