@@ -556,10 +556,11 @@ func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, hel
 	for _, h := range held {
 		a.argv = append(a.argv, h)
 	}
-	// KEYS[5+3n+4j .. 8+3n+4j] of retired job j (1..r); ARGV r, then the r ids
+	// KEYS[4+3n+5j .. 8+3n+5j] of retired job j (1..r); ARGV r, then the r ids
 	for j, id := range pl.retired {
 		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
-			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.JobFolded(q.name, id))
+			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.JobFolded(q.name, id),
+			q.keys.QueueRetained(q.name, pl.tenants[j]))
 	}
 	a.argv = append(a.argv, r)
 	for _, id := range pl.retired {

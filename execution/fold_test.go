@@ -457,8 +457,8 @@ func (r reads) same(t *testing.T, want reads, what string) {
 }
 
 // A folded job past its retention goes with its folded key; packed, with
-// its entry in its tenant's listing, whose tenant only the packed value
-// holds then.
+// its entry in its tenant's listing and its charge of retained bytes,
+// whose tenant only the packed value holds then.
 func TestFoldedJobRetired(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -475,6 +475,10 @@ func TestFoldedJobRetired(t *testing.T) {
 	}, "job past its retention: some of its keys left")
 	if err := f.rdb.ZScore(ctx, ks.QueueTenantJobs("default", "acme"), j.ID).Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("job past its retention: still in its tenant's listing (%v)", err)
+	}
+	if n := f.rdb.Exists(ctx, ks.QueueRetained("default", "acme")).Val(); n != 0 {
+		t.Fatalf("job past its retention: its tenant's retained bytes are still charged (%v)",
+			f.rdb.HGetAll(ctx, ks.QueueRetained("default", "acme")).Val())
 	}
 }
 

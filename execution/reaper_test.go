@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -12,7 +13,8 @@ import (
 
 // One pass of the reaper, alone, with no worker running: it finalises an
 // expired lease, promotes more due jobs than one batch holds (the next
-// batch follows at once), and deletes a record past its retention.
+// batch follows at once), and deletes a record past its retention,
+// giving back its retained bytes.
 func TestReaperRunOnce(t *testing.T) {
 	f := newQueueFixture(t, Config{LeaseTTL: time.Minute, Backoff: func(int) time.Duration { return time.Hour }})
 	q := f.q
@@ -45,6 +47,9 @@ func TestReaperRunOnce(t *testing.T) {
 	}
 	if n, err := f.rdb.Exists(t.Context(), q.keys.Job(q.name, ended)).Result(); err != nil || n != 0 {
 		t.Errorf("the record past its retention: %d keys, %v; want deleted", n, err)
+	}
+	if err := f.rdb.HGet(t.Context(), q.keys.QueueRetained(q.name, "acme"), ended).Err(); !errors.Is(err, redis.Nil) {
+		t.Errorf("the record past its retention: still charged to its tenant's retained bytes (%v)", err)
 	}
 }
 

@@ -32,20 +32,22 @@ type scriptArgs struct {
 // submitCall creates items, all of queue, for tenant (job_submit.lua),
 // counted on the usage day of at, kept usageTTL after it. room is how
 // many of the tenant's jobs not ended queue may hold before the first item
-// ("" for no cap).
+// ("" for no cap); quota how many bytes they may be charged ("" for no
+// quota).
 type submitCall struct {
-	tenant, queue, room string
-	at                  time.Time
-	usageTTL            time.Duration
-	items               []*submitting
+	tenant, queue, room, quota string
+	at                         time.Time
+	usageTTL                   time.Duration
+	items                      []*submitting
 }
 
 func (c submitCall) layout(ks keys.Space) scriptArgs {
 	q := c.queue
-	a := scriptArgs{keys: make([]string, 0, 7+5*len(c.items)), argv: make([]any, 0, 4+17*len(c.items))}
+	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 5+17*len(c.items))}
 	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
-		ks.QueueFair(q), ks.QueueStats(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at))
-	a.argv = append(a.argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli())
+		ks.QueueFair(q), ks.QueueStats(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at),
+		ks.QueueRetained(q, c.tenant))
+	a.argv = append(a.argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli(), c.quota)
 	for _, p := range c.items {
 		n, id := p.n, p.id
 		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
@@ -176,7 +178,7 @@ func (c deleteCall) layout(ks keys.Space) scriptArgs {
 	q, id := c.queue, c.id
 	return scriptArgs{
 		keys: []string{ks.Job(q, id), ks.JobEvents(q, id), ks.QueueRetired(q), ks.QueueTenantJobs(q, c.tenant),
-			ks.JobDeleted(q, id), ks.JobFolded(q, id)},
+			ks.JobDeleted(q, id), ks.JobFolded(q, id), ks.QueueRetained(q, c.tenant)},
 		argv: []any{id, c.owner, c.idemTTL.Milliseconds()},
 	}
 }

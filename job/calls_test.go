@@ -24,16 +24,16 @@ func TestScriptCallsLayOutWhatTheirScriptsRead(t *testing.T) {
 		arg        int    // ARGV[arg] (1-based) is
 		argWant    string // this argument
 	}{
-		// KEYS[8 + 5i + k], ARGV[5 + 17i + k], k=4 the folded key, k=0 the id
-		{"submit", submitCall{tenant: "acme", queue: "q", items: items}, 7 + 5*2, 4 + 17*2,
-			8 + 5 + 4, ks.JobFolded("q", "j2"), 5 + 17, "j2"},
+		// KEYS[9 + 5i + k], ARGV[6 + 17i + k], k=4 the folded key, k=0 the id
+		{"submit", submitCall{tenant: "acme", queue: "q", items: items}, 8 + 5*2, 5 + 17*2,
+			9 + 5 + 4, ks.JobFolded("q", "j2"), 6 + 17, "j2"},
 		// KEYS[2 + 4i + 3] the folded key of job i (1..n), ARGV[4 + i] its id
 		{"retry", retryCall{queue: "q", ids: []string{"j1", "j2"}, lanes: []string{"[]", "[]"}}, 5 + 4*2, 4 + 2,
 			2 + 4*2 + 3, ks.JobFolded("q", "j2"), 4 + 2, "j2"},
 		// ARGV[4] (cancel) and ARGV[7] (signal) the id
 		{"cancel", cancelCall{queue: "q", id: "j1", lane: "[]"}, 11, 4, 11, ks.JobFolded("q", "j1"), 4, "j1"},
 		{"signal", signalCall{queue: "q", id: "j1", lane: "[]", name: "go"}, 9, 7, 9, ks.JobFolded("q", "j1"), 7, "j1"},
-		{"delete", deleteCall{queue: "q", id: "j1", tenant: "acme"}, 6, 3, 4, ks.QueueTenantJobs("q", "acme"), 1, "j1"},
+		{"delete", deleteCall{queue: "q", id: "j1", tenant: "acme"}, 7, 3, 7, ks.QueueRetained("q", "acme"), 1, "j1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := c.call.layout(ks)

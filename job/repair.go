@@ -45,7 +45,8 @@ func (s *Store) Retry(ctx context.Context, tenant, id string, admin bool) (Job, 
 // RetryWithin is Retry under limit, a cap on tenant's jobs not ended, which
 // a retry counts against like a submission (SubmitWithin): a retry that
 // would take the tenant past limit.Max is refused with a *CapError and
-// moves nothing. The job's queue is counted in the script that moves the
+// moves nothing, as is one of a tenant at or past limit.MaxBytes, with a
+// *QuotaError. The job's queue is counted in the script that moves the
 // job; the other queues are read before, as for a submission. The admin's
 // retries are not capped.
 func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, limit Cap) (Job, error) {
@@ -127,8 +128,12 @@ func ownerOf(tenant string, admin bool) (string, error) {
 // hold under limit: limit.Max less those of limit's other queues, read now
 // (the retry script counts queue's own with its moves); 0 when there is no
 // cap. free is how many more it may hold as read now (room less its own).
-// The tenant at the cap already is a *CapError.
+// The tenant at the cap already is a *CapError; at or past its quota of
+// bytes, a *QuotaError.
 func (s *Store) retryRoom(ctx context.Context, tenant, queue string, limit Cap) (room, free int64, err error) {
+	if err := s.overQuota(ctx, tenant, queue, limit); err != nil {
+		return 0, 0, err
+	}
 	if limit.Max <= 0 {
 		return 0, 0, nil
 	}
@@ -530,7 +535,7 @@ func (s *Store) admitRetries(ctx context.Context, queue, owner string, f RetryFi
 	if owner != "" {
 		var free int64
 		room, free, err = s.retryRoom(ctx, owner, queue, f.Cap)
-		if errors.As(err, new(*CapError)) {
+		if errors.Is(err, ErrOverCap) {
 			return 0, 0, err, nil
 		}
 		if err != nil {

@@ -162,14 +162,23 @@ func (e *BusyError) Error() string {
 func (e *BusyError) Unwrap() error { return ErrBusy }
 
 // Cap bounds how many of one tenant's jobs may be not ended (queued,
-// running or retrying) at once, over some queues.
+// running or retrying) at once, and how many bytes its jobs Redis keeps
+// may be charged, over some queues.
 type Cap struct {
 	// Max is the most jobs not ended a tenant may have; 0 = no cap.
 	Max int64
+	// MaxBytes is the most bytes a tenant's jobs, not ended and ended
+	// within their retention, may be charged (a job's charge: its
+	// submitted fields' bytes and 512 for what its keys cost besides);
+	// 0 = no quota.
+	MaxBytes int64
 	// Queues are the queues whose jobs count; the submission's own queue
 	// counts whether named or not.
 	Queues []string
 }
+
+// counts says whether c counts the tenant's jobs or bytes at all.
+func (c Cap) counts() bool { return c.Max > 0 || c.MaxBytes > 0 }
 
 // CapError refuses a submission that would take its tenant past Cap.Max
 // jobs not ended. Nothing a client can see was stored.
@@ -183,6 +192,21 @@ func (e *CapError) Error() string {
 }
 
 func (e *CapError) Unwrap() error { return ErrOverCap }
+
+// QuotaError refuses a submission or retry that would take its tenant past
+// Cap.MaxBytes of retained jobs. Nothing a client can see was stored.
+// It is over the cap too (ErrOverCap): a schedule's fire waits as it does
+// for a full cap.
+type QuotaError struct {
+	Bytes int64 // the bytes the tenant's jobs are charged, as counted
+	Max   int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("job: tenant's jobs hold %d bytes, the quota is %d", e.Bytes, e.Max)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrOverCap }
 
 // idempotencyRecord is what an Idempotency-Key stands for.
 type idempotencyRecord struct {

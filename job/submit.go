@@ -141,6 +141,7 @@ type batch struct {
 	out    []BatchResult
 	live   []*submitting    // the items not refused yet, in order
 	counts map[string]int64 // the tenant's jobs not ended per queue (when limit.Max > 0)
+	kept   map[string]int64 // the tenant's retained bytes per queue (when limit.MaxBytes > 0)
 	// refused are the items refused after their idempotency key was
 	// claimed, whose record cleanUp drops.
 	refused  []*submitting
@@ -263,6 +264,7 @@ func (b *batch) claim(ctx context.Context) error {
 	claims := make([]*redis.StatusCmd, len(b.live))
 	bodies := make([]string, len(b.live))
 	var counts map[string]*redis.SliceCmd
+	var kept map[string]*redis.StringCmd
 	fields := countedFields(b.tenant)
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, it := range b.live {
@@ -286,6 +288,9 @@ func (b *batch) claim(ctx context.Context) error {
 				counts[q] = p.HMGet(ctx, s.keys.QueueStats(q), fields...)
 			}
 		}
+		if b.limit.MaxBytes > 0 {
+			kept = s.readRetained(ctx, p, b.tenant, b.capQueues())
+		}
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("job: idempotency keys and counts: %w", err)
@@ -298,6 +303,12 @@ func (b *batch) claim(ctx context.Context) error {
 				return fmt.Errorf("job: count jobs not ended in %s: %w", q, err)
 			}
 			b.counts[q] = n[0] + n[1] + n[2] + n[3]
+		}
+	}
+	if kept != nil {
+		var err error
+		if b.kept, err = retainedOf(kept); err != nil {
+			return err
 		}
 	}
 	for i, it := range b.live {
@@ -325,7 +336,7 @@ func (b *batch) claim(ctx context.Context) error {
 	b.live = slices.DeleteFunc(b.live, func(p *submitting) bool { return b.out[p.at].Err != nil })
 	if b.limit.Max > 0 {
 		b.keep(func(p *submitting) error {
-			if n := b.counts[p.n.Queue] + b.elsewhere(p.n.Queue); n >= b.limit.Max && !p.replay() {
+			if n := b.counts[p.n.Queue] + b.elsewhere(p.n.Queue, b.counts); n >= b.limit.Max && !p.replay() {
 				return &CapError{Jobs: n, Max: b.limit.Max}
 			}
 			return nil
@@ -345,13 +356,13 @@ func (b *batch) capQueues() []string {
 	return slices.Compact(qs)
 }
 
-// elsewhere is how many of the tenant's jobs not ended the cap's queues
-// other than q hold: as read, plus those this batch has created since.
-func (b *batch) elsewhere(q string) int64 {
+// elsewhere is what counts (b.counts or b.kept) holds for the cap's
+// queues other than q: as read, plus what this batch has created since.
+func (b *batch) elsewhere(q string, counts map[string]int64) int64 {
 	var n int64
 	for _, other := range slices.Compact(slices.Sorted(slices.Values(b.limit.Queues))) {
 		if other != q {
-			n += b.counts[other]
+			n += counts[other]
 		}
 	}
 	return n
@@ -395,9 +406,9 @@ func (b *batch) create(ctx context.Context) error {
 		case k < 0:
 			queues = append(queues, p.n.Queue)
 			groups = append(groups, []*submitting{p})
-		case b.limit.Max > 0 && p.n.Queue != groups[len(groups)-1][0].n.Queue:
+		case b.limit.counts() && p.n.Queue != groups[len(groups)-1][0].n.Queue:
 			groups = append(groups, []*submitting{p})
-		case b.limit.Max > 0:
+		case b.limit.counts():
 			groups[len(groups)-1] = append(groups[len(groups)-1], p)
 		default:
 			groups[k] = append(groups[k], p)
@@ -410,10 +421,18 @@ func (b *batch) create(ctx context.Context) error {
 		return err
 	}
 	b.created = map[string]bool{}
-	for _, g := range groups {
+	for i, g := range groups {
 		if err := b.createIn(ctx, g); err != nil {
 			b.endSpans(err)
 			return err
+		}
+		if b.kept != nil && i < len(groups)-1 {
+			// The script alone knows the bytes it charged: the queues
+			// after this one count them as read again.
+			if err := b.reread(ctx, g[0].n.Queue); err != nil {
+				b.endSpans(err)
+				return err
+			}
 		}
 	}
 	return nil
@@ -437,12 +456,16 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	s, q := b.s, in[0].n.Queue
 	room := "" // how many of the tenant's jobs not ended q may hold; "" = no cap
 	if b.limit.Max > 0 {
-		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q), 10)
+		room = strconv.FormatInt(b.limit.Max-b.elsewhere(q, b.counts), 10)
+	}
+	quota := "" // how many bytes the tenant's jobs in q may be charged; "" = no quota
+	if b.limit.MaxBytes > 0 {
+		quota = strconv.FormatInt(b.limit.MaxBytes-b.elsewhere(q, b.kept), 10)
 	}
 	var calls []submitCall
 	at := time.Now() // the usage day the jobs count in
 	for chunk := range slices.Chunk(in, SubmitChunk) {
-		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, at: at, usageTTL: s.usageTTL, items: chunk})
+		calls = append(calls, submitCall{tenant: b.tenant, queue: q, room: room, quota: quota, at: at, usageTTL: s.usageTTL, items: chunk})
 	}
 	if len(calls) == 1 { // every single submit: nothing to overlap
 		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))
@@ -482,7 +505,11 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 		switch status {
 		case int64(-1):
 			own, _ := reply.(int64)
-			b.refuse(p, &CapError{Jobs: b.elsewhere(q) + own, Max: b.limit.Max})
+			b.refuse(p, &CapError{Jobs: b.elsewhere(q, b.counts) + own, Max: b.limit.Max})
+			continue
+		case int64(-3):
+			own, _ := reply.(int64)
+			b.refuse(p, &QuotaError{Bytes: b.elsewhere(q, b.kept) + own, Max: b.limit.MaxBytes})
 			continue
 		case int64(-2):
 			b.out[p.at].Err = ErrDeleted

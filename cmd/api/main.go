@@ -41,6 +41,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
+	tenantMaxRetained := fs.Int("tenant-max-retained-bytes", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES", 0, "bytes each tenant's jobs Redis keeps (not ended, and ended within the retention) over the accepted queues; past it a submission gets 429 (default 0: no quota)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended (queued, running, retrying, waiting) over the accepted queues; over it a submission gets 429 (default 0: no cap)")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	retention := fs.Retention()
@@ -117,25 +118,26 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	cfg := httpapi.Config{
-		Store:         store,
-		Rate:          limiter,
-		Redis:         rdb,
-		Blocking:      blocking,
-		MaxStreams:    *maxStreams,
-		TenantMaxJobs: int64(*tenantMaxJobs),
-		NATS:          nc,
-		Prefix:        *prefix,
-		Keys:          keys,
-		MaxBody:       int64(*maxBody),
-		MaxBatchBody:  int64(*maxBatchBody),
-		BodyTimeout:   *bodyTimeout,
-		NotifyAllow:   notifyAllow,
-		Webhooks:      webhooks,
-		Queues:        cli.List(*queues),
-		RedisTimeout:  *redisTimeout,
-		Logger:        log,
-		MeterProvider: meters,
-		Metrics:       metrics,
+		Store:                  store,
+		Rate:                   limiter,
+		Redis:                  rdb,
+		Blocking:               blocking,
+		MaxStreams:             *maxStreams,
+		TenantMaxJobs:          int64(*tenantMaxJobs),
+		TenantMaxRetainedBytes: int64(*tenantMaxRetained),
+		NATS:                   nc,
+		Prefix:                 *prefix,
+		Keys:                   keys,
+		MaxBody:                int64(*maxBody),
+		MaxBatchBody:           int64(*maxBatchBody),
+		BodyTimeout:            *bodyTimeout,
+		NotifyAllow:            notifyAllow,
+		Webhooks:               webhooks,
+		Queues:                 cli.List(*queues),
+		RedisTimeout:           *redisTimeout,
+		Logger:                 log,
+		MeterProvider:          meters,
+		Metrics:                metrics,
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

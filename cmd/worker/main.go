@@ -47,6 +47,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	retention := fs.Retention()
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9090", "listen address of /metrics, /healthz and /readyz")
 	rate := fs.Rate("schedule fires (as the API's)")
+	tenantMaxRetained := fs.Int("tenant-max-retained-bytes", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES", 0, "bytes each tenant's jobs Redis keeps, as the API's; a schedule fire past it waits (default 0: no quota)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended, as the API's; a schedule fire over it waits (default 0: no cap)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,7 +112,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	limits := schedule.Limits{Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), Queues: cli.List(*queues)}}
+	limits := schedule.Limits{Rate: limiter, Cap: job.Cap{Max: int64(*tenantMaxJobs), MaxBytes: int64(*tenantMaxRetained), Queues: cli.List(*queues)}}
 	fire, stopFiring, err := cli.Scheduler(ctx, rdb, *prefix, nc, limits, log, meters)
 	if err != nil {
 		return err

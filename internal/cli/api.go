@@ -39,7 +39,7 @@ func API(ctx context.Context, g *run.Group, ln, opsLn net.Listener, cfg httpapi.
 		queues = []string{job.DefaultQueue}
 	}
 	fire, stopFiring, err := Scheduler(ctx, cfg.Redis, cfg.Prefix, cfg.NATS, schedule.Limits{
-		Rate: cfg.Rate, Cap: job.Cap{Max: cfg.TenantMaxJobs, Queues: queues}}, log, cfg.MeterProvider)
+		Rate: cfg.Rate, Cap: job.Cap{Max: cfg.TenantMaxJobs, MaxBytes: cfg.TenantMaxRetainedBytes, Queues: queues}}, log, cfg.MeterProvider)
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
 	var busy *job.BusyError
 	var capped *job.CapError
+	var quota *job.QuotaError
 	switch {
 	case errors.Is(err, errUnsupportedMedia):
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
@@ -166,6 +167,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &capped):
 		w.Header().Set("Retry-After", strconv.Itoa(capRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("tenant has %d jobs not ended, the cap is %d; retry once some have ended", capped.Jobs, capped.Max))
+	case errors.As(err, &quota):
+		w.Header().Set("Retry-After", strconv.Itoa(capRetryAfter))
+		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("tenant's jobs hold %d bytes, the quota is %d; retry once some are deleted or past their retention", quota.Bytes, quota.Max))
 	case errors.Is(err, errTooManyStreams):
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")

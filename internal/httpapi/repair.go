@@ -43,8 +43,11 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request, c caller) {
 	writeJSON(w, http.StatusAccepted, s.shown(c, j))
 }
 
-// capOf is the cap on a tenant's jobs not ended (LEASEHOLD_TENANT_MAX_JOBS).
-func (s *server) capOf() job.Cap { return job.Cap{Max: s.tenantCap, Queues: s.queues} }
+// capOf is the cap on a tenant's jobs not ended (LEASEHOLD_TENANT_MAX_JOBS)
+// and on their retained bytes (LEASEHOLD_TENANT_MAX_RETAINED_BYTES).
+func (s *server) capOf() job.Cap {
+	return job.Cap{Max: s.tenantCap, MaxBytes: s.tenantQuota, Queues: s.queues}
+}
 
 // retryFilter is the body of POST /v1/jobs/retry.
 type retryFilter struct {

@@ -106,6 +106,11 @@ type Config struct {
 	// answered with its job. Concurrent submissions to different queues may
 	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).
 	TenantMaxJobs int64
+	// TenantMaxRetainedBytes caps the bytes each tenant's jobs, not ended
+	// and ended within their retention, are charged (job.Cap.MaxBytes),
+	// summed over Queues; default 0: no quota. A submission or retry past
+	// it is answered 429 with Retry-After, as for TenantMaxJobs.
+	TenantMaxRetainedBytes int64
 	// NotifyAllow says where a sleep job's notify_url may point; a job
 	// whose notify_url it does not allow is refused (400). Default nowhere.
 	NotifyAllow kinds.NotifyAllow
@@ -167,6 +172,7 @@ type server struct {
 	webhooks     webhook.Policy
 	queues       []string
 	tenantCap    int64
+	tenantQuota  int64 // Config.TenantMaxRetainedBytes
 	bodyTimeout  time.Duration
 	redisTimeout time.Duration
 	keepAlive    time.Duration
@@ -183,8 +189,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.MaxBatchBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0:
-		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams or TenantMaxJobs")
+	case cfg.MaxBody < 0 || cfg.MaxBatchBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0 || cfg.TenantMaxRetainedBytes < 0:
+		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams, TenantMaxJobs or TenantMaxRetainedBytes")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -202,6 +208,7 @@ func New(cfg Config) (http.Handler, error) {
 		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
 		tenantCap:    cfg.TenantMaxJobs,
+		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),

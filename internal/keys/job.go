@@ -99,6 +99,13 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 	return s.key("q:"+queue, "tenant:"+tenant)
 }
 
+// QueueRetained is the hash of the bytes one tenant's jobs in a queue
+// are charged, from their submit until their deletion: each job's (field:
+// its id) and their sum (field "*"; internal/scripts/stats.lua).
+func (s Space) QueueRetained(queue, tenant string) string {
+	return s.key("q:"+queue, "retained:"+tenant)
+}
+
 // QueueAllJobs indexed every job in a queue by creation time, in versions
 // before issue 23's waypoint (docs/operations.md): the reaper drains what
 // they left.

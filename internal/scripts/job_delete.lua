@@ -1,9 +1,10 @@
 -- Deletes an ended job of one queue: its record, its events, its index
--- entries and its retired entry, all at once (forget, transition.lua). (Its id → queue lookup lives
+-- entries, its retired entry and its charge, all at once (forget, transition.lua). (Its id → queue lookup lives
 -- in another slot: the caller deletes it after this.)
 -- KEYS[1] job hash   KEYS[2] events   KEYS[3] retired   KEYS[4] tenant index
 -- KEYS[5] the job's deletion mark (job_submit.lua)
 -- KEYS[6] folded key (transition.lua's fold)
+-- KEYS[7] the tenant's retained bytes in the queue (stats.lua)
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
 -- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
 -- still stand for the job
@@ -28,6 +29,6 @@ end
 if not ended then
   return {'live', redis.call('HGETALL', job)}
 end
-forget(retired, {id}, {job, events, KEYS[6]}, {tenant_index})
+forget(retired, {id}, {job, events, KEYS[6]}, {tenant_index}, {KEYS[7]})
 redis.call('SET', KEYS[5], '1', 'PX', ARGV[3])
 return {'deleted'}

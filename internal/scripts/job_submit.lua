@@ -5,11 +5,14 @@
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] deadlines   KEYS[4] fair (fair.lua)
 -- KEYS[5] stats (stats.lua)   KEYS[6] tenant index
 -- KEYS[7] the usage day each job created is counted in (stats.lua)
+-- KEYS[8] the tenant's retained bytes in this queue (stats.lua)
 -- ARGV[1] tenant   ARGV[2] events stream MAXLEN
 -- ARGV[3] how many of the tenant's jobs not ended this queue may hold
 -- before the batch's first job ("" = no cap)
 -- ARGV[4] when the usage day's counts are dropped (unix ms; "" = not counted)
--- Then per job i (from 0): KEYS[8 + 5i + k] and ARGV[5 + 17i + k]:
+-- ARGV[5] how many bytes the tenant's jobs in this queue may be charged
+-- before the batch's first job ("" = no quota)
+-- Then per job i (from 0): KEYS[9 + 5i + k] and ARGV[6 + 17i + k]:
 -- k=0 job hash   k=1 events   k=2 the job's lane (fair.lua)
 -- k=3 the job's deletion mark (job_delete.lua)   k=4 its folded key (transition.lua's fold)
 -- k=0 id   k=1 kind   k=2 priority (-100..100)   k=3 max_attempts
@@ -31,15 +34,26 @@
 -- resent call that had created it (see the nonce below); 0, its record
 -- when it existed; -1, n when the queue holds n >= the cap of the tenant's
 -- jobs not ended (nothing written); -2, 0 when the job was deleted
--- (nothing written: a replay does not bring it back).
+-- (nothing written: a replay does not bring it back); -3, b when the
+-- tenant's jobs in the queue are charged b bytes and the job's charge
+-- would take them past the quota (nothing written).
+--
+-- A job is charged its bytes: those of its arguments here (its input,
+-- metadata, keys and the rest) and job_overhead, what its keys' names and
+-- its entries in the queue's sets cost besides (stats.lua's retained
+-- bytes).
 local ready, scheduled, deadlines, fair, stats, tenant_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local tenant, maxlen, room = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local n = (#ARGV - 4) / 17
+local retained, quota = KEYS[8], tonumber(ARGV[5])
+local n = (#ARGV - 5) / 17
+local job_overhead = 512
 
 local now = redis_now()
 local tx = transitions(stats, nil, now, nil, maxlen)
 use_day(tx, KEYS[7], ARGV[4])
 local held = room and unended(stats, tenant) -- the tenant's jobs not ended, created ones included
+local kept = quota and retained_bytes(retained) -- the tenant's retained bytes, created ones included
+local charges, charged = {}, 0 -- id, bytes of each job created; their sum
 local out, created = {}, 0 -- created: how many jobs this call created
 local j = {tenant = tenant} -- every job's move's, in turn: a table a job cost 2 000 Redis instructions
 local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not created
@@ -56,9 +70,9 @@ local late, unlisted = {}, {} -- score, id of each replay created; fresh ids not
 -- anything here is written.
 local fresh, packed_at = {}, {}
 for i = 0, n - 1 do
-  local k = 8 + 5 * i
-  if ARGV[5 + 17 * i + 16] ~= '1' then
-    fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[5 + 17 * i]
+  local k = 9 + 5 * i
+  if ARGV[6 + 17 * i + 16] ~= '1' then
+    fresh[#fresh + 1], fresh[#fresh + 2] = tx.now_s, ARGV[6 + 17 * i]
   elseif packed(KEYS[k + 4]) and redis.call('EXISTS', KEYS[k]) == 0 then
     packed_at[#packed_at + 1], packed_at[#packed_at + 2] = k, k + 4
   end
@@ -80,8 +94,12 @@ for _, o in ipairs(optional) do
 end
 
 for i = 0, n - 1 do
-  local k, a = 8 + 5 * i, 5 + 17 * i
+  local k, a = 9 + 5 * i, 6 + 17 * i
   local job, events, id, nonce, replay = KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 12], ARGV[a + 16] == '1'
+  local size = job_overhead
+  for v = a, a + 16 do
+    size = size + #ARGV[v]
+  end
   -- A retried idempotent request and a crashed winner's successor both land
   -- here with the same id: only the first creates. A client that lost the
   -- reply and resent this very call finds its own nonce: it created the
@@ -97,6 +115,11 @@ for i = 0, n - 1 do
     out[#out + 1], out[#out + 2] = -2, 0
   elseif held and held >= room then
     out[#out + 1], out[#out + 2] = -1, held
+    if not replay then
+      unlisted[#unlisted + 1] = id
+    end
+  elseif kept and kept + size > quota then
+    out[#out + 1], out[#out + 2] = -3, kept
     if not replay then
       unlisted[#unlisted + 1] = id
     end
@@ -147,6 +170,10 @@ for i = 0, n - 1 do
     if held then
       held = held + 1
     end
+    if kept then
+      kept = kept + size
+    end
+    charges[#charges + 1], charges[#charges + 2], charged = id, size, charged + size
     -- The caller knows the new job's record from what it sent (submitCall
     -- in job/calls.go): only the clock is new to it.
     out[#out + 1], out[#out + 2] = 1, tx.now_s
@@ -163,6 +190,7 @@ if #late > 0 then
 end
 if created > 0 then
   use(tx, tenant, 'jobs_submitted', created)
+  charge(retained, charges, charged)
 end
 if #unlisted > 0 then
   redis.call('ZREM', tenant_index, unpack(unlisted))

@@ -76,3 +76,38 @@ local function write_usage(tx)
     end
   end
 end
+
+-- A tenant's retained bytes in a queue: what its jobs cost Redis from
+-- their submit until forget (transition.lua) deletes them, the quota
+-- LEASEHOLD_TENANT_MAX_RETAINED_BYTES bounds. The hash
+-- {q:Q}:retained:<tenant> holds each job's charge (field: its id) and
+-- their sum (field '*', which no id is). A job is charged once, at its
+-- submit, and given back exactly that when it is deleted: a fold or a
+-- pack shrinks what it holds, not its charge, and a job of an older
+-- version, never charged, gives nothing back. So the sum never drifts
+-- below 0 nor keeps a deleted job's bytes.
+
+-- retained_bytes returns the sum of the charges in retained.
+local function retained_bytes(retained)
+  return tonumber(redis.call('HGET', retained, '*') or '0')
+end
+
+-- charge charges the jobs of charges (a flat list: id, bytes, ...), whose
+-- sum is total, to retained.
+local function charge(retained, charges, total)
+  redis.call('HSET', retained, unpack(charges))
+  redis.call('HINCRBY', retained, '*', total)
+end
+
+-- give_back gives back the charge of job id to retained, once: the hash
+-- goes when its last job does.
+local function give_back(retained, id)
+  local c = redis.call('HGET', retained, id)
+  if not c then
+    return
+  end
+  redis.call('HDEL', retained, id)
+  if redis.call('HINCRBY', retained, '*', -tonumber(c)) <= 0 and redis.call('HLEN', retained) <= 1 then
+    redis.call('DEL', retained)
+  end
+end

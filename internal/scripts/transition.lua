@@ -642,12 +642,14 @@ end
 
 -- forget deletes terminal jobs ids: their records, events and folded
 -- keys (keys, a flat list), their listing entries (indexes[k]: the
--- tenant's index that lists ids[k]) and their entries in retired.
-local function forget(retired, ids, keys, indexes)
+-- tenant's index that lists ids[k]), their entries in retired, and gives
+-- back their charges (charges[k]: the tenant's retained bytes, stats.lua).
+local function forget(retired, ids, keys, indexes, charges)
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', retired, unpack(ids))
   for k, id in ipairs(ids) do
     redis.call('ZREM', indexes[k], id)
+    give_back(charges[k], id)
   end
 end
 
