@@ -35,6 +35,8 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	prefix := fs.String("prefix", "LEASEHOLD_PREFIX", "", "Redis key prefix (default leasehold:)")
 	maxBody := fs.Int("max-body", "LEASEHOLD_MAX_BODY", httpapi.DefaultMaxBody, "largest request body, in bytes")
 	maxBatchBody := fs.Int("max-batch-body", "LEASEHOLD_MAX_BATCH_BODY", httpapi.DefaultMaxBatchBody, "largest body of a batch submission (POST /v1/jobs/batch), in bytes")
+	maxBatches := fs.Int("max-batches", "LEASEHOLD_MAX_BATCHES", httpapi.DefaultMaxBatches, "batch bodies this process holds at once, of all tenants; past it a batch gets 503")
+	maxTenantBatches := fs.Int("max-tenant-batches", "LEASEHOLD_MAX_TENANT_BATCHES", httpapi.DefaultMaxTenantBatches, "batch bodies this process holds at once for one tenant; past it a batch gets 429")
 	bodyTimeout := fs.Duration("body-timeout", "LEASEHOLD_BODY_TIMEOUT", httpapi.DefaultBodyTimeout, "how long a request body may take to arrive before the request is answered 408")
 	redisTimeout := fs.Duration("redis-timeout", "LEASEHOLD_REDIS_TIMEOUT", httpapi.DefaultRedisTimeout, "how long a request waits for Redis before it is answered 503")
 	rate := fs.Rate("submissions and schedule fires")
@@ -130,6 +132,8 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Keys:                   keys,
 		MaxBody:                int64(*maxBody),
 		MaxBatchBody:           int64(*maxBatchBody),
+		MaxBatches:             *maxBatches,
+		MaxTenantBatches:       *maxTenantBatches,
 		BodyTimeout:            *bodyTimeout,
 		NotifyAllow:            notifyAllow,
 		Webhooks:               webhooks,

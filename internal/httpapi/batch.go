@@ -70,7 +70,18 @@ type batchBody[T any] struct {
 
 // POST /v1/jobs/batch: each item is submitted as its own POST /v1/jobs
 // would be, in a few round trips for the whole batch (job.Store.SubmitBatch).
+//
+// The body is read only in one of the process's batch slots (batchSlots),
+// and split into its items with a scan that decodes none of them. The
+// rate is spent from that count, before any item is decoded: an item past
+// the rate is answered 429 undecoded, so a tenant over its rate costs the
+// process its body and one scan, not its items' decoding.
 func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
+	if err := s.batches.take(c.tenant); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer s.batches.give(c.tenant)
 	body, err := readJSONBody(w, r, s.maxBatchBody)
 	if err != nil {
 		s.fail(w, r, err)
@@ -81,44 +92,37 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		s.fail(w, r, err)
 		return
 	}
-	entries := make([]batchEntry, len(raws))
-	items := make([]job.BatchItem, 0, len(raws))
-	at := make([]int, 0, len(raws)) // the index of each of items in the batch
-	decoded, errs := s.decodeItems(c.tenant, raws)
-	for i, err := range errs {
-		if err == nil {
-			items, at = append(items, decoded[i]), append(at, i)
-			continue
-		}
-		if entries[i], err = s.itemProblem(r, err); err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
-
 	ctx, stop := s.redisContext(r.Context(), time.Duration(len(raws))*batchItemTime)
 	defer stop()
-	idemKeys := make([]string, len(items))
-	for k, it := range items {
-		idemKeys[k] = it.IdempotencyKey
-	}
-	admitted, err := s.admit(ctx, w, c.tenant, idemKeys)
+	admitted, err := s.admit(ctx, w, c.tenant, idempotencyKeys(raws))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	// The items over the rate are answered so, and left out.
-	kept := 0
-	for k := range items {
-		if admitted[k] {
-			items[kept], at[kept] = items[k], at[k]
-			kept++
-		} else if entries[at[k]], err = s.itemProblem(r, errRateLimited); err != nil {
+	entries := make([]batchEntry, len(raws))
+	var spent []json.RawMessage // the items the rate admitted
+	var spentAt []int           // the index of each in the batch
+	for i, raw := range raws {
+		if admitted[i] {
+			spent, spentAt = append(spent, raw), append(spentAt, i)
+		} else if entries[i], err = s.itemProblem(r, errRateLimited); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
-	items, at = items[:kept], at[:kept]
+	items := make([]job.BatchItem, 0, len(spent))
+	at := make([]int, 0, len(spent)) // the index of each of items in the batch
+	decoded, errs := s.decodeItems(c.tenant, spent)
+	for k, err := range errs {
+		if err == nil {
+			items, at = append(items, decoded[k]), append(at, spentAt[k])
+			continue
+		}
+		if entries[spentAt[k]], err = s.itemProblem(r, err); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	var results []job.BatchResult
 	if len(items) > 0 {
 		// Each job is encoded as soon as it is answered, while Redis
@@ -147,6 +151,23 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	body = batchAnswer(entries)
 	writeBody(w, http.StatusOK, "application/json", body)
+}
+
+// idempotencyKeys returns the "idempotency_key" of each of raws as far as
+// a scan of its members reads it, "" for none or one that is not a
+// string: enough for the rate to tell a replay (which spends nothing)
+// before the item is decoded, which checks the key.
+func idempotencyKeys(raws []json.RawMessage) []string {
+	keys := make([]string, len(raws))
+	for i, raw := range raws {
+		if raw[0] != '{' {
+			continue
+		}
+		if k, ok := objectMembers(raw)["idempotency_key"]; ok && k[0] == '"' {
+			_ = json.Unmarshal(k, &keys[i]) // a valid JSON string
+		}
+	}
+	return keys
 }
 
 // decodeItems decodes each of raws with decodeItem, on every CPU at once

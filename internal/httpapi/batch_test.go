@@ -283,12 +283,14 @@ func TestBatchTenantCapItemByItem(t *testing.T) {
 	}
 }
 
-// The submission rate is spent one unit per job created, item by item: an
-// invalid item and a replay spend nothing, the items past the rate are
-// 429, and the answer carries the RateLimit headers and Retry-After.
+// The submission rate is spent one unit per item, item by item, before
+// any item is decoded: an invalid item spends its unit (it is decoded
+// only once the rate admitted it), a replay spends nothing, the items past
+// the rate are 429, and the answer carries the RateLimit headers and
+// Retry-After.
 //
 // Fails when the batch asks the limiter for all its items at once (none
-// is admitted over the rate), or when an invalid item spends a unit.
+// is admitted over the rate), or when a replay spends a unit.
 func TestBatchRateItemByItem(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, withRate(t, "4/h"))
@@ -308,15 +310,15 @@ func TestBatchRateItemByItem(t *testing.T) {
 		t.Fatalf("batch: %s %s", resp.Status, resp.body)
 	}
 	entries := decode[struct{ Jobs []batchEntry }](t, resp).Jobs
-	if got, want := statuses(entries), []int{400, 200, 201, 201, 201, 429, 429}; !slices.Equal(got, want) {
+	if got, want := statuses(entries), []int{400, 200, 201, 201, 429, 429, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v", got, want)
 	}
 	expectRateHeaders(t, resp, `"default";q=4;w=3600;burst=4`)
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 {
 		t.Errorf("Retry-After %q", resp.Header.Get("Retry-After"))
 	}
-	if got := len(f.list(acmeKey)); got != 4 {
-		t.Errorf("%d jobs, want the rate's 4", got)
+	if got := len(f.list(acmeKey)); got != 3 {
+		t.Errorf("%d jobs, want the rate's 4 but the invalid item's", got)
 	}
 	// The key refused for the rate left no record: it is a new request.
 	if resp := f.postJob(acmeKey, `{"kind": "echo"}`, "late"); resp.StatusCode != http.StatusTooManyRequests {

@@ -37,7 +37,14 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, er
 	if r.ContentLength > max {
 		return nil, &http.MaxBytesError{Limit: max}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	// Read into a buffer of the declared length (at most max): ReadAll's
+	// doublings would hold up to twice a large body for a moment.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, max))
+	body := buf.Bytes()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		var netErr net.Error

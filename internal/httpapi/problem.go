@@ -26,6 +26,10 @@ const retryAfter = 2
 // seconds: streams and waits last long, so a client should not spin.
 const streamRetryAfter = 5
 
+// batchRetryAfter is the Retry-After of a batch refused for the batches
+// in flight, in seconds: a batch holds its slot for well under one.
+const batchRetryAfter = 1
+
 // capRetryAfter is the Retry-After of a 429 for a tenant at its cap of
 // jobs not ended, in seconds: jobs end in their own time, which the API
 // cannot tell, so a client should not spin.
@@ -170,6 +174,12 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &quota):
 		w.Header().Set("Retry-After", strconv.Itoa(capRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("tenant's jobs hold %d bytes, the quota is %d; retry once some are deleted or past their retention", quota.Bytes, quota.Max))
+	case errors.Is(err, errTooManyBatches):
+		w.Header().Set("Retry-After", strconv.Itoa(batchRetryAfter))
+		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many batches in flight as it may; retry after Retry-After seconds")
+	case errors.Is(err, errBatchesFull):
+		w.Header().Set("Retry-After", strconv.Itoa(batchRetryAfter))
+		writeProblem(w, http.StatusServiceUnavailable, "this process holds as many batches as it may; retry after Retry-After seconds")
 	case errors.Is(err, errTooManyStreams):
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")

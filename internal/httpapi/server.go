@@ -33,12 +33,14 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMaxBody      = 1 << 20
-	DefaultMaxBatchBody = 16 << 20
-	DefaultRedisTimeout = 2 * time.Second
-	DefaultKeepAlive    = 15 * time.Second
-	DefaultBodyTimeout  = 30 * time.Second
-	DefaultMaxStreams   = 100
+	DefaultMaxBody          = 1 << 20
+	DefaultMaxBatchBody     = 16 << 20
+	DefaultRedisTimeout     = 2 * time.Second
+	DefaultKeepAlive        = 15 * time.Second
+	DefaultBodyTimeout      = 30 * time.Second
+	DefaultMaxStreams       = 100
+	DefaultMaxBatches       = 8
+	DefaultMaxTenantBatches = 2
 )
 
 // MaxWait is the longest ?wait= a GET of a job may ask for.
@@ -92,6 +94,13 @@ type Config struct {
 	// (16 MiB). Larger bodies are answered 413. Each of its items may be
 	// MaxBody, as its own POST /v1/jobs.
 	MaxBatchBody int64
+	// MaxBatches bounds the batch bodies this process holds at once, of
+	// all tenants, and MaxTenantBatches those of one tenant; defaults
+	// DefaultMaxBatches (8) and DefaultMaxTenantBatches (2). Past the
+	// tenant's a batch is answered 429, past the process's 503, both with
+	// Retry-After, before its body is read: at most MaxBatches bodies of
+	// MaxBatchBody bytes are in memory at once.
+	MaxBatches, MaxTenantBatches int
 	// BodyTimeout is how long a request body may take to arrive, from when
 	// the handler starts reading it; default DefaultBodyTimeout (30s). Past
 	// it the request is answered 408.
@@ -159,6 +168,7 @@ type server struct {
 	store        *job.Store
 	blocking     *job.Store // the Store's reads, on Config.Blocking
 	streams      *streamSlots
+	batches      *batchSlots
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
@@ -189,8 +199,9 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: nil redis client")
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
-	case cfg.MaxBody < 0 || cfg.MaxBatchBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0 || cfg.TenantMaxRetainedBytes < 0:
-		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams, TenantMaxJobs or TenantMaxRetainedBytes")
+	case cfg.MaxBody < 0 || cfg.MaxBatchBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0 || cfg.TenantMaxRetainedBytes < 0 ||
+		cfg.MaxBatches < 0 || cfg.MaxTenantBatches < 0:
+		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams, TenantMaxJobs, TenantMaxRetainedBytes, MaxBatches or MaxTenantBatches")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -210,6 +221,8 @@ func New(cfg Config) (http.Handler, error) {
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
+		batches: &batchSlots{perTenant: cmp.Or(cfg.MaxTenantBatches, DefaultMaxTenantBatches),
+			all: cmp.Or(cfg.MaxBatches, DefaultMaxBatches), held: map[string]int{}},
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
