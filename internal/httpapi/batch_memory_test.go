@@ -2,11 +2,13 @@ package httpapi_test
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,12 +93,14 @@ func TestBatchMemoryUnderConcurrentBatches(t *testing.T) {
 	peak := stop()
 	counts := map[int]int{}
 	for i, c := range codes {
-		if errs[i] != nil {
-			t.Fatalf("batch %d: %v", i, errs[i])
+		// A batch refused before its body was read may find the
+		// connection closed while it still sends the body: refused too.
+		if err := errs[i]; err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("batch %d: %v", i, err)
 		}
-		counts[c]++
+		counts[c]++ // 0: cut off while sending
 	}
-	if counts[http.StatusOK]+counts[http.StatusTooManyRequests] != batches || counts[http.StatusOK] == 0 {
+	if counts[http.StatusOK]+counts[http.StatusTooManyRequests]+counts[0] != batches || counts[http.StatusOK] == 0 {
 		t.Fatalf("statuses %v: want 200 (every item 429) or 429 (batches in flight)", counts)
 	}
 	grew := int64(peak) - int64(base.HeapAlloc)
