@@ -190,9 +190,11 @@ func (c *Client) CreateSchedule(ctx context.Context, tenant string, spec schedul
 	return c.sched.Create(ctx, tenant, spec)
 }
 
-// Schedules lists tenant's schedules by name.
-func (c *Client) Schedules(ctx context.Context, tenant string) ([]schedule.Schedule, error) {
-	return c.sched.List(ctx, tenant)
+// Schedules returns a page of tenant's schedules by name, as GET
+// /v1/schedules does: up to limit (0: 50) after cursor ("" = from the
+// first), and the cursor of the next page ("" after the last).
+func (c *Client) Schedules(ctx context.Context, tenant string, limit int, cursor string) ([]schedule.Schedule, string, error) {
+	return c.sched.List(ctx, tenant, limit, cursor)
 }
 
 // Schedule returns tenant's schedule name; schedule.ErrNotFound if none.

@@ -93,7 +93,7 @@ func TestClientSchedules(t *testing.T) {
 	if s, err := c.ResumeSchedule(ctx, "acme", "digest"); err != nil || s.Paused || *s.LastJobID != j.ID {
 		t.Fatalf("resume: %+v %v", s, err)
 	}
-	if list, err := c.Schedules(ctx, "acme"); err != nil || len(list) != 1 {
+	if list, next, err := c.Schedules(ctx, "acme", 0, ""); err != nil || len(list) != 1 || next != "" {
 		t.Fatalf("list: %v %v", list, err)
 	}
 	if err := c.DeleteSchedule(ctx, "acme", "digest"); err != nil {

@@ -78,7 +78,7 @@ func TestCreateRefusesBadFieldsNamingThem(t *testing.T) {
 			t.Fatalf("%+v: %v, want a ValidationError naming %s", c.spec, err, c.field)
 		}
 	}
-	if got, err := fx.store.List(ctx, "acme"); err != nil || len(got) != 0 {
+	if got, _, err := fx.store.List(ctx, "acme", 0, ""); err != nil || len(got) != 0 {
 		t.Fatalf("after refusals: %d schedules, %v", len(got), err)
 	}
 }

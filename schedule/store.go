@@ -1,7 +1,9 @@
 package schedule
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,20 @@ var (
 	ErrExists = errors.New("schedule: a schedule of that name exists with another spec")
 )
 
+// DefaultTenantMax is how many schedules a tenant may have by default.
+const DefaultTenantMax = 1000
+
+// CapError: the tenant has as many schedules as it may (Config.TenantMax),
+// so a schedule of a new name is refused until it deletes one.
+type CapError struct {
+	Schedules int64 // the tenant's schedules, as counted
+	Max       int64
+}
+
+func (e *CapError) Error() string {
+	return fmt.Sprintf("schedule: tenant has %d schedules, the most it may have is %d", e.Schedules, e.Max)
+}
+
 // Config configures a Store. Zero values mean the defaults.
 type Config struct {
 	// Prefix starts every key; default keys.DefaultPrefix.
@@ -45,6 +61,11 @@ type Config struct {
 	// TracerProvider makes the span of each fire, which starts the fired
 	// job's trace; default the global one.
 	TracerProvider trace.TracerProvider
+	// TenantMax is how many schedules one tenant may have; default
+	// DefaultTenantMax (1,000). Every schedule costs each scheduler work at
+	// each of its due times, so it is bounded like every other thing a
+	// tenant makes.
+	TenantMax int
 }
 
 // Store keeps schedules in Redis and fires them.
@@ -55,6 +76,7 @@ type Store struct {
 	jobs    *job.Store
 	nc      *nats.Conn
 	tracer  trace.Tracer
+	max     int
 	create  *redis.Script
 	due     *redis.Script
 	advance *redis.Script
@@ -66,6 +88,9 @@ type Store struct {
 func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("schedule: nil redis client")
+	}
+	if cfg.TenantMax < 0 {
+		return nil, errors.New("schedule: negative TenantMax")
 	}
 	jobs := cfg.Jobs
 	if jobs == nil {
@@ -82,6 +107,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		jobs:    jobs,
 		nc:      cfg.NATS,
 		tracer:  telemetry.Tracer(cfg.TracerProvider),
+		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
 		create:  scripts.Load("schedule_create.lua", lib...),
 		due:     scripts.Load("schedule_due.lua", lib...),
 		advance: scripts.Load("schedule_advance.lua", lib...),
@@ -102,7 +128,9 @@ func member(tenant, name string) string { return tenant + "/" + name }
 // Create creates tenant's schedule spec. created is false when a schedule
 // of that name already exists with the same spec (it is returned); with
 // another spec, Create returns that one with ErrExists. An invalid spec
-// returns a *job.ValidationError naming the field, and writes nothing.
+// returns a *job.ValidationError naming the field, and a new name of a
+// tenant that has Config.TenantMax schedules a *CapError; neither writes
+// anything.
 func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Schedule, created bool, err error) {
 	if err := job.ValidateTenant(tenant); err != nil {
 		return Schedule{}, false, err
@@ -121,12 +149,16 @@ func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Sched
 	}
 	res, err := s.create.Run(ctx, s.rdb,
 		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleDue(), s.keys.TenantSchedules(tenant)},
-		member(tenant, spec.Name), spec.Name, canon, uuid.NewString(), next.UnixMilli()).Slice()
+		member(tenant, spec.Name), spec.Name, canon, uuid.NewString(), next.UnixMilli(), s.max).Slice()
 	if err != nil {
 		return Schedule{}, false, fmt.Errorf("schedule: create %s: %w", spec.Name, err)
 	}
 	if len(res) != 2 {
 		return Schedule{}, false, fmt.Errorf("schedule: create %s: %d values in the reply, want 2", spec.Name, len(res))
+	}
+	if res[0] == int64(-1) {
+		n, _ := res[1].(int64)
+		return Schedule{}, false, &CapError{Schedules: n, Max: int64(s.max)}
 	}
 	sch, err = parseReply(tenant, res[1])
 	if err != nil {
@@ -156,14 +188,47 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Schedule, error) 
 	return parseRecord(tenant, h)
 }
 
-// List returns tenant's schedules, by name.
-func (s *Store) List(ctx context.Context, tenant string) ([]Schedule, error) {
+// Paging of List.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// ErrBadCursor: a List cursor that this package did not hand out. It is a
+// job.ErrBadCursor, as a bad cursor of a job listing is.
+var ErrBadCursor = fmt.Errorf("schedule: %w", job.ErrBadCursor)
+
+// List returns a page of tenant's schedules, by name: up to limit of them
+// (1 to MaxListLimit; 0: DefaultListLimit) after cursor ("" = from the
+// first), and the cursor of the next page ("" after the last). Each page
+// reads its names from where the last ended, so paging lists every
+// schedule that exists throughout exactly once.
+func (s *Store) List(ctx context.Context, tenant string, limit int, cursor string) ([]Schedule, string, error) {
 	if err := job.ValidateTenant(tenant); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	names, err := s.rdb.ZRange(ctx, s.keys.TenantSchedules(tenant), 0, -1).Result()
+	if limit < 0 || limit > MaxListLimit {
+		return nil, "", &job.ValidationError{Errors: []job.FieldError{{Field: "limit", Message: fmt.Sprintf("must be an integer from 1 to %d", MaxListLimit)}}}
+	}
+	limit = cmp.Or(limit, DefaultListLimit)
+	from := "-"
+	if cursor != "" {
+		after, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || !namePattern.Match(after) {
+			return nil, "", ErrBadCursor
+		}
+		from = "(" + string(after)
+	}
+	// One name more than the page tells whether another page follows.
+	names, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.keys.TenantSchedules(tenant),
+		Start: from, Stop: "+", ByLex: true, Count: int64(limit + 1)}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("schedule: list: %w", err)
+		return nil, "", fmt.Errorf("schedule: list: %w", err)
+	}
+	next := ""
+	if len(names) > limit {
+		names = names[:limit]
+		next = base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(names))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -172,7 +237,7 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Schedule, error) {
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("schedule: list: %w", err)
+		return nil, "", fmt.Errorf("schedule: list: %w", err)
 	}
 	out := make([]Schedule, 0, len(names))
 	for _, c := range cmds {
@@ -181,11 +246,11 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Schedule, error) {
 		}
 		sch, err := parseRecord(tenant, c.Val())
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		out = append(out, sch)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // Delete deletes tenant's schedule name. Jobs it fired stay.

@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 func main() { os.Exit(cli.Code("api", runAPI(context.Background(), os.Args[1:], os.Stderr))) }
@@ -45,12 +46,16 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
 	tenantMaxRetained := fs.Int("tenant-max-retained-bytes", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES", 0, "bytes each tenant's jobs Redis keeps (not ended, and ended within the retention) over the accepted queues; past it a submission gets 429 (default 0: no quota)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended (queued, running, retrying, waiting) over the accepted queues; over it a submission gets 429 (default 0: no cap)")
+	tenantMaxSchedules := fs.Int("tenant-max-schedules", "LEASEHOLD_TENANT_MAX_SCHEDULES", schedule.DefaultTenantMax, "each tenant's schedules; past it creating one more gets 429 until one is deleted")
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	retention := fs.Retention()
 	webhookFlags := fs.Webhooks()
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value), with optional ;rpm=N;tpm=N;adaptive budgets; written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *tenantMaxSchedules < 1 {
+		return fmt.Errorf("LEASEHOLD_TENANT_MAX_SCHEDULES (--tenant-max-schedules) %d: want at least 1", *tenantMaxSchedules)
 	}
 	limits, err := job.ParseLimits(*limitsFlag)
 	if err != nil {
@@ -127,6 +132,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxStreams:             *maxStreams,
 		TenantMaxJobs:          int64(*tenantMaxJobs),
 		TenantMaxRetainedBytes: int64(*tenantMaxRetained),
+		TenantMaxSchedules:     *tenantMaxSchedules,
 		NATS:                   nc,
 		Prefix:                 *prefix,
 		Keys:                   keys,

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
@@ -21,16 +23,36 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	switch sub {
 	case "ls":
 		c := newCommand("schedules ls", stdout, stderr)
+		cursor := c.fs.String("cursor", "", "the next page, from a previous page's next_cursor")
+		limit := c.fs.Int("limit", 0, "schedules per page, 1 to 500 (default 50)")
 		if _, err := c.parse(args, 0, ""); err != nil {
 			return err
 		}
-		var list struct {
-			Schedules []schedule.Schedule `json:"schedules"`
+		q := url.Values{}
+		if *cursor != "" {
+			q.Set("cursor", *cursor)
 		}
-		if err := c.get(ctx, http.MethodGet, "/v1/schedules", nil, &list); err != nil || c.json() {
+		if *limit != 0 {
+			q.Set("limit", strconv.Itoa(*limit))
+		}
+		path := "/v1/schedules"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		var page struct {
+			Schedules  []schedule.Schedule `json:"schedules"`
+			NextCursor *string             `json:"next_cursor"`
+		}
+		if err := c.get(ctx, http.MethodGet, path, nil, &page); err != nil || c.json() {
 			return err
 		}
-		return printSchedules(stdout, list.Schedules)
+		if err := printSchedules(stdout, page.Schedules); err != nil {
+			return err
+		}
+		if page.NextCursor != nil {
+			fmt.Fprintf(stderr, "more: leasehold schedules ls --cursor %s\n", *page.NextCursor)
+		}
+		return nil
 	case "create":
 		return createSchedule(ctx, args, stdout, stderr)
 	case "rm":

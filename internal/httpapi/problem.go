@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/schedule"
 )
 
 // retryAfter is the Retry-After of a 503, in seconds: about one Redis
@@ -135,6 +136,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var busy *job.BusyError
 	var capped *job.CapError
 	var quota *job.QuotaError
+	var tooMany *schedule.CapError
 	switch {
 	case errors.Is(err, errUnsupportedMedia):
 		writeProblem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent with Content-Type: application/json")
@@ -180,6 +182,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, errBatchesFull):
 		w.Header().Set("Retry-After", strconv.Itoa(batchRetryAfter))
 		writeProblem(w, http.StatusServiceUnavailable, "this process holds as many batches as it may; retry after Retry-After seconds")
+	case errors.As(err, &tooMany):
+		// No Retry-After: time frees nothing, deleting a schedule does.
+		writeProblem(w, http.StatusTooManyRequests, fmt.Sprintf("tenant has %d schedules, the most it may have; delete one to create another", tooMany.Max),
+			job.FieldError{Field: "name", Message: "is one schedule more than the tenant may have"})
 	case errors.Is(err, errTooManyStreams):
 		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
 		writeProblem(w, http.StatusTooManyRequests, "this tenant has as many event streams and ?wait= requests open as it may; close one, or retry after Retry-After seconds")

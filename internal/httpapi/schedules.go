@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
@@ -34,6 +36,9 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	if _, err = decodeInto(body, &b); err == nil {
 		sub, err = s.decodeScheduledJob(ctx, c.tenant, b.Job)
 	}
+	if err == nil {
+		err = s.spendOnNew(ctx, w, c.tenant, b.Name)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -53,6 +58,21 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		w.Header().Set("Location", "/v1/schedules/"+sch.Name)
 		writeJSON(w, http.StatusCreated, sch)
 	}
+}
+
+// spendOnNew spends one unit of tenant's submission rate for a schedule of
+// a new name, as a submission does for a new job: the same body again (200)
+// or another body under a taken name (409) spends nothing. Two requests
+// creating one name at once may both spend.
+func (s *server) spendOnNew(ctx context.Context, w http.ResponseWriter, tenant, name string) error {
+	_, err := s.schedules.Get(ctx, tenant, name)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, schedule.ErrNotFound):
+		return s.limit(ctx, w, tenant, "")
+	}
+	return err
 }
 
 // decodeScheduledJob decodes a schedule's job and checks it as POST
@@ -97,12 +117,32 @@ func (s *server) decodeScheduledJob(ctx context.Context, tenant string, raw json
 func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, c caller) {
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	list, err := s.schedules.List(ctx, c.tenant)
+	q := r.URL.Query()
+	limit := 0
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 {
+			s.fail(w, r, fieldError("limit", fmt.Sprintf("must be an integer from 1 to %d", schedule.MaxListLimit)))
+			return
+		}
+		limit = n
+	}
+	list, next, err := s.schedules.List(ctx, c.tenant, limit, q.Get("cursor"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string][]schedule.Schedule{"schedules": list})
+	page := scheduleList{Schedules: list}
+	if next != "" {
+		page.NextCursor = &next
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// scheduleList is the body of GET /v1/schedules.
+type scheduleList struct {
+	Schedules  []schedule.Schedule `json:"schedules"`
+	NextCursor *string             `json:"next_cursor"`
 }
 
 // GET /v1/schedules/{name}

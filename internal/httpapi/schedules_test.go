@@ -1,8 +1,12 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,4 +126,151 @@ func TestScheduleTriggerCountsAgainstTheCap(t *testing.T) {
 		t.Fatalf("first trigger: %s %s", resp.Status, resp.body)
 	}
 	expectProblem(t, f.post(acmeKey, "/v1/schedules/t/trigger"), http.StatusTooManyRequests, "")
+}
+
+// The 1,001st schedule of a tenant (the default cap) is refused, however
+// many requests create at once; the same body again still answers 200,
+// another tenant still creates, and a delete frees a place.
+func TestSchedulesTenantCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	body := func(name string) string {
+		return `{"name": "` + name + `", "cron": "@hourly", "job": {"kind": "echo", "queue": "idle"}}`
+	}
+	const tries = schedule.DefaultTenantMax + 20
+	var created, refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < tries; i += 16 {
+				resp := f.postBody(acmeKey, "/v1/schedules", body(fmt.Sprintf("s-%04d", i)))
+				switch resp.StatusCode {
+				case http.StatusCreated:
+					created.Add(1)
+				case http.StatusTooManyRequests:
+					refused.Add(1)
+				default:
+					t.Errorf("create s-%04d: %s %s", i, resp.Status, resp.body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if created.Load() != schedule.DefaultTenantMax || refused.Load() != tries-schedule.DefaultTenantMax {
+		t.Fatalf("%d created, %d refused; want %d and %d", created.Load(), refused.Load(), schedule.DefaultTenantMax, tries-schedule.DefaultTenantMax)
+	}
+	expectProblem(t, f.postBody(acmeKey, "/v1/schedules", body("one-more")), http.StatusTooManyRequests, "name")
+	if resp := f.postBody(acmeKey, "/v1/schedules", body("s-0000")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the same body again at the cap: %s %s", resp.Status, resp.body)
+	}
+	if resp := f.postBody(globexKey, "/v1/schedules", body("one-more")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("another tenant: %s %s", resp.Status, resp.body)
+	}
+	if resp := f.do(request{method: http.MethodDelete, path: "/v1/schedules/s-0000", key: acmeKey}); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %s %s", resp.Status, resp.body)
+	}
+	if resp := f.postBody(acmeKey, "/v1/schedules", body("one-more")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("after a delete: %s %s", resp.Status, resp.body)
+	}
+	expectProblem(t, f.postBody(acmeKey, "/v1/schedules", body("two-more")), http.StatusTooManyRequests, "name")
+}
+
+// Creating a schedule spends one unit of the tenant's submission rate; the
+// same body again, or a taken name, spends none, and a refusal changes
+// nothing.
+func TestSchedulesCreateSpendsTheRate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, withRate(t, "1/h:2"))
+	body := func(name string) string {
+		return `{"name": "` + name + `", "cron": "@hourly", "job": {"kind": "echo", "queue": "idle"}}`
+	}
+	for _, name := range []string{"a", "b"} {
+		if resp := f.postBody(acmeKey, "/v1/schedules", body(name)); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("create %s: %s %s", name, resp.Status, resp.body)
+		}
+	}
+	resp := f.postBody(acmeKey, "/v1/schedules", body("c"))
+	expectProblem(t, resp, http.StatusTooManyRequests, "")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After")
+	}
+	expectProblem(t, f.get(acmeKey, "/v1/schedules/c"), http.StatusNotFound, "")
+	if resp := f.postBody(acmeKey, "/v1/schedules", body("a")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the same body again: %s %s", resp.Status, resp.body)
+	}
+	expectProblem(t, f.postBody(acmeKey, "/v1/schedules", strings.Replace(body("a"), "@hourly", "@daily", 1)), http.StatusConflict, "name")
+	// Another tenant's rate is its own.
+	if resp := f.postBody(globexKey, "/v1/schedules", body("c")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("another tenant: %s %s", resp.Status, resp.body)
+	}
+}
+
+// GET /v1/schedules is paged: walking its cursors lists every schedule
+// exactly once, in name order, while schedules are deleted and created
+// between pages; a bad cursor or limit is a 400.
+func TestSchedulesListPaging(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	create := func(name string) {
+		t.Helper()
+		resp := f.postBody(acmeKey, "/v1/schedules", `{"name": "`+name+`", "cron": "@hourly", "job": {"kind": "echo", "queue": "idle"}}`)
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("create %s: %s %s", name, resp.Status, resp.body)
+		}
+	}
+	const n = 120
+	for i := range n {
+		create(fmt.Sprintf("s-%03d", i))
+	}
+	type page struct {
+		Schedules  []schedule.Schedule
+		NextCursor *string `json:"next_cursor"`
+	}
+	if first := decode[page](t, f.get(acmeKey, "/v1/schedules")); len(first.Schedules) != 50 || first.NextCursor == nil {
+		t.Fatalf("default page: %d schedules, next %v", len(first.Schedules), first.NextCursor)
+	}
+	seen := map[string]int{}
+	var order []string
+	path := "/v1/schedules?limit=7"
+	for pages := 0; ; pages++ {
+		if pages > n {
+			t.Fatal("paging does not end")
+		}
+		p := decode[page](t, f.get(acmeKey, path))
+		if len(p.Schedules) > 7 {
+			t.Fatalf("a page of %d with limit 7", len(p.Schedules))
+		}
+		for _, s := range p.Schedules {
+			seen[s.Name]++
+			order = append(order, s.Name)
+		}
+		if pages == 2 {
+			// Behind the walk and ahead of it: neither moves a name it
+			// has not listed yet.
+			if resp := f.do(request{method: http.MethodDelete, path: "/v1/schedules/s-000", key: acmeKey}); resp.StatusCode != http.StatusNoContent {
+				t.Fatalf("delete: %s", resp.Status)
+			}
+			create("s-999")
+		}
+		if p.NextCursor == nil {
+			break
+		}
+		path = "/v1/schedules?limit=7&cursor=" + *p.NextCursor
+	}
+	if len(seen) != n+1 || !slices.IsSorted(order) {
+		t.Fatalf("walked %d names (want %d), sorted %v", len(seen), n+1, slices.IsSorted(order))
+	}
+	for name, times := range seen {
+		if times != 1 {
+			t.Fatalf("%s listed %d times", name, times)
+		}
+	}
+	// Another tenant's list is its own.
+	if other := decode[page](t, f.get(globexKey, "/v1/schedules")); len(other.Schedules) != 0 || other.NextCursor != nil {
+		t.Fatalf("globex sees %d schedules", len(other.Schedules))
+	}
+	for _, q := range []string{"cursor=%25%25", "cursor=bm90IGEgbmFtZSE", "limit=0", "limit=501", "limit=x"} {
+		field, _, _ := strings.Cut(q, "=")
+		expectProblem(t, f.get(acmeKey, "/v1/schedules?"+q), http.StatusBadRequest, field)
+	}
 }

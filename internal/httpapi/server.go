@@ -120,6 +120,10 @@ type Config struct {
 	// summed over Queues; default 0: no quota. A submission or retry past
 	// it is answered 429 with Retry-After, as for TenantMaxJobs.
 	TenantMaxRetainedBytes int64
+	// TenantMaxSchedules is how many schedules each tenant may have;
+	// default schedule.DefaultTenantMax (1,000). A new one past it is
+	// answered 429; deleting one frees its place.
+	TenantMaxSchedules int
 	// NotifyAllow says where a sleep job's notify_url may point; a job
 	// whose notify_url it does not allow is refused (400). Default nowhere.
 	NotifyAllow kinds.NotifyAllow
@@ -200,8 +204,8 @@ func New(cfg Config) (http.Handler, error) {
 	case cfg.Keys.Len() == 0:
 		return nil, errors.New("httpapi: no API keys")
 	case cfg.MaxBody < 0 || cfg.MaxBatchBody < 0 || cfg.BodyTimeout < 0 || cfg.RedisTimeout < 0 || cfg.KeepAlive < 0 || cfg.MaxStreams < 0 || cfg.TenantMaxJobs < 0 || cfg.TenantMaxRetainedBytes < 0 ||
-		cfg.MaxBatches < 0 || cfg.MaxTenantBatches < 0:
-		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams, TenantMaxJobs, TenantMaxRetainedBytes, MaxBatches or MaxTenantBatches")
+		cfg.TenantMaxSchedules < 0 || cfg.MaxBatches < 0 || cfg.MaxTenantBatches < 0:
+		return nil, errors.New("httpapi: negative MaxBody, MaxBatchBody, BodyTimeout, RedisTimeout, KeepAlive, MaxStreams, TenantMaxJobs, TenantMaxRetainedBytes, TenantMaxSchedules, MaxBatches or MaxTenantBatches")
 	}
 	s := &server{
 		rdb:          cfg.Redis,
@@ -259,7 +263,7 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS}); err != nil {
+	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider
