@@ -34,5 +34,6 @@ func (s *Store) AdvanceStale(ctx context.Context, tenant, name string, due, next
 	if err != nil {
 		return err
 	}
-	return s.moveOn(ctx, sch, due.UnixMilli(), next.UnixMilli(), next.UnixMilli(), job.Job{})
+	_, err = s.moveOn(ctx, sch, due.UnixMilli(), next.UnixMilli(), next.UnixMilli(), job.Job{}, Idle)
+	return err
 }

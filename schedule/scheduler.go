@@ -171,9 +171,13 @@ func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {
 			s.lag.Record(ctx, max(0, r.Job.CreatedAt.Sub(r.Due)).Seconds())
 		}
 	case Skipped:
-		s.log.InfoContext(ctx, "schedules: due time skipped, the last job has not ended", "tenant", t.tenant, "schedule", t.name, "due", r.Due)
+		if r.Changed {
+			s.log.InfoContext(ctx, "schedules: skipping due times until the last job ends", "tenant", t.tenant, "schedule", t.name, "due", r.Due)
+		}
 	case Deferred:
-		s.log.InfoContext(ctx, "schedules: fire deferred, the tenant is over its rate or cap", "tenant", t.tenant, "schedule", t.name, "due", r.Due, "retry_after", r.RetryAfter)
+		if r.Changed {
+			s.log.InfoContext(ctx, "schedules: fire deferred, the tenant is over its rate or cap; deferring until it is not", "tenant", t.tenant, "schedule", t.name, "due", r.Due, "retry_after", r.RetryAfter)
+		}
 	}
 	if s.fired != nil {
 		s.fired(r)

@@ -3,6 +3,8 @@ package schedule_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +104,47 @@ func TestFireLagIsRecordedOncePerDueTime(t *testing.T) {
 	}
 	if lag := points[0].Sum; lag < 1.9 {
 		t.Fatalf("the fire of a due time 2 s past was %.3f s late by the histogram", lag)
+	}
+}
+
+// A run of due times skipped while the last job runs is logged once, when
+// it begins, not once per due time; a fire ends the run, and the next run
+// of skips is logged once again.
+func TestSkipsAreLoggedOncePerRun(t *testing.T) {
+	t.Parallel()
+	r := testenv.Redis(t)
+	fx := newFixture(t, r.Client(t))
+	var logs testenv.Buffer
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	spec := every("tick", "1h")
+	spec.Overlap = schedule.OverlapSkip
+	fx.create(t, "acme", spec)
+	var outcomes []schedule.Outcome
+	s.OnFire(func(res schedule.Result) { outcomes = append(outcomes, res.Outcome) })
+	due := func(times int) {
+		t.Helper()
+		for range times {
+			fx.dueAt(t, "acme", "tick", redisNow(t, fx.rdb).Add(-time.Second))
+			if n, err := s.RunOnce(t.Context()); err != nil || n != 1 {
+				t.Fatalf("took %d, %v", n, err)
+			}
+		}
+	}
+	due(6) // one fire, then five skips: the job stays queued
+	if skips := logs.Lines("skipping"); len(skips) != 1 {
+		t.Fatalf("after %v: %d skip lines, want 1:\n%s", outcomes, len(skips), logs.String())
+	}
+	for _, j := range fx.jobsOf(t, "acme") {
+		if _, err := fx.jobs.Cancel(t.Context(), "acme", j.ID, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due(4) // one fire, then three skips
+	want := []schedule.Outcome{"fired", "skipped", "skipped", "skipped", "skipped", "skipped", "fired", "skipped", "skipped", "skipped"}
+	if !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+	if skips := logs.Lines("skipping"); len(skips) != 2 {
+		t.Fatalf("%d skip lines, want 2:\n%s", len(skips), logs.String())
 	}
 }

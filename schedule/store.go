@@ -329,7 +329,7 @@ func (s *Store) Trigger(ctx context.Context, tenant, name string, limit job.Cap)
 	if err != nil {
 		return job.Job{}, err
 	}
-	if err := s.moveOn(ctx, sch, now.UnixMilli(), sch.next, sch.next, j); err != nil {
+	if _, err := s.moveOn(ctx, sch, now.UnixMilli(), sch.next, sch.next, j, Idle); err != nil {
 		return j, err
 	}
 	return j, nil
@@ -371,6 +371,10 @@ type Result struct {
 	Job          *job.Job  // Outcome Fired
 	Created      bool      // Outcome Fired: this call created the job
 	RetryAfter   time.Duration
+	// Changed: the due time before came to another outcome (or this is the
+	// schedule's first), so a run of skipped or deferred due times is
+	// logged once, by the one fire that moved the schedule into it.
+	Changed bool
 }
 
 // capRetry is how soon a fire refused by the tenant's cap is tried again.
@@ -401,7 +405,8 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 	f.Due = time.UnixMilli(sch.next).UTC()
 	if sch.Paused || sch.next > now.UnixMilli() {
 		// The index ran ahead of the record; put it back at its due time.
-		return f, s.moveOn(ctx, sch, sch.next, sch.next, sch.next, job.Job{})
+		_, err := s.moveOn(ctx, sch, sch.next, sch.next, sch.next, job.Job{}, Idle)
+		return f, err
 	}
 	cr, err := sch.cron()
 	if err != nil {
@@ -416,7 +421,8 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 			return f, err
 		case !last.State.Terminal():
 			f.Outcome = Skipped
-			return f, s.moveOn(ctx, sch, sch.next, next, next, job.Job{})
+			f.Changed, err = s.moveOn(ctx, sch, sch.next, next, next, job.Job{}, Skipped)
+			return f, err
 		}
 	}
 	key := fireKey(sch)
@@ -437,7 +443,8 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 		return f, err
 	}
 	f.Outcome, f.Job, f.Created = Fired, &j, created
-	return f, s.moveOn(ctx, sch, sch.next, next, next, j)
+	f.Changed, err = s.moveOn(ctx, sch, sch.next, next, next, j, Fired)
+	return f, err
 }
 
 // fireKey is the idempotency key of sch's fire at its due time: every
@@ -450,7 +457,9 @@ func fireKey(sch Schedule) string {
 // deferFire leaves the due time where it is, to be fired after wait.
 func (s *Store) deferFire(ctx context.Context, f Result, sch Schedule, now time.Time, wait time.Duration) (Result, error) {
 	f.Outcome, f.RetryAfter = Deferred, wait
-	return f, s.moveOn(ctx, sch, sch.next, sch.next, now.Add(wait).UnixMilli(), job.Job{})
+	var err error
+	f.Changed, err = s.moveOn(ctx, sch, sch.next, sch.next, now.Add(wait).UnixMilli(), job.Job{}, Deferred)
+	return f, err
 }
 
 // spend spends one unit of tenant's rate for the fire with idempotency key
@@ -507,14 +516,19 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 }
 
 // moveOn is the second step of a fire (schedule_advance.lua): from due
-// time fired (ms) to next, indexed at score; j is the fired job, if any.
-func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int64, j job.Job) error {
-	err := s.advance.Run(ctx, s.rdb, []string{s.keys.Schedule(sch.Tenant, sch.Name), s.keys.ScheduleDue()},
-		member(sch.Tenant, sch.Name), sch.gen, fired, next, score, j.ID, j.Queue).Err()
-	if err != nil {
-		return fmt.Errorf("schedule: advance %s: %w", sch.Name, err)
+// time fired (ms) to next, indexed at score; j is the fired job, if any,
+// and o what the due time came to (Idle: nothing to record). changed says
+// that o differs from what the due time before came to.
+func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int64, j job.Job, o Outcome) (changed bool, err error) {
+	if o == Idle {
+		o = ""
 	}
-	return nil
+	n, err := s.advance.Run(ctx, s.rdb, []string{s.keys.Schedule(sch.Tenant, sch.Name), s.keys.ScheduleDue()},
+		member(sch.Tenant, sch.Name), sch.gen, fired, next, score, j.ID, j.Queue, string(o)).Int()
+	if err != nil {
+		return false, fmt.Errorf("schedule: advance %s: %w", sch.Name, err)
+	}
+	return n == 2, nil
 }
 
 // taken is a schedule the due index handed to one scheduler.

@@ -8,9 +8,13 @@
 -- ARGV[5] index score: when a scheduler should look again (ms; ARGV[4]
 -- unless the fire is deferred, ARGV[3] == ARGV[4] then)
 -- ARGV[6] the fired job's id ("" = no job: skipped or deferred)   ARGV[7] its queue
--- Returns 1 when it moved the schedule, 0 when the record is gone, was
--- re-created, is paused or is already past ARGV[3] (only the last job is
--- recorded then, if it is newer).
+-- ARGV[8] what this due time came to: "fired", "skipped", "deferred", or ""
+-- (nothing: the index ran ahead of the record)
+-- Returns 0 when the record is gone, was re-created, is paused or is
+-- already past ARGV[3] (only the last job is recorded then, if it is
+-- newer); 2 when it moved the schedule and ARGV[8] differs from what the
+-- due time before came to (the record's 'outcome'), so a run of skipped
+-- or deferred due times is logged once; 1 when it moved it otherwise.
 local rec, due = KEYS[1], KEYS[2]
 if redis.call('HGET', rec, 'gen') ~= ARGV[2] then
   return 0
@@ -24,4 +28,8 @@ if s[1] ~= ARGV[3] or s[2] == '1' then
 end
 redis.call('HSET', rec, 'next', ARGV[4])
 redis.call('ZADD', due, ARGV[5], ARGV[1])
-return 1
+if ARGV[8] == '' or redis.call('HGET', rec, 'outcome') == ARGV[8] then
+  return 1
+end
+redis.call('HSET', rec, 'outcome', ARGV[8])
+return 2
