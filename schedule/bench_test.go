@@ -49,8 +49,9 @@ func BenchmarkFireLag10000(b *testing.B) {
 			for i := range benchSchedules {
 				name := fmt.Sprintf("s-%05d", i)
 				p.HSet(ctx, fx.keys.Schedule("acme", name), "next", due.UnixMilli())
-				p.ZAdd(ctx, fx.keys.ScheduleDue(), redis.Z{Score: float64(due.UnixMilli()), Member: "acme/" + name})
+				p.ZAdd(ctx, fx.keys.ScheduleTenantDue("acme"), redis.Z{Score: float64(due.UnixMilli()), Member: name})
 			}
+			p.ZAdd(ctx, fx.keys.ScheduleTenants(), redis.Z{Score: float64(due.UnixMilli()), Member: "acme"})
 			return nil
 		}); err != nil {
 			b.Fatal(err)

@@ -8,7 +8,13 @@ import (
 )
 
 // RunOnce is runOnce, for tests of one read of the due index.
-func (s *Scheduler) RunOnce(ctx context.Context) (int, error) { return s.runOnce(ctx) }
+func (s *Scheduler) RunOnce(ctx context.Context) (int, error) {
+	n, _, err := s.runOnce(ctx)
+	return n, err
+}
+
+// Adopt is Store.adopt, for tests of an upgrade from the one due index.
+func (s *Store) Adopt(ctx context.Context) (int, error) { return s.adopt(ctx) }
 
 // OnFire sets the test signal: f gets every fire's result.
 func (s *Scheduler) OnFire(f func(Result)) { s.fired = f }

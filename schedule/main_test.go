@@ -74,7 +74,10 @@ func (fx fixture) dueAt(t testing.TB, tenant, name string, at time.Time) {
 	if err := fx.rdb.HSet(ctx, fx.keys.Schedule(tenant, name), "next", ms).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := fx.rdb.ZAdd(ctx, fx.keys.ScheduleDue(), redis.Z{Score: float64(ms), Member: tenant + "/" + name}).Err(); err != nil {
+	if err := fx.rdb.ZAdd(ctx, fx.keys.ScheduleTenantDue(tenant), redis.Z{Score: float64(ms), Member: name}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.rdb.ZAddLT(ctx, fx.keys.ScheduleTenants(), redis.Z{Score: float64(ms), Member: tenant}).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -117,8 +117,11 @@ func TestCreateSameNameIdenticalOrConflictAndTenantsApart(t *testing.T) {
 	if _, err := fx.store.Get(ctx, "acme", "nightly"); !errors.Is(err, schedule.ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
 	}
-	if n, _ := fx.rdb.ZCard(ctx, fx.keys.ScheduleDue()).Result(); n != 1 {
-		t.Fatalf("due index holds %d after the delete, want globex's 1", n)
+	if n, _ := fx.rdb.ZCard(ctx, fx.keys.ScheduleTenantDue("acme")).Result(); n != 0 {
+		t.Fatalf("acme's due index holds %d after the delete, want 0", n)
+	}
+	if n, _ := fx.rdb.ZCard(ctx, fx.keys.ScheduleTenantDue("globex")).Result(); n != 1 {
+		t.Fatalf("globex's due index holds %d, want 1", n)
 	}
 }
 
@@ -352,7 +355,7 @@ func TestAStaleFireDoesNotMoveTheScheduleBack(t *testing.T) {
 	if !after.NextRunAt.Equal(*moved.NextRunAt) {
 		t.Fatalf("a stale fire moved next_run_at from %s to %s", moved.NextRunAt, after.NextRunAt)
 	}
-	if score, _ := fx.rdb.ZScore(ctx, fx.keys.ScheduleDue(), "acme/tick").Result(); int64(score) != moved.NextRunAt.UnixMilli() {
+	if score, _ := fx.rdb.ZScore(ctx, fx.keys.ScheduleTenantDue("acme"), "tick").Result(); int64(score) != moved.NextRunAt.UnixMilli() {
 		t.Fatalf("due index at %v, want %v", score, moved.NextRunAt.UnixMilli())
 	}
 }

@@ -29,8 +29,9 @@ type SchedulerConfig struct {
 	// (200ms). A fire is late by at most about Interval·1.25 while any
 	// scheduler runs.
 	Interval time.Duration
-	// Batch is the most schedules one read takes; default DefaultBatch
-	// (256). A full batch is followed by the next read at once.
+	// Batch is the most schedules one read takes, and the most tenants it
+	// takes from, an even share of Batch from each; default DefaultBatch
+	// (256). A read that left some due is followed by the next at once.
 	Batch int
 	// Hold is how long a taken schedule is left to this scheduler before
 	// another may take it (and fire the same due time, which the
@@ -103,23 +104,36 @@ func NewScheduler(store *Store, cfg SchedulerConfig) (*Scheduler, error) {
 	}, nil
 }
 
+// adoptEvery is how often a scheduler moves schedules from the due index
+// of an earlier version (Store.adopt): at start, then while a rolling
+// upgrade's older processes may still write it.
+const adoptEvery = time.Minute
+
 // Run fires due schedules until ctx is done, then returns nil. A Redis
 // error is logged and the next read tries again.
 func (s *Scheduler) Run(ctx context.Context) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var adopted time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		n, err := s.runOnce(ctx)
+		if time.Since(adopted) >= adoptEvery {
+			if n, err := s.store.adopt(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "schedules: moving schedules from the earlier due index failed", "err", err)
+			} else if n < adoptBatch {
+				adopted = time.Now()
+			}
+		}
+		_, more, err := s.runOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			s.log.WarnContext(ctx, "schedules: read of the due index failed", "err", err)
 		}
 		wait := time.Duration(0)
-		if n < s.batch {
+		if !more {
 			// ±25% jitter.
 			wait = s.interval*3/4 + rand.N(s.interval/2+1)
 		}
@@ -127,13 +141,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce takes the schedules due now and fires each, Concurrency at a
-// time, and returns how many it took. A fire that fails is logged; its
-// hold runs out and a later read takes it again.
-func (s *Scheduler) runOnce(ctx context.Context) (int, error) {
-	now, due, err := s.store.take(ctx, s.batch, s.hold)
+// runOnce takes the schedules due now (Store.take: Batch at most, fairly
+// across tenants) and fires each, Concurrency at a time, and returns how
+// many it took; more says that more were due than it took. A fire that
+// fails is logged; its hold runs out and a later read takes it again.
+func (s *Scheduler) runOnce(ctx context.Context) (n int, more bool, err error) {
+	now, due, more, err := s.store.take(ctx, s.batch, s.hold)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	// Schedulers that took overlapping batches (after a hold ran out)
 	// start at different ends.
@@ -152,7 +167,7 @@ func (s *Scheduler) runOnce(ctx context.Context) (int, error) {
 	}
 	close(work)
 	wg.Wait()
-	return len(due), nil
+	return len(due), more, nil
 }
 
 func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {

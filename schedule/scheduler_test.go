@@ -3,12 +3,15 @@ package schedule_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -146,5 +149,124 @@ func TestSkipsAreLoggedOncePerRun(t *testing.T) {
 	}
 	if skips := logs.Lines("skipping"); len(skips) != 2 {
 		t.Fatalf("%d skip lines, want 2:\n%s", len(skips), logs.String())
+	}
+}
+
+// Six tenants with ten schedules due each, and tenant b's one due after
+// all of theirs: with a Batch of 4, no read takes more than 4, and b's
+// fires in the second read, not after the others' sixty.
+func TestTakeIsFairAcrossTenants(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t))
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{Batch: 4})
+	long := redisNow(t, fx.rdb).Add(-10 * time.Second)
+	for i := range 6 {
+		tenant := fmt.Sprintf("flood%d", i)
+		for j := range 10 {
+			name := fmt.Sprintf("s%d", j)
+			fx.create(t, tenant, every(name, "1h"))
+			fx.dueAt(t, tenant, name, long)
+		}
+	}
+	fx.create(t, "b", every("mine", "1h"))
+	fx.dueAt(t, "b", "mine", long.Add(5*time.Second))
+	var fired atomic.Bool
+	s.OnFire(func(res schedule.Result) {
+		if res.Tenant == "b" && res.Outcome == schedule.Fired {
+			fired.Store(true)
+		}
+	})
+	for read := 1; !fired.Load(); read++ {
+		if read > 2 {
+			t.Fatalf("b's schedule not fired in %d reads", read-1)
+		}
+		if n, err := s.RunOnce(t.Context()); err != nil || n > 4 {
+			t.Fatalf("read %d took %d, %v", read, n, err)
+		}
+	}
+}
+
+// A schedule in the due index of an earlier version, which held every
+// tenant's, is moved into its tenant's and fires; one deleted meanwhile is
+// dropped.
+func TestAdoptFromTheEarlierDueIndex(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t))
+	ctx := t.Context()
+	fx.create(t, "acme", every("old", "1h"))
+	due := redisNow(t, fx.rdb).Add(-time.Second)
+	fx.dueAt(t, "acme", "old", due)
+	// As the earlier version left it: in the one index only.
+	if err := fx.rdb.Del(ctx, fx.keys.ScheduleTenantDue("acme"), fx.keys.ScheduleTenants()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.rdb.ZAdd(ctx, fx.keys.ScheduleDue(), redis.Z{Score: float64(due.UnixMilli()), Member: "acme/old"},
+		redis.Z{Score: float64(due.UnixMilli()), Member: "acme/gone"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{})
+	if n, err := s.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("before the adoption: took %d, %v", n, err)
+	}
+	if n, err := fx.store.Adopt(ctx); err != nil || n != 2 {
+		t.Fatalf("adopted %d, %v", n, err)
+	}
+	if n, err := s.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("after the adoption: took %d, %v", n, err)
+	}
+	if jobs := fx.jobsOf(t, "acme"); len(jobs) != 1 || !scheduledFor(t, jobs[0]).Equal(due.Truncate(time.Millisecond)) {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	if n, _ := fx.rdb.Exists(ctx, fx.keys.ScheduleDue()).Result(); n != 0 {
+		t.Fatal("the earlier due index is still there")
+	}
+}
+
+// maxCommandsPerSkip bounds the Redis commands that one skipped due time
+// of an idle "@every 1s" skip schedule costs, the reads of the due index
+// included (docs/operations.md, A tenant's schedules).
+const maxCommandsPerSkip = 12
+
+// 1,000 idle "@every 1s" schedules with overlap skip, each with its job
+// still queued: every due time is skipped, at no more than
+// maxCommandsPerSkip Redis commands, and without a log line.
+func TestIdleSkipSchedulesCost(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t) // its own: commands are counted server-wide
+	fx := newFixture(t, r.Client(t))
+	const n = 1000
+	for i := range n {
+		spec := every(fmt.Sprintf("s-%04d", i), "1s")
+		spec.Overlap = schedule.OverlapSkip
+		spec.Job.Queue = "idle" // no worker: the first job of each stays queued
+		fx.create(t, "acme", spec)
+	}
+	var logs testenv.Buffer
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var fired, skipped atomic.Int64
+	s.OnFire(func(res schedule.Result) {
+		switch res.Outcome {
+		case schedule.Fired:
+			fired.Add(1)
+		case schedule.Skipped:
+			skipped.Add(1)
+		}
+	})
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() { _ = s.Run(ctx) })
+	// Past every first fire and the first skip of each (which logs).
+	testenv.Eventually(t, time.Minute, func() bool { return fired.Load() == n && skipped.Load() >= 2*n }, "fired %d, skipped %d", fired.Load(), skipped.Load())
+	lines, cmds, skips := len(logs.Lines("schedules:")), testenv.CommandsExecuted(t, fx.rdb), skipped.Load()
+	testenv.Eventually(t, time.Minute, func() bool { return skipped.Load() >= skips+3*n }, "skipped %d", skipped.Load())
+	perSkip := float64(testenv.CommandsExecuted(t, fx.rdb)-cmds) / float64(skipped.Load()-skips)
+	t.Logf("%.2f Redis commands per skipped due time", perSkip)
+	if perSkip > maxCommandsPerSkip {
+		t.Errorf("%.2f Redis commands per skipped due time, want at most %d", perSkip, maxCommandsPerSkip)
+	}
+	if more := len(logs.Lines("schedules:")) - lines; more != 0 || fired.Load() != n {
+		t.Errorf("%d log lines and %d more fires over %d skips, want none", more, fired.Load()-n, skipped.Load()-skips)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,18 +71,20 @@ type Config struct {
 
 // Store keeps schedules in Redis and fires them.
 type Store struct {
-	rdb     redis.UniversalClient
-	keys    keys.Space
-	prefix  string
-	jobs    *job.Store
-	nc      *nats.Conn
-	tracer  trace.Tracer
-	max     int
-	create  *redis.Script
-	due     *redis.Script
-	advance *redis.Script
-	pause   *redis.Script
-	delete  *redis.Script
+	rdb      redis.UniversalClient
+	keys     keys.Space
+	prefix   string
+	jobs     *job.Store
+	nc       *nats.Conn
+	tracer   trace.Tracer
+	max      int
+	create   *redis.Script
+	tenants  *redis.Script
+	due      *redis.Script
+	advance  *redis.Script
+	adoptOne *redis.Script
+	pause    *redis.Script
+	delete   *redis.Script
 }
 
 // NewStore returns a Store on rdb.
@@ -101,18 +104,20 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
-		rdb:     rdb,
-		keys:    keys.New(cfg.Prefix),
-		prefix:  cfg.Prefix,
-		jobs:    jobs,
-		nc:      cfg.NATS,
-		tracer:  telemetry.Tracer(cfg.TracerProvider),
-		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
-		create:  scripts.Load("schedule_create.lua", lib...),
-		due:     scripts.Load("schedule_due.lua", lib...),
-		advance: scripts.Load("schedule_advance.lua", lib...),
-		pause:   scripts.Load("schedule_pause.lua"),
-		delete:  scripts.Load("schedule_delete.lua"),
+		rdb:      rdb,
+		keys:     keys.New(cfg.Prefix),
+		prefix:   cfg.Prefix,
+		jobs:     jobs,
+		nc:       cfg.NATS,
+		tracer:   telemetry.Tracer(cfg.TracerProvider),
+		max:      cmp.Or(cfg.TenantMax, DefaultTenantMax),
+		create:   scripts.Load("schedule_create.lua", lib...),
+		tenants:  scripts.Load("schedule_due_tenants.lua", lib...),
+		due:      scripts.Load("schedule_due.lua", lib...),
+		advance:  scripts.Load("schedule_advance.lua", lib...),
+		adoptOne: scripts.Load("schedule_adopt.lua"),
+		pause:    scripts.Load("schedule_pause.lua"),
+		delete:   scripts.Load("schedule_delete.lua"),
 	}, nil
 }
 
@@ -121,9 +126,6 @@ const (
 	ScheduleName = attribute.Key("leasehold.schedule.name")
 	ScheduleDue  = attribute.Key("leasehold.schedule.due")
 )
-
-// member names one schedule in the due index.
-func member(tenant, name string) string { return tenant + "/" + name }
 
 // Create creates tenant's schedule spec. created is false when a schedule
 // of that name already exists with the same spec (it is returned); with
@@ -148,8 +150,8 @@ func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Sched
 		return Schedule{}, false, &job.ValidationError{Errors: []job.FieldError{{Field: "cron", Message: "never comes due"}}}
 	}
 	res, err := s.create.Run(ctx, s.rdb,
-		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleDue(), s.keys.TenantSchedules(tenant)},
-		member(tenant, spec.Name), spec.Name, canon, uuid.NewString(), next.UnixMilli(), s.max).Slice()
+		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant), s.keys.ScheduleTenants()},
+		tenant, spec.Name, canon, uuid.NewString(), next.UnixMilli(), s.max).Slice()
 	if err != nil {
 		return Schedule{}, false, fmt.Errorf("schedule: create %s: %w", spec.Name, err)
 	}
@@ -259,8 +261,8 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 		return ErrNotFound
 	}
 	n, err := s.delete.Run(ctx, s.rdb,
-		[]string{s.keys.Schedule(tenant, name), s.keys.ScheduleDue(), s.keys.TenantSchedules(tenant)},
-		member(tenant, name), name).Int()
+		[]string{s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant)},
+		name).Int()
 	if err != nil {
 		return fmt.Errorf("schedule: delete %s: %w", name, err)
 	}
@@ -300,8 +302,8 @@ func (s *Store) setPaused(ctx context.Context, tenant, name string, paused bool)
 		}
 		next = cr.Next(now).UnixMilli()
 	}
-	res, err := s.pause.Run(ctx, s.rdb, []string{s.keys.Schedule(tenant, name), s.keys.ScheduleDue()},
-		member(tenant, name), flag, next).Slice()
+	res, err := s.pause.Run(ctx, s.rdb, []string{s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()},
+		name, flag, next, tenant).Slice()
 	if err != nil {
 		return Schedule{}, fmt.Errorf("schedule: pause %s: %w", name, err)
 	}
@@ -523,8 +525,8 @@ func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int
 	if o == Idle {
 		o = ""
 	}
-	n, err := s.advance.Run(ctx, s.rdb, []string{s.keys.Schedule(sch.Tenant, sch.Name), s.keys.ScheduleDue()},
-		member(sch.Tenant, sch.Name), sch.gen, fired, next, score, j.ID, j.Queue, string(o)).Int()
+	n, err := s.advance.Run(ctx, s.rdb, []string{s.keys.Schedule(sch.Tenant, sch.Name), s.keys.ScheduleTenantDue(sch.Tenant), s.keys.ScheduleTenants()},
+		sch.Name, sch.gen, fired, next, score, j.ID, j.Queue, string(o), sch.Tenant).Int()
 	if err != nil {
 		return false, fmt.Errorf("schedule: advance %s: %w", sch.Name, err)
 	}
@@ -534,31 +536,87 @@ func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int
 // taken is a schedule the due index handed to one scheduler.
 type taken struct{ tenant, name string }
 
-// take takes up to n schedules due now from the index, holding them for
-// hold, and returns them with the Redis clock's now.
-func (s *Store) take(ctx context.Context, n int, hold time.Duration) (time.Time, []taken, error) {
-	res, err := s.due.Run(ctx, s.rdb, []string{s.keys.ScheduleDue()}, n, hold.Milliseconds()).Slice()
+// take takes up to n schedules due now, holding them for hold, and
+// returns them with the Redis clock's now; more says that some tenant had
+// more due than it took. Fair across tenants: it reads up to n tenants
+// with schedules due, those looked at longest ago first, and takes an even
+// share of n from each (at least one), so one tenant's many due schedules
+// delay another's by at most a read while fewer than n tenants are due.
+// Two round trips when anything is due, one when nothing is.
+func (s *Store) take(ctx context.Context, n int, hold time.Duration) (now time.Time, out []taken, more bool, err error) {
+	res, err := replyStrings(s.tenants.Run(ctx, s.rdb, []string{s.keys.ScheduleTenants()}, n))
+	if err != nil || len(res) == 0 {
+		return time.Time{}, nil, false, fmt.Errorf("schedule: due tenants: %d values, %w", len(res), err)
+	}
+	if now, err = parseMillis(res[0]); err != nil || len(res) == 1 {
+		return now, nil, false, err
+	}
+	tenants := res[1:]
+	keys := make([]string, 1, 1+len(tenants))
+	keys[0] = s.keys.ScheduleTenants()
+	args := make([]any, 2, 2+len(tenants))
+	args[0], args[1] = max(1, n/len(tenants)), hold.Milliseconds()
+	for _, t := range tenants {
+		keys = append(keys, s.keys.ScheduleTenantDue(t))
+		args = append(args, t)
+	}
+	res, err = replyStrings(s.due.Run(ctx, s.rdb, keys, args...))
 	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("schedule: due: %w", err)
+		return time.Time{}, nil, false, fmt.Errorf("schedule: due: %w", err)
 	}
-	if len(res)%2 != 1 {
-		return time.Time{}, nil, fmt.Errorf("schedule: due: %d values in the reply, want an odd number", len(res))
+	if len(res) < 2 || len(res)%2 != 0 {
+		return time.Time{}, nil, false, fmt.Errorf("schedule: due: %d values in the reply, want an even number from 2", len(res))
 	}
-	ms, err := strconv.ParseInt(fmt.Sprint(res[0]), 10, 64)
+	if now, err = parseMillis(res[0]); err != nil {
+		return time.Time{}, nil, false, err
+	}
+	out = make([]taken, 0, len(res)/2-1)
+	for i := 2; i < len(res); i += 2 {
+		out = append(out, taken{tenant: res[i], name: res[i+1]})
+	}
+	return now, out, res[1] == "1", nil
+}
+
+// replyStrings reads a script's array reply of strings and integers (a
+// time in ms) as strings.
+func replyStrings(cmd *redis.Cmd) ([]string, error) {
+	vals, err := cmd.Slice()
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = fmt.Sprint(v)
+	}
+	return out, err
+}
+
+func parseMillis(v string) (time.Time, error) {
+	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("schedule: due: %w", err)
+		return time.Time{}, fmt.Errorf("schedule: due: now %q: %w", v, err)
 	}
-	out := make([]taken, 0, len(res)/2)
-	for i := 1; i < len(res); i += 2 {
-		m, _ := res[i].(string)
-		for k := range len(m) {
-			if m[k] == '/' {
-				out = append(out, taken{tenant: m[:k], name: m[k+1:]})
-				break
-			}
+	return time.UnixMilli(ms).UTC(), nil
+}
+
+// adoptBatch is how many schedules one adopt moves.
+const adoptBatch = 1000
+
+// adopt moves up to adoptBatch schedules from the due index of an earlier
+// version, which wrote every tenant's into one (keys.ScheduleDue), into
+// their tenants' due indexes, and returns how many it read there: a
+// rolling upgrade's older processes may still write it for a while.
+func (s *Store) adopt(ctx context.Context) (int, error) {
+	legacy := s.keys.ScheduleDue()
+	members, err := s.rdb.ZRange(ctx, legacy, 0, adoptBatch-1).Result()
+	if err != nil || len(members) == 0 {
+		return 0, err
+	}
+	for _, m := range members {
+		tenant, name, _ := strings.Cut(m, "/")
+		keys := []string{legacy, s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()}
+		if err := s.adoptOne.Run(ctx, s.rdb, keys, m, tenant, name).Err(); err != nil {
+			return 0, fmt.Errorf("schedule: adopt %s: %w", m, err)
 		}
 	}
-	return time.UnixMilli(ms).UTC(), out, nil
+	return len(members), nil
 }
 
 // now reads the Redis clock, the one every fire is timed by.

@@ -5,12 +5,29 @@ package keys
 // touches the index and the record in one script. (Its job lives in the
 // job's queue slot, another slot: see internal/scripts/schedule_advance.lua.)
 // Tenant and schedule names are validated before they get here and hold no
-// '/', so "<tenant>/<name>" names one schedule.
+// '/' or ':', so "<tenant>/<name>" names one schedule and no tenant's key
+// is another's.
 
-// ScheduleDue is the due-time index: member "<tenant>/<name>", score the
-// Redis-clock milliseconds at which a scheduler should next look at it
-// (its next_run_at, or later while a fire of it is in hand or deferred).
+// ScheduleDue is the due-time index of an earlier version: member
+// "<tenant>/<name>", score when a scheduler should next look at it. A
+// scheduler moves what it holds into ScheduleTenantDue (schedule.Store's
+// adopt) and nothing writes it any more.
 func (s Space) ScheduleDue() string { return s.key("schedules", "due") }
+
+// ScheduleTenants is the index of the tenants that have schedules to
+// fire: member the tenant, score the Redis-clock milliseconds at which a
+// scheduler should next look at its ScheduleTenantDue (at or before the
+// earliest there; a tenant with more due than one read takes waits behind
+// the others).
+func (s Space) ScheduleTenants() string { return s.key("schedules", "due-tenants") }
+
+// ScheduleTenantDue is one tenant's due-time index: member the schedule's
+// name, score the Redis-clock milliseconds at which a scheduler should
+// next look at it (its next_run_at, or later while a fire of it is in
+// hand or deferred).
+func (s Space) ScheduleTenantDue(tenant string) string {
+	return s.key("schedules", "due:"+tenant)
+}
 
 // Schedule is the hash of one schedule's record.
 func (s Space) Schedule(tenant, name string) string {
