@@ -14,7 +14,6 @@ func (s *Scheduler) RunOnce(ctx context.Context) (int, error) {
 }
 
 // Adopt is Store.adopt, for tests of an upgrade from the one due index.
-func (s *Store) Adopt(ctx context.Context) (int, error) { return s.adopt(ctx) }
 
 // OnFire sets the test signal: f gets every fire's result.
 func (s *Scheduler) OnFire(f func(Result)) { s.fired = f }

@@ -104,29 +104,16 @@ func NewScheduler(store *Store, cfg SchedulerConfig) (*Scheduler, error) {
 	}, nil
 }
 
-// adoptEvery is how often a scheduler moves schedules from the due index
-// of an earlier version (Store.adopt): at start, then while a rolling
-// upgrade's older processes may still write it.
-const adoptEvery = time.Minute
-
 // Run fires due schedules until ctx is done, then returns nil. A Redis
 // error is logged and the next read tries again.
 func (s *Scheduler) Run(ctx context.Context) error {
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var adopted time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		}
-		if time.Since(adopted) >= adoptEvery {
-			if n, err := s.store.adopt(ctx); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "schedules: moving schedules from the earlier due index failed", "err", err)
-			} else if n < adoptBatch {
-				adopted = time.Now()
-			}
 		}
 		_, more, err := s.runOnce(ctx)
 		if err != nil && ctx.Err() == nil {

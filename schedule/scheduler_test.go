@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -183,42 +182,6 @@ func TestTakeIsFairAcrossTenants(t *testing.T) {
 		if n, err := s.RunOnce(t.Context()); err != nil || n > 4 {
 			t.Fatalf("read %d took %d, %v", read, n, err)
 		}
-	}
-}
-
-// A schedule in the due index of an earlier version, which held every
-// tenant's, is moved into its tenant's and fires; one deleted meanwhile is
-// dropped.
-func TestAdoptFromTheEarlierDueIndex(t *testing.T) {
-	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t))
-	ctx := t.Context()
-	fx.create(t, "acme", every("old", "1h"))
-	due := redisNow(t, fx.rdb).Add(-time.Second)
-	fx.dueAt(t, "acme", "old", due)
-	// As the earlier version left it: in the one index only.
-	if err := fx.rdb.Del(ctx, fx.keys.ScheduleTenantDue("acme"), fx.keys.ScheduleTenants()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := fx.rdb.ZAdd(ctx, fx.keys.ScheduleDue(), redis.Z{Score: float64(due.UnixMilli()), Member: "acme/old"},
-		redis.Z{Score: float64(due.UnixMilli()), Member: "acme/gone"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	s := fx.scheduler(t, nil, schedule.SchedulerConfig{})
-	if n, err := s.RunOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("before the adoption: took %d, %v", n, err)
-	}
-	if n, err := fx.store.Adopt(ctx); err != nil || n != 2 {
-		t.Fatalf("adopted %d, %v", n, err)
-	}
-	if n, err := s.RunOnce(ctx); err != nil || n != 1 {
-		t.Fatalf("after the adoption: took %d, %v", n, err)
-	}
-	if jobs := fx.jobsOf(t, "acme"); len(jobs) != 1 || !scheduledFor(t, jobs[0]).Equal(due.Truncate(time.Millisecond)) {
-		t.Fatalf("jobs %+v", jobs)
-	}
-	if n, _ := fx.rdb.Exists(ctx, fx.keys.ScheduleDue()).Result(); n != 0 {
-		t.Fatal("the earlier due index is still there")
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,20 +70,19 @@ type Config struct {
 
 // Store keeps schedules in Redis and fires them.
 type Store struct {
-	rdb      redis.UniversalClient
-	keys     keys.Space
-	prefix   string
-	jobs     *job.Store
-	nc       *nats.Conn
-	tracer   trace.Tracer
-	max      int
-	create   *redis.Script
-	tenants  *redis.Script
-	due      *redis.Script
-	advance  *redis.Script
-	adoptOne *redis.Script
-	pause    *redis.Script
-	delete   *redis.Script
+	rdb     redis.UniversalClient
+	keys    keys.Space
+	prefix  string
+	jobs    *job.Store
+	nc      *nats.Conn
+	tracer  trace.Tracer
+	max     int
+	create  *redis.Script
+	tenants *redis.Script
+	due     *redis.Script
+	advance *redis.Script
+	pause   *redis.Script
+	delete  *redis.Script
 }
 
 // NewStore returns a Store on rdb.
@@ -104,20 +102,19 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
-		rdb:      rdb,
-		keys:     keys.New(cfg.Prefix),
-		prefix:   cfg.Prefix,
-		jobs:     jobs,
-		nc:       cfg.NATS,
-		tracer:   telemetry.Tracer(cfg.TracerProvider),
-		max:      cmp.Or(cfg.TenantMax, DefaultTenantMax),
-		create:   scripts.Load("schedule_create.lua", lib...),
-		tenants:  scripts.Load("schedule_due_tenants.lua", lib...),
-		due:      scripts.Load("schedule_due.lua", lib...),
-		advance:  scripts.Load("schedule_advance.lua", lib...),
-		adoptOne: scripts.Load("schedule_adopt.lua"),
-		pause:    scripts.Load("schedule_pause.lua"),
-		delete:   scripts.Load("schedule_delete.lua"),
+		rdb:     rdb,
+		keys:    keys.New(cfg.Prefix),
+		prefix:  cfg.Prefix,
+		jobs:    jobs,
+		nc:      cfg.NATS,
+		tracer:  telemetry.Tracer(cfg.TracerProvider),
+		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
+		create:  scripts.Load("schedule_create.lua", lib...),
+		tenants: scripts.Load("schedule_due_tenants.lua", lib...),
+		due:     scripts.Load("schedule_due.lua", lib...),
+		advance: scripts.Load("schedule_advance.lua", lib...),
+		pause:   scripts.Load("schedule_pause.lua"),
+		delete:  scripts.Load("schedule_delete.lua"),
 	}, nil
 }
 
@@ -594,29 +591,6 @@ func parseMillis(v string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("schedule: due: now %q: %w", v, err)
 	}
 	return time.UnixMilli(ms).UTC(), nil
-}
-
-// adoptBatch is how many schedules one adopt moves.
-const adoptBatch = 1000
-
-// adopt moves up to adoptBatch schedules from the due index of an earlier
-// version, which wrote every tenant's into one (keys.ScheduleDue), into
-// their tenants' due indexes, and returns how many it read there: a
-// rolling upgrade's older processes may still write it for a while.
-func (s *Store) adopt(ctx context.Context) (int, error) {
-	legacy := s.keys.ScheduleDue()
-	members, err := s.rdb.ZRange(ctx, legacy, 0, adoptBatch-1).Result()
-	if err != nil || len(members) == 0 {
-		return 0, err
-	}
-	for _, m := range members {
-		tenant, name, _ := strings.Cut(m, "/")
-		keys := []string{legacy, s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()}
-		if err := s.adoptOne.Run(ctx, s.rdb, keys, m, tenant, name).Err(); err != nil {
-			return 0, fmt.Errorf("schedule: adopt %s: %w", m, err)
-		}
-	}
-	return len(members), nil
 }
 
 // now reads the Redis clock, the one every fire is timed by.

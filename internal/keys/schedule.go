@@ -8,12 +8,6 @@ package keys
 // '/' or ':', so "<tenant>/<name>" names one schedule and no tenant's key
 // is another's.
 
-// ScheduleDue is the due-time index of an earlier version: member
-// "<tenant>/<name>", score when a scheduler should next look at it. A
-// scheduler moves what it holds into ScheduleTenantDue (schedule.Store's
-// adopt) and nothing writes it any more.
-func (s Space) ScheduleDue() string { return s.key("schedules", "due") }
-
 // ScheduleTenants is the index of the tenants that have schedules to
 // fire: member the tenant, score the Redis-clock milliseconds at which a
 // scheduler should next look at its ScheduleTenantDue (at or before the
