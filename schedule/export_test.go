@@ -13,8 +13,6 @@ func (s *Scheduler) RunOnce(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// Adopt is Store.adopt, for tests of an upgrade from the one due index.
-
 // OnFire sets the test signal: f gets every fire's result.
 func (s *Scheduler) OnFire(f func(Result)) { s.fired = f }
 
