@@ -35,5 +35,8 @@
 //
 // Each try is recorded on the job (its webhook state, attempts and last 20
 // tries) without a state event: the job's event stream still ends at its
-// terminal state.
+// terminal state. A try's error is in the drainer's own words ("connection
+// failed", "answered HTTP 503", "no answer within 10s"): the tenant reads
+// it, and what the far end sent (a banner, a reason phrase) goes to the
+// log only.
 package webhook

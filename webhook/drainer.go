@@ -376,6 +376,9 @@ func (d *Drainer) next(j job.Job, at time.Time) (job.WebhookState, time.Duration
 	return job.WebhookPending, min(wait, left)
 }
 
+// errConnection is a try's error when no HTTP answer came back.
+var errConnection = errors.New("connection failed")
+
 // call POSTs j, as the API shows it to its tenant, to its webhook, and
 // returns the answer's status (0 for none) and nil for a 2xx, else why
 // the try failed.
@@ -404,14 +407,19 @@ func (d *Drainer) call(ctx context.Context, j job.Job) (int, error) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return 0, fmt.Errorf("no answer within %s", d.cfg.Timeout)
 		}
-		return 0, err
+		// The tenant reads a try's error: a transport error can quote
+		// what the far end sent (a banner, an internal host's name), so
+		// it goes to the log only.
+		d.log.WarnContext(ctx, "webhook: try failed", "job_id", j.ID, "webhook_id", j.Webhook.ID, "err", err)
+		return 0, errConnection
 	}
 	defer resp.Body.Close()
 	// Read (a bounded part of) the answer, so the connection is reused.
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return resp.StatusCode, fmt.Errorf("answered %s", resp.Status)
+		// The code only: the reason phrase is the far end's text.
+		return resp.StatusCode, fmt.Errorf("answered HTTP %d", resp.StatusCode)
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return resp.StatusCode, fmt.Errorf("the answer did not end within %s", d.cfg.Timeout)
 	}

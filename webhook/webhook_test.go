@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -577,4 +580,60 @@ func TestTryAfterTheFoldKeepsTheTriesBefore(t *testing.T) {
 			t.Errorf("%s: %s before the fold, %s after", name, a, b)
 		}
 	}
+}
+
+// A try's error is the tenant's to read, so it never quotes the far end:
+// an endpoint that answers with something other than HTTP (a banner) is
+// "connection failed", one with a made-up reason phrase its status code
+// only; what the far end sent goes to the log.
+func TestTryErrorQuotesNothingTheFarEndSent(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t)
+	banner := rawReceiver(t, "SSH-2.0-OpenSSH_9.6 db-internal-7\r\n")
+	reason := rawReceiver(t, "HTTP/1.1 500 db-internal-7 refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	fx.worker(t, execution.Config{})
+	logs := &testenv.Buffer{}
+	cfg := fx.cfg
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	fx.drain(t, cfg)
+	for url, want := range map[string]string{banner: "connection failed", reason: "answered HTTP 500"} {
+		j := fx.submit(t, "acme", withWebhook("ok", url))
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			w := fx.get(t, j.ID).Webhook
+			return w != nil && w.Attempts >= 1
+		}, "no try of %s recorded", url)
+		if got := fx.get(t, j.ID).Webhook.Tries[0].Error; got != want {
+			t.Errorf("try of %s: error %q, want %q", url, got, want)
+		}
+	}
+	if len(logs.Lines("webhook: try failed", "db-internal-7")) == 0 {
+		t.Errorf("the banner is not in the log:\n%s", logs)
+	}
+}
+
+// rawReceiver is a TCP server that reads a request's head, answers it
+// with answer, whatever it was, and hangs up; it returns its URL.
+func rawReceiver(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				head := bufio.NewReader(c)
+				for line, err := "", error(nil); err == nil && line != "\r\n"; line, err = head.ReadString('\n') {
+				}
+				_, _ = c.Write([]byte(answer))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/hook"
 }
