@@ -248,6 +248,25 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("a tenant's control characters never reach the terminal", func(t *testing.T) {
+		text := `"\u001b]0;pwned\u0007\u001b[2J\u009b31m\r"`
+		id := s.submit("echo", "--input", `{"s":`+text+`}`, "--metadata", `{"m":`+text+`}`)
+		testenv.Eventually(t, 20*time.Second, func() bool { return s.state(id) == "succeeded" }, "echo job never succeeded")
+		for _, args := range [][]string{{"get", id}, {"get", id, "-o", "json"}, {"ls"}} {
+			r := s.ok(args...)
+			if c := controls(r.stdout + r.stderr); c != "" {
+				t.Errorf("leasehold %s wrote %q:\n%s", strings.Join(args, " "), c, r.stdout)
+			}
+		}
+		var j struct{ Result, Metadata struct{ S, M string } }
+		if err := json.Unmarshal([]byte(s.ok("get", id, "-o", "json").stdout), &j); err != nil {
+			t.Fatal(err)
+		}
+		if want := "\x1b]0;pwned\a\x1b[2J\u009b31m\r"; j.Result.S != want || j.Metadata.M != want {
+			t.Errorf("-o json reads %q and %q, want %q both times", j.Result.S, j.Metadata.M, want)
+		}
+	})
+
 	t.Run("watch streams output text and exits 0", func(t *testing.T) {
 		id := s.submit("llm.chat", "--input", `{"model":"fake","messages":[{"role":"user","content":"hi"}]}`)
 		r := s.cli("", "watch", id)
@@ -620,4 +639,15 @@ func (p *proxy) connections() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.count
+}
+
+// controls returns the control characters of s but newline and tab.
+func controls(s string) string {
+	var out []rune
+	for _, r := range s {
+		if r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f {
+			out = append(out, r)
+		}
+	}
+	return string(out)
 }

@@ -74,7 +74,7 @@ func exitCode(err error) int {
 	case errors.As(err, &ended):
 		return ended.code() // watch has said how it ended
 	case errors.As(err, &bad):
-		fmt.Fprintf(os.Stderr, "leasehold: %v\n", err)
+		fmt.Fprintf(cli.Text(os.Stderr), "leasehold: %v\n", err)
 		return 2
 	}
 	return cli.Code("leasehold", err)
@@ -90,6 +90,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// What the commands print is mostly tenants' text: no control
+	// character of it reaches the operator's terminal.
+	stdout, stderr = cli.Text(stdout), cli.Text(stderr)
 	switch name {
 	case "submit":
 		return runSubmit(ctx, args, stdout, stderr)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -269,7 +270,8 @@ func (w *watcher) drawBar(done, total float64) {
 	n := int(f*width + 0.5)
 	bar := fmt.Sprintf("[%s%s] %3.0f%% %g/%g", strings.Repeat("#", n), strings.Repeat(".", width-n), f*100, done, total)
 	if w.isTerm {
-		fmt.Fprintf(w.c.stderr, "\r%s", bar)
+		fmt.Fprint(raw(w.c.stderr), "\r")
+		fmt.Fprint(w.c.stderr, bar)
 		w.bar = true
 		return
 	}
@@ -285,9 +287,18 @@ func (w *watcher) endBar() {
 	}
 }
 
-// isTerminal reports whether w is a character device (a terminal).
+// raw is the writer under w when w escapes control characters.
+func raw(w io.Writer) io.Writer {
+	if t, ok := w.(*cli.TextWriter); ok {
+		return t.Raw()
+	}
+	return w
+}
+
+// isTerminal reports whether w is (or writes to) a character device (a
+// terminal).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := raw(w).(*os.File)
 	if !ok {
 		return false
 	}

@@ -135,14 +135,15 @@ func List(s string) []string {
 	return out
 }
 
-// Code turns run's error into an exit code, printing it: a signal or -help
-// is a clean exit.
+// Code turns run's error into an exit code, printing it (as Text: an
+// error can quote what an API answered): a signal or -help is a clean
+// exit.
 func Code(name string, err error) int {
 	switch {
 	case err == nil, errors.Is(err, run.ErrSignal), errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(Text(os.Stderr), "%s: %v\n", name, err)
 		return 1
 	}
 }
