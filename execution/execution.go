@@ -226,7 +226,8 @@ func (e *WaitError) Error() string {
 // lease or concurrency slot, and spends no attempt. A signal of that name
 // (POST /v1/jobs/{id}/signal, Client.Signal) queues it again, at once; one
 // sent before the wait is taken by it. After timeout (≤ 0:
-// DefaultWaitTimeout) it is queued anyway, told that the wait timed out.
+// DefaultWaitTimeout; at most the worker's Retention) it is queued anyway,
+// told that the wait timed out.
 // The next execution reads the signal and the checkpoint with Resume. A
 // name that is not a valid signal name (job.ValidateSignalName) fails the
 // job.

@@ -116,6 +116,19 @@ func TestWaitingJobReleasesItsSlot(t *testing.T) {
 	}
 }
 
+// A wait ends within the worker's retention, however long the handler
+// (a tenant's input) asked it to be: a waiting job is kept whole.
+func TestWaitIsCutToTheRetention(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.startWorker(t, execution.Config{Retention: 2 * time.Hour}, map[string]execution.Handler{waitKind: approve(100 * 365 * 24 * time.Hour)})
+	a := f.submit(t, job.Submission{Kind: waitKind})
+	w := f.waitState(t, a.ID, 10*time.Second, job.StateWaiting).WaitingFor
+	if w == nil || time.Until(w.Until) > 2*time.Hour || time.Until(w.Until) < time.Hour {
+		t.Fatalf("waiting_for = %+v, want a wait that ends in 2h, the retention", w)
+	}
+}
+
 // A wait times out: the job resumes, told so, with error wait_timeout
 // while it is queued again.
 func TestWaitTimeoutResumes(t *testing.T) {

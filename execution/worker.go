@@ -737,11 +737,14 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 		return outcome{state: StateFailed, retryable: true, err: jerr}
 	}
 	_, permanent := errors.AsType[*PermanentError](err)
-	if w, ok := errors.AsType[*WaitError](err); ok {
-		if verr := job.ValidateSignalName(w.For); verr != nil {
+	if we, ok := errors.AsType[*WaitError](err); ok {
+		if verr := job.ValidateSignalName(we.For); verr != nil {
 			return outcome{state: StateFailed, err: &job.Error{Code: job.CodeHandlerError, Message: "wait: " + verr.Error()}}
 		}
-		return outcome{state: StateWaiting, wait: w}
+		// A waiting job is kept whole in Redis and is no ended job that
+		// the retention removes: its wait ends within the retention, so
+		// that a tenant's input cannot keep it for ever.
+		return outcome{state: StateWaiting, wait: &WaitError{For: we.For, Timeout: min(we.Timeout, w.cfg.Retention)}}
 	}
 	if pb, ok := errors.AsType[*PushbackError](err); ok {
 		return outcome{state: StatePushback, minBackoff: pb.RetryAfter,
