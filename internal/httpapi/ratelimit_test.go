@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -136,6 +138,42 @@ func TestRateLimitBurst(t *testing.T) {
 	}
 	expectTooMany(t, f.postJob(globexKey, `{"kind": "echo"}`, ""), policy)
 	expectTooMany(t, f.postJob(acmeKey, `{"kind": "echo"}`, ""), policy)
+}
+
+// A signal spends a unit of the tenant's rate, as a submission does: past
+// it, 429 and the job keeps no signal; bad bodies and the admin's signals
+// spend nothing, and another tenant's rate is its own.
+func TestRateLimitSignal(t *testing.T) {
+	t.Parallel()
+	const policy = `"default";q=1;w=3600;burst=3`
+	f := newFixture(t, withRate(t, "1/h:3"))
+	j := f.submit(acmeKey, `{"kind": "echo"}`)
+	signal := func(key, body string) response {
+		return f.do(request{method: http.MethodPost, path: "/v1/jobs/" + j.ID + "/signal", key: key, body: body})
+	}
+	expectProblem(t, signal(acmeKey, `{"data":1}`), http.StatusBadRequest, "name")
+	for i, key := range []string{adminKey, acmeKey, acmeKey} {
+		resp := signal(key, fmt.Sprintf(`{"name":"s%d"}`, i))
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("signal within the rate: %s %s", resp.Status, resp.body)
+		}
+		if key == acmeKey {
+			expectRateHeaders(t, resp, policy)
+		}
+	}
+	expectTooMany(t, signal(acmeKey, `{"name":"late"}`), policy)
+	// The refused signal was not kept: the admin fills the job's room
+	// for kept signals with as many as it had left.
+	kept := 3
+	for ; kept <= job.MaxKeptSignals; kept++ {
+		if resp := signal(adminKey, fmt.Sprintf(`{"name":"s%d"}`, kept)); resp.StatusCode != http.StatusAccepted {
+			break
+		}
+	}
+	if kept != job.MaxKeptSignals {
+		t.Errorf("the job kept %d signals, want %d", kept, job.MaxKeptSignals)
+	}
+	f.submit(globexKey, `{"kind": "echo"}`)
 }
 
 // Requests the API refuses on their own merits spend nothing, and are told

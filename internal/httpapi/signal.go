@@ -15,7 +15,9 @@ type signalBody struct {
 	Data json.RawMessage `json:"data"`
 }
 
-// POST /v1/jobs/{id}/signal
+// POST /v1/jobs/{id}/signal: a signal spends a unit of the tenant's
+// submission rate, as a retry does: each may start an execution. The
+// admin's are not counted.
 func (s *server) signalJob(w http.ResponseWriter, r *http.Request, c caller) {
 	body, err := readJSONBody(w, r, s.maxBody)
 	if err != nil {
@@ -33,6 +35,12 @@ func (s *server) signalJob(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
+	if !c.admin {
+		if err := s.limit(ctx, w, c.tenant, ""); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	j, resumed, err := s.store.Signal(ctx, c.tenant, r.PathValue("id"), c.admin, sig.Name, sig.Data)
 	switch {
 	case errors.Is(err, job.ErrConflict):
