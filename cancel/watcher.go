@@ -42,6 +42,12 @@ type WatcherConfig struct {
 	// cancelled, with the path that told: "nats" or "flag". Workers measure
 	// cancel latency by path with it. It must not block.
 	Fired func(id, via string)
+	// Requested, if set, is asked about the ids whose flag is found set,
+	// and only those it answers true for are cancelled. The flag is a
+	// cache of the request, whose truth is elsewhere (a job's record):
+	// a flag written late, after the job it stopped was run again, must
+	// not stop the new run. An error leaves the ids to the next poll.
+	Requested func(ctx context.Context, ids []string) ([]bool, error)
 }
 
 // Watcher turns cancel requests into cancelled contexts. One Watcher serves a
@@ -55,6 +61,7 @@ type Watcher struct {
 	poll    time.Duration
 	log     *slog.Logger
 	fired   func(id, via string)
+	asked   func(ctx context.Context, ids []string) ([]bool, error) // WatcherConfig.Requested
 
 	// wake tells Run that fresh or told has ids to check; one pending
 	// signal is enough.
@@ -121,6 +128,7 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		poll:    cmp.Or(cfg.Poll, defaultPoll),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
 		fired:   cfg.Fired,
+		asked:   cfg.Requested,
 		wake:    make(chan struct{}, 1),
 		watches: make(map[string][]*watch),
 		fresh:   make(map[string]struct{}),
@@ -189,7 +197,8 @@ func (w *Watcher) settle(ctx context.Context) bool {
 }
 
 // Watch returns a context that is cancelled with cause ErrRequested once
-// the flag of id is found set: read at every poll, and at once when a NATS
+// the flag of id is found set (and WatcherConfig.Requested, if set, says
+// the request stands): read at every poll, and at once when a NATS
 // message names id (the message alone cancels nothing). The returned func (call it stop) unregisters id and
 // cancels the context with cause context.Canceled; calling it again does
 // nothing. As with context.WithCancel, call stop when the work is done. Watch
@@ -359,9 +368,32 @@ func (w *Watcher) check(ctx context.Context, ids []string, via string) {
 		w.log.WarnContext(ctx, "cancel: reading flags failed; retrying at the next poll", attrCount, len(ids), attrErr, err)
 	}
 	// On a cluster some nodes may have answered when others did not.
+	var set []string
 	for i, cmd := range cmds {
 		if cmd.Err() == nil && cmd.Val() == 1 {
-			w.fire(ids[i], via)
+			set = append(set, ids[i])
+		}
+	}
+	if len(set) > 0 && w.asked != nil {
+		requested, err := w.asked(ctx, set)
+		if err == nil && len(requested) != len(set) {
+			err = fmt.Errorf("%d answers for %d ids", len(requested), len(set))
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.WarnContext(ctx, "cancel: asking whether flagged ids are requested failed; retrying at the next poll", attrCount, len(set), attrErr, err)
+			}
+			return
+		}
+		for i := range set {
+			if !requested[i] {
+				set[i] = ""
+			}
+		}
+	}
+	for _, id := range set {
+		if id != "" {
+			w.fire(id, via)
 		}
 	}
 }

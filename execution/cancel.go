@@ -2,7 +2,11 @@ package execution
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/job"
@@ -37,4 +41,33 @@ func CancelJob(ctx context.Context, store *job.Store, flags *cancel.Flags, tenan
 func flagTTL(j job.Job) time.Duration {
 	left := time.Duration(max(j.MaxAttempts-j.Attempt, 0) + 1)
 	return max(time.Hour, j.Timeout*left+10*time.Minute)
+}
+
+// cancelRequested is the watcher's Requested: whether the record of each
+// job id running here has cancel_requested. A flag without it is one
+// written after the job was retried (the request stopped the run before):
+// it must not stop this one. A job no longer running here is not.
+func (w *Worker) cancelRequested(ctx context.Context, ids []string) ([]bool, error) {
+	queues := map[string]*queue{}
+	w.mu.Lock()
+	for e := range w.running {
+		queues[e.JobID] = e.q
+	}
+	w.mu.Unlock()
+	cmds := make([]*redis.StringCmd, len(ids))
+	if _, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if q := queues[id]; q != nil {
+				cmds[i] = p.HGet(ctx, q.keys.Job(q.name, id), "cancel_requested")
+			}
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("execution: read cancel_requested: %w", err)
+	}
+	out := make([]bool, len(ids))
+	for i, cmd := range cmds {
+		out[i] = cmd != nil && cmd.Val() == "1"
+	}
+	return out, nil
 }

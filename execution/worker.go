@@ -267,8 +267,9 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
-			Poll:  cfg.LeaseTTL,
-			Fired: w.cancelFired,
+			Poll:      cfg.LeaseTTL,
+			Fired:     w.cancelFired,
+			Requested: w.cancelRequested,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("execution: %w", err)

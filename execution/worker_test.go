@@ -416,6 +416,48 @@ func TestCancelRunningJobStopsHandler(t *testing.T) {
 	}
 }
 
+// A cancel's flag that lands after the job it stopped was retried (the
+// API writes the record, then the flag) does not stop the retried run:
+// the record, without cancel_requested, is the truth. Another job's cancel
+// sent after the late flag, over the same NATS connection, is seen, so
+// the late flag has been read by then.
+func TestLateCancelFlagDoesNotStopARetriedJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	release := make(chan struct{})
+	// Long heartbeats: only the watcher's flag reads can stop the job.
+	f.startWorker(t, execution.Config{Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute}, map[string]execution.Handler{
+		"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-release:
+				return "done", nil
+			}
+		},
+	})
+	a := f.submit(t, job.Submission{Kind: "long"})
+	f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
+	f.cancelJob(t, a.ID)
+	f.waitState(t, a.ID, 10*time.Second, job.StateCancelled)
+	if _, err := f.store.Retry(t.Context(), "acme", a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	f.waitState(t, a.ID, 10*time.Second, job.StateRunning)
+	if err := f.flags.Request(t.Context(), a.ID, time.Hour); err != nil { // the first cancel's flag, late
+		t.Fatal(err)
+	}
+	b := f.submit(t, job.Submission{Kind: "long"})
+	f.waitState(t, b.ID, 10*time.Second, job.StateRunning)
+	f.cancelJob(t, b.ID)
+	f.waitState(t, b.ID, 10*time.Second, job.StateCancelled)
+	if got := f.get(t, a.ID); got.State != job.StateRunning {
+		t.Fatalf("the retried job is %s (error %+v), want running: a late flag stopped it", got.State, got.Error)
+	}
+	close(release)
+	f.waitState(t, a.ID, 10*time.Second, job.StateSucceeded)
+}
+
 func TestCancelRunningJobWithNATSDownIsFoundByHeartbeat(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartNATS(t)
