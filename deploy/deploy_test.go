@@ -26,6 +26,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/ratelimit"
 )
 
 // TestMain gives TestScalerMetricsExist a redis-server and NATS to run a
@@ -326,6 +327,32 @@ func TestComposeBinaries(t *testing.T) {
 	}
 	if !strings.HasPrefix(api["LEASEHOLD_ADDR"], "0.0.0.0:") {
 		t.Errorf("compose.yaml: api LEASEHOLD_ADDR %q does not listen on all interfaces", api["LEASEHOLD_ADDR"])
+	}
+}
+
+// The shipped files bound every tenant: a submission rate and a cap of
+// jobs not ended, the same in the API and the worker (which fires
+// schedules with them).
+func TestTenantBoundsShip(t *testing.T) {
+	c := compose(t)
+	docs := k8sDocs(t)
+	for where, env := range map[string]map[string]string{
+		"compose.yaml api":    composeEnv(get(c, "services", "api")),
+		"compose.yaml worker": composeEnv(get(c, "services", "worker")),
+		"k8s api":             podEnv(t, docs, find(t, docs, "Deployment", "leasehold-api")),
+		"k8s worker":          podEnv(t, docs, find(t, docs, "Deployment", "leasehold-worker")),
+	} {
+		if _, err := ratelimit.ParseRate(env["LEASEHOLD_RATE"]); err != nil {
+			t.Errorf("%s: LEASEHOLD_RATE %q: %v", where, env["LEASEHOLD_RATE"], err)
+		}
+		if n, err := strconv.Atoi(env["LEASEHOLD_TENANT_MAX_JOBS"]); err != nil || n <= 0 {
+			t.Errorf("%s: LEASEHOLD_TENANT_MAX_JOBS %q, want a cap above 0", where, env["LEASEHOLD_TENANT_MAX_JOBS"])
+		}
+		for _, k := range []string{"LEASEHOLD_RATE", "LEASEHOLD_TENANT_MAX_JOBS"} {
+			if api := composeEnv(get(c, "services", "api"))[k]; strings.HasPrefix(where, "compose") && env[k] != api {
+				t.Errorf("%s: %s %q, the API's is %q", where, k, env[k], api)
+			}
+		}
 	}
 }
 
