@@ -276,6 +276,8 @@ func (kl KeyLimit) checkPerTenant() error {
 	return nil
 }
 
+var setLimitScript = scripts.Load("limit_set.lua")
+
 // SetLimit sets key's concurrency limit to n, and no budget (SetKeyLimit).
 func (s *Store) SetLimit(ctx context.Context, key string, n int64) error {
 	return s.SetKeyLimit(ctx, key, KeyLimit{Limit: &n})
@@ -295,37 +297,33 @@ func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error 
 	if err := kl.validate(); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "limit", Message: err.Error()}}}
 	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if kl.Limit != nil {
-			p.HSet(ctx, s.keys.Limits(), key, *kl.Limit)
-		} else {
-			p.HDel(ctx, s.keys.Limits(), key)
-		}
-		if kl.Budget == (lease.Budget{}) {
-			p.HDel(ctx, s.keys.Budgets(), key)
-		} else {
-			p.HSet(ctx, s.keys.Budgets(), key, kl.Budget.String())
-		}
-		return nil
-	})
-	if err != nil {
+	var limit, budget string
+	if kl.Limit != nil {
+		limit = strconv.FormatInt(*kl.Limit, 10)
+	}
+	if kl.Budget != (lease.Budget{}) {
+		budget = kl.Budget.String()
+	}
+	if _, err := s.setLimit(ctx, key, limit, budget); err != nil {
 		return fmt.Errorf("job: set limit %s: %w", key, err)
 	}
 	return nil
 }
 
+// setLimit sets key's limit and budgets ("" removes each) in one script
+// (limit_set.lua), and returns how many of the two it removed.
+func (s *Store) setLimit(ctx context.Context, key, limit, budget string) (int64, error) {
+	return setLimitScript.Run(ctx, s.rdb, []string{s.keys.Limits(), s.keys.Budgets()}, key, limit, budget).Int64()
+}
+
 // DeleteLimit removes key's limit and budgets, so the key is unlimited (or
 // falls back to its prefix's wildcard). It reports whether there was one.
 func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err error) {
-	var limits, budgets *redis.IntCmd
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		limits = p.HDel(ctx, s.keys.Limits(), key)
-		budgets = p.HDel(ctx, s.keys.Budgets(), key)
-		return nil
-	}); err != nil {
+	removed, err := s.setLimit(ctx, key, "", "")
+	if err != nil {
 		return false, fmt.Errorf("job: delete limit %s: %w", key, err)
 	}
-	return limits.Val()+budgets.Val() > 0, nil
+	return removed > 0, nil
 }
 
 // Limits returns every configured key, sorted, with how many live leases

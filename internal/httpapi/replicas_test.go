@@ -42,6 +42,8 @@ func TestWriteNotOnTheReplicaIs503AndItsRetryReturnsTheJob(t *testing.T) {
 		t.Errorf("Retry-After %q on a 503", resp.Header.Get("Retry-After"))
 	}
 	for _, r := range []request{
+		{method: http.MethodPut, path: "/v1/limits/model:replicated", key: adminKey, body: `{"limit": 3}`},
+		{method: http.MethodDelete, path: "/v1/limits/model:replicated", key: adminKey},
 		{method: http.MethodPost, path: "/v1/jobs/" + before.ID + "/signal", key: acmeKey, body: `{"name": "approval"}`},
 		{method: http.MethodPost, path: "/v1/jobs/" + before.ID + "/cancel", key: acmeKey},
 		{method: http.MethodDelete, path: "/v1/jobs/" + before.ID, key: acmeKey},
