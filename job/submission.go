@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -144,7 +146,8 @@ type Cost struct {
 	Tokens int64 `json:"tokens"` // 1..MaxCostTokens
 }
 
-// MaxCostTokens is the largest cost a job may give.
+// MaxCostTokens is the largest cost a job may give, and the largest
+// estimate of any job (Submission.Tokens).
 const MaxCostTokens = 1_000_000_000
 
 // UnmarshalJSON reads exactly {"tokens": N}.
@@ -174,33 +177,60 @@ const (
 	tokensPerMessage = 4
 )
 
-// tokens is what the job is estimated to spend of its keys' tpm budgets:
-// its cost, else for llm.chat its prompt's and max_tokens' tokens, else 0.
-func (s Submission) tokens() int64 {
+// Tokens is what the job is estimated to spend of its keys' tpm budgets,
+// from 0 to MaxCostTokens: its cost, else for llm.chat its prompt's and
+// max_tokens' tokens, else 0. A claim reserves it; Validate refuses an
+// llm.chat input whose estimate is above MaxCostTokens.
+func (s Submission) Tokens() int64 {
 	if s.Cost != nil {
-		return s.Cost.Tokens
+		return min(max(s.Cost.Tokens, 0), MaxCostTokens)
 	}
 	if s.Kind != "llm.chat" {
 		return 0
 	}
+	_, total := chatTokens(s.Input)
+	return min(total, MaxCostTokens)
+}
+
+// ChatPromptTokens is the estimate of an llm.chat input's prompt: what a
+// call spent that ended before the upstream reported its usage, beside
+// the tokens it streamed.
+func ChatPromptTokens(input json.RawMessage) int64 {
+	prompt, _ := chatTokens(input)
+	return prompt
+}
+
+// chatTokens estimates an llm.chat input: prompt is its messages' tokens,
+// total adds what the answer may take: max_tokens, or DefaultMaxTokens when
+// it gives none (or one the worker refuses: below 1, not an integer). An
+// input that is not an llm.chat input, which the worker refuses, is
+// estimated at 0. A max_tokens beyond MaxCostTokens, however large, counts
+// as MaxCostTokens+1: the sum cannot overflow, and the caller sees it is
+// too large.
+func chatTokens(input json.RawMessage) (prompt, total int64) {
 	var in struct {
 		Messages []struct {
 			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		MaxTokens *int64 `json:"max_tokens"`
+		MaxTokens json.RawMessage `json:"max_tokens"`
 	}
-	if json.Unmarshal(s.Input, &in) != nil {
-		return 0
+	if json.Unmarshal(input, &in) != nil {
+		return 0, 0
 	}
-	n := int64(DefaultMaxTokens)
-	if in.MaxTokens != nil && *in.MaxTokens > 0 {
-		n = *in.MaxTokens
-	}
+	// The input is at most maxInputSize bytes: the prompt's estimate is
+	// far below what could overflow.
 	for _, m := range in.Messages {
-		n += tokensPerMessage + (int64(len(m.Content))+charsPerToken-1)/charsPerToken
+		prompt += tokensPerMessage + (int64(len(m.Content))+charsPerToken-1)/charsPerToken
 	}
-	return n
-
+	answer := int64(DefaultMaxTokens)
+	n, err := strconv.ParseInt(string(in.MaxTokens), 10, 64)
+	switch {
+	case err == nil && n > 0:
+		answer = min(n, MaxCostTokens+1)
+	case errors.Is(err, strconv.ErrRange) && n > 0:
+		answer = MaxCostTokens + 1
+	}
+	return prompt, prompt + answer
 }
 
 // FieldError names one invalid field and says what is wrong with it.
@@ -300,6 +330,11 @@ func (s Submission) validate(given map[string]bool) error {
 		v.add("input", "larger than %d bytes", maxInputSize)
 	case !absent(s.Input) && !json.Valid(s.Input):
 		v.add("input", "is not valid JSON")
+	case s.Kind == "llm.chat":
+		if prompt, total := chatTokens(s.Input); total > MaxCostTokens {
+			v.add("input.max_tokens", "must be at most %d less the prompt's estimated %d tokens: a job's estimate is at most %d tokens",
+				MaxCostTokens, prompt, MaxCostTokens)
+		}
 	}
 	switch {
 	case len(s.Metadata) > maxMetadataSize:

@@ -156,7 +156,7 @@ type submitting struct {
 	n       Submission // normalized
 	idem    string
 	rules   *keyRules
-	tokens  int64  // its estimated tokens (Submission.tokens)
+	tokens  int64  // its estimated tokens (Submission.Tokens)
 	lane    string // its concurrency keys as JSON: its lane (fair.lua)
 	trace   string // its submit span's traceparent ("" untraced)
 	fresh   string // the id this request made up
@@ -214,7 +214,7 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			b.out[i].Err = err
 			return
 		}
-		p.tokens = p.n.tokens()
+		p.tokens = p.n.Tokens()
 		lane, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
 		p.lane = string(lane)
 		prepared[i] = p
@@ -228,7 +228,7 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 		// list in the order of its items (jobid.New).
 		p.fresh = jobid.New(p.n.Queue)
 		p.id = p.fresh
-		if b.s.needsRules(p.sub, p.n) {
+		if b.s.needsRules(p.sub, p.n, p.tokens) {
 			p.rules = &keyRules{named: b.s.limited && len(p.sub.ConcurrencyKeys) > 0}
 			ruled = append(ruled, p.n.ConcurrencyKeys...)
 		}
@@ -246,7 +246,7 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			}
 		}
 	}
-	b.keep(func(p *submitting) error { return p.rules.check(b.tenant, p.sub, p.n) })
+	b.keep(func(p *submitting) error { return p.rules.check(b.tenant, p.sub, p.n, p.tokens) })
 	return nil
 }
 
@@ -641,20 +641,25 @@ type keyRules struct {
 // under the tenant's cap and the rate.
 func (s *Store) Check(ctx context.Context, tenant string, sub Submission) error {
 	n, err := sub.normalize(tenant)
-	if err != nil || !s.needsRules(sub, n) {
+	if err != nil {
 		return err
+	}
+	tokens := n.Tokens()
+	if !s.needsRules(sub, n, tokens) {
+		return nil
 	}
 	r := &keyRules{named: s.limited && len(sub.ConcurrencyKeys) > 0}
 	if r.limits, r.budgets, err = s.limitsOf(ctx, n.ConcurrencyKeys); err != nil {
 		return err
 	}
-	return r.check(tenant, sub, n)
+	return r.check(tenant, sub, n, tokens)
 }
 
 // needsRules says whether a check needs the rules of n's keys: a key of
-// the submitter's choice to check, a cost, or a job rejected when busy.
-func (s *Store) needsRules(sub, n Submission) bool {
-	return s.limited && len(sub.ConcurrencyKeys) > 0 || sub.Cost != nil || n.OnBusy == OnBusyReject
+// the submitter's choice to check, an estimate to hold against a tpm, or
+// a job rejected when busy.
+func (s *Store) needsRules(sub, n Submission, tokens int64) bool {
+	return s.limited && len(sub.ConcurrencyKeys) > 0 || tokens > 0 || n.OnBusy == OnBusyReject
 }
 
 // check refuses what the keys' rules do not allow. A tenant may name a key
@@ -662,8 +667,9 @@ func (s *Store) needsRules(sub, n Submission) bool {
 // key under its own prefix tenant:<tenant>:; the keys added for it
 // (tenant:<tenant>, model:<model> for llm.chat) always. Any other key would
 // let a tenant hold slots nobody limits, or fill Redis with keys nobody
-// configured. A cost larger than a key's whole tpm could never run.
-func (r *keyRules) check(tenant string, sub, n Submission) error {
+// configured. An estimate (tokens) larger than a key's whole tpm could
+// never run: it would reserve the key's whole minute for one job.
+func (r *keyRules) check(tenant string, sub, n Submission, tokens int64) error {
 	if r == nil {
 		return nil
 	}
@@ -680,11 +686,13 @@ func (r *keyRules) check(tenant string, sub, n Submission) error {
 			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "%s has no limit or budget: name a key that has one, or one under %s:", k, own)
 		}
 	}
+	field := "input.max_tokens" // llm.chat's estimate, from its prompt and max_tokens
 	if sub.Cost != nil {
-		for _, k := range n.ConcurrencyKeys {
-			if b, ok := scripts.Lookup(r.budgets, k); ok && b.TPM > 0 && sub.Cost.Tokens > b.TPM {
-				v.add("cost.tokens", "%d is more than the whole tpm of %s (%d): the job could never run", sub.Cost.Tokens, k, b.TPM)
-			}
+		field = "cost.tokens"
+	}
+	for _, k := range n.ConcurrencyKeys {
+		if b, ok := scripts.Lookup(r.budgets, k); ok && b.TPM > 0 && tokens > b.TPM {
+			v.add(field, "the job's estimate, %d tokens, is more than the whole tpm of %s (%d): the job could never run", tokens, k, b.TPM)
 		}
 	}
 	return v.err()

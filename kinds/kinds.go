@@ -79,14 +79,18 @@ type InputError struct {
 
 func (e *InputError) Error() string { return e.Field + ": " + e.Message }
 
-// ValidateInput checks the input of a job of a built-in kind as its
-// handler will, so that the API refuses at submit (400) what would fail
-// anyway. It returns an *InputError, or nil; other kinds pass.
+// ValidateInput checks the input of a job of a built-in kind (sleep,
+// llm.chat) as its handler will, with the handler's own parser, so that
+// the API refuses at submit (400) what would fail anyway. It returns an
+// *InputError, or nil; other kinds pass.
 func ValidateInput(kind string, input json.RawMessage, allow NotifyAllow) error {
-	if kind != "sleep" {
-		return nil
+	var err error
+	switch kind {
+	case "sleep":
+		_, err = parseSleep(input, allow)
+	case "llm.chat":
+		_, err = parseChat(input)
 	}
-	_, err := parseSleep(input, allow)
 	return err
 }
 

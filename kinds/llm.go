@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -44,7 +45,7 @@ type LLMConfig struct {
 type ChatInput struct {
 	Model       string        `json:"model"`                 // required
 	Messages    []ChatMessage `json:"messages"`              // at least one
-	MaxTokens   *int          `json:"max_tokens,omitempty"`  // above 0 when set
+	MaxTokens   *int          `json:"max_tokens,omitempty"`  // 1 to job.MaxCostTokens when set
 	Temperature *float64      `json:"temperature,omitempty"` // 0–2 when set
 }
 
@@ -132,7 +133,7 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		}
 		in, err := parseChat(e.Input)
 		if err != nil {
-			return nil, execution.Permanent(err)
+			return nil, execution.Permanent(fmt.Errorf("llm.chat: %w", err))
 		}
 		// A model's limit holds only if every call to it holds its key.
 		if key := "model:" + in.Model; !slices.Contains(e.ConcurrencyKeys(), key) {
@@ -154,13 +155,18 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 			countTokens(ctx, cfg.Usage, e, u)
 		}
 		// The budgets take what the upstream reported, or nothing for a
-		// refused call; a stream cut short keeps its estimate, since its
-		// prompt's tokens are not known.
+		// refused call. A call that ended before the report (a timeout, a
+		// cancel, a broken stream) takes its prompt's estimate and a token
+		// per delta it streamed, not its estimate: else a job that asks a
+		// large max_tokens and ends at once would hold the key's tpm for
+		// a minute.
 		switch {
 		case c.usage != nil:
 			e.ReportTokens(int64(c.usage.total()))
 		case errors.Is(err, execution.ErrPushback):
 			e.ReportTokens(0)
+		default:
+			e.ReportTokens(job.ChatPromptTokens(e.Input) + int64(c.deltas))
 		}
 		return res, err
 	}
@@ -196,29 +202,34 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
+// parseChat reads an llm.chat input as the handler runs it, and at submit
+// (ValidateInput): an *InputError names what it refuses.
 func parseChat(raw json.RawMessage) (ChatInput, error) {
 	var in ChatInput
+	if len(raw) == 0 {
+		raw = json.RawMessage(`{}`) // no input: {}, as the API stores it
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return in, fmt.Errorf("llm.chat: input: %w", err)
+		return in, &InputError{Field: "input", Message: err.Error()}
 	}
 	switch {
 	case strings.TrimSpace(in.Model) == "":
-		return in, errors.New("llm.chat: input: model is required")
+		return in, &InputError{Field: "input.model", Message: "is required"}
 	case len(in.Messages) == 0:
-		return in, errors.New("llm.chat: input: messages must hold at least one message")
-	case in.MaxTokens != nil && *in.MaxTokens < 1:
-		return in, fmt.Errorf("llm.chat: input: max_tokens %d: must be at least 1", *in.MaxTokens)
+		return in, &InputError{Field: "input.messages", Message: "must hold at least one message"}
+	case in.MaxTokens != nil && (*in.MaxTokens < 1 || *in.MaxTokens > job.MaxCostTokens):
+		return in, &InputError{Field: "input.max_tokens", Message: fmt.Sprintf("%d: must be from 1 to %d", *in.MaxTokens, job.MaxCostTokens)}
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 2):
-		return in, fmt.Errorf("llm.chat: input: temperature %v: must be between 0 and 2", *in.Temperature)
+		return in, &InputError{Field: "input.temperature", Message: fmt.Sprintf("%v: must be between 0 and 2", *in.Temperature)}
 	}
 	for i, m := range in.Messages {
 		switch {
 		case strings.TrimSpace(m.Role) == "":
-			return in, fmt.Errorf("llm.chat: input: messages[%d].role is required", i)
+			return in, &InputError{Field: fmt.Sprintf("input.messages[%d].role", i), Message: "is required"}
 		case m.Content == nil:
-			return in, fmt.Errorf("llm.chat: input: messages[%d].content is required (a string)", i)
+			return in, &InputError{Field: fmt.Sprintf("input.messages[%d].content", i), Message: "is required (a string)"}
 		}
 	}
 	return in, nil

@@ -469,15 +469,15 @@ func TestLLMChatInvalidInputFailsPermanently(t *testing.T) {
 	f := startLLM(t, fake, LLMConfig{}, execution.Config{})
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
 	cases := []struct{ input, want string }{
-		{`{}`, "model is required"},
-		{`{"model":" ",` + msgs + `}`, "model is required"},
-		{`{"model":"m"}`, "messages must hold at least one message"},
-		{`{"model":"m","messages":[]}`, "messages must hold at least one message"},
-		{`{"model":"m","messages":[{"content":"hi"}]}`, "messages[0].role is required"},
-		{`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user"}]}`, "messages[1].content is required"},
-		{`{"model":"m",` + msgs + `,"max_tokens":0}`, "max_tokens 0: must be at least 1"},
-		{`{"model":"m",` + msgs + `,"temperature":2.5}`, "temperature 2.5: must be between 0 and 2"},
-		{`{"model":"m",` + msgs + `,"temperature":-0.1}`, "temperature -0.1: must be between 0 and 2"},
+		{`{}`, "input.model: is required"},
+		{`{"model":" ",` + msgs + `}`, "input.model: is required"},
+		{`{"model":"m"}`, "input.messages: must hold at least one message"},
+		{`{"model":"m","messages":[]}`, "input.messages: must hold at least one message"},
+		{`{"model":"m","messages":[{"content":"hi"}]}`, "input.messages[0].role: is required"},
+		{`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user"}]}`, "input.messages[1].content: is required"},
+		{`{"model":"m",` + msgs + `,"max_tokens":0}`, "input.max_tokens: 0: must be from 1 to 1000000000"},
+		{`{"model":"m",` + msgs + `,"temperature":2.5}`, "input.temperature: 2.5: must be between 0 and 2"},
+		{`{"model":"m",` + msgs + `,"temperature":-0.1}`, "input.temperature: -0.1: must be between 0 and 2"},
 		{`{"model":"m",` + msgs + `,"top_p":1}`, `unknown field "top_p"`},
 		{`{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}`, "cannot unmarshal"},
 		{`["m"]`, "cannot unmarshal"},
@@ -489,7 +489,7 @@ func TestLLMChatInvalidInputFailsPermanently(t *testing.T) {
 	for i, c := range cases {
 		done := f.wait(t, ids[i], job.StateSucceeded, job.StateFailed)
 		if done.State != job.StateFailed || done.Attempt != 1 || errCode(done) != job.CodeHandlerError ||
-			!strings.HasPrefix(errMessage(done), "llm.chat: input: ") || !strings.Contains(errMessage(done), c.want) {
+			!strings.HasPrefix(errMessage(done), "llm.chat: input") || !strings.Contains(errMessage(done), c.want) {
 			t.Errorf("input %s: state %s attempt %d error %+v, want a permanent failure saying %q", c.input, done.State, done.Attempt, done.Error, c.want)
 		}
 	}

@@ -131,7 +131,9 @@ type Settlement struct {
 	Holder  string
 	Outcome Outcome
 	// Tokens is what it actually spent, which replaces its estimate in
-	// the window; -1 when not known (the estimate stands).
+	// the window; -1 when not known (the estimate stands). Both count at
+	// most MaxBudget, and the estimate at most the key's tpm, as its
+	// claim reserved it.
 	Tokens, Estimate int64
 	// RetryAfter is how long the upstream asked to be left alone, for a
 	// pushback; 0 when it did not say.
@@ -173,7 +175,9 @@ func settleArgs(limit int, b Budget, ss []Settlement) []any {
 	args := make([]any, 0, 3+5*len(ss))
 	args = append(args, limit, tpm, adaptive)
 	for _, s := range ss {
-		args = append(args, s.Holder, string(s.Outcome), s.Tokens, s.Estimate, s.RetryAfter.Milliseconds())
+		// Bounded so the script's numbers stay exact integers.
+		args = append(args, s.Holder, string(s.Outcome), min(max(s.Tokens, -1), MaxBudget), min(max(s.Estimate, 0), MaxBudget),
+			s.RetryAfter.Milliseconds())
 	}
 	return args
 }

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -120,6 +121,48 @@ func TestBudgetTPMReservesEstimatesAndSettlesActualUsage(t *testing.T) {
 		if got := ask(t, c, "model:t", -1, b, 5000, "big"); len(got) != 0 {
 			t.Fatalf("granted %v beside 850 tokens, want none", got)
 		}
+	})
+}
+
+// A reservation is clamped to [0, tpm] whatever estimate it is given: one
+// that wrapped negative (2^63-1 plus a prompt) once drove a key's tokens to
+// -9.2e18, stored as a float, and every settle's and claim's HINCRBY after
+// it failed. Settlements of absurd numbers fail nothing either, and the
+// tokens of the minute stay within [0, tpm].
+func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, _ := newClient(t, rdb)
+		b := lease.Budget{TPM: 1000}
+		inRange := func(when string) {
+			t.Helper()
+			if st := budgetState(t, c, rdb, "model:w"); st.Tokens < 0 || st.Tokens > b.TPM {
+				t.Fatalf("%s: tokens of the last minute %d, want 0 to %d", when, st.Tokens, b.TPM)
+			}
+		}
+		if got := ask(t, c, "model:w", -1, b, math.MinInt64, "neg"); len(got) != 1 {
+			t.Fatalf("granted %v, want neg", got)
+		}
+		inRange("after a negative estimate")
+		// The negative estimate reserved nothing, not room for more.
+		if got := ask(t, c, "model:w", -1, b, 1000, "whole"); len(got) != 1 {
+			t.Fatalf("granted %v, want whole", got)
+		}
+		inRange("after the whole tpm")
+		if got := ask(t, c, "model:w", -1, b, 600, "more"); len(got) != 0 {
+			t.Fatalf("granted %v beside the whole tpm reserved, want none", got)
+		}
+		settle(t, c, "model:w", -1, b,
+			lease.Settlement{Holder: "neg", Outcome: lease.OutcomeOther, Tokens: -1, Estimate: math.MinInt64},
+			lease.Settlement{Holder: "whole", Outcome: lease.OutcomeOther, Tokens: 10, Estimate: math.MaxInt64})
+		inRange("after the settlements")
+		if st := budgetState(t, c, rdb, "model:w"); st.Tokens != 10 {
+			t.Fatalf("tokens of the last minute %d, want the 10 spent", st.Tokens)
+		}
+		// A job larger than the whole tpm waits for an empty window.
+		if got := ask(t, c, "model:w", -1, b, math.MaxInt64, "huge"); len(got) != 0 {
+			t.Fatalf("granted %v with 10 tokens used, want none", got)
+		}
+		inRange("after a huge estimate")
 	})
 }
 

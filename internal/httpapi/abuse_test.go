@@ -97,14 +97,49 @@ func TestSleepInputCheckedAtSubmit(t *testing.T) {
 	f.submit(acmeKey, `{"kind":"other","input":{"tick":"1ns","notify_url":"http://169.254.169.254/"}}`) // not ours to judge
 }
 
+// TestChatInputCheckedAtSubmit: an llm.chat input its handler would
+// refuse (no model, no message, a bad max_tokens or temperature) is a 400
+// naming the field, as the handler's parser names it; so is a max_tokens
+// whose estimate has no bound (2^63-1 once wrapped a key's tokens
+// negative). Nothing is written.
+func TestChatInputCheckedAtSubmit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	for body, field := range map[string]string{
+		`{"kind":"llm.chat"}`:                                                                         "input.model",
+		`{"kind":"llm.chat","input":{` + msgs + `}}`:                                                  "input.model",
+		`{"kind":"llm.chat","input":{"model":"m"}}`:                                                   "input.messages",
+		`{"kind":"llm.chat","input":{"model":"m","messages":[{"content":"hi"}]}}`:                     "input.messages[0].role",
+		`{"kind":"llm.chat","input":{"model":"m","messages":[{"role":"user"}]}}`:                      "input.messages[0].content",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"max_tokens":0}}`:                       "input.max_tokens",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"max_tokens":9223372036854775807}}`:     "input.max_tokens",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"max_tokens":1000000000}}`:              "input.max_tokens",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"max_tokens":99999999999999999999999}}`: "input.max_tokens",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"temperature":3}}`:                      "input.temperature",
+		`{"kind":"llm.chat","input":{"model":"m",` + msgs + `,"top_p":1}}`:                            "input",
+	} {
+		expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: body}), http.StatusBadRequest, field)
+	}
+	if keys := f.written(); len(keys) > 0 {
+		t.Fatalf("wrote %v", keys)
+	}
+	f.submit(acmeKey, `{"kind":"llm.chat","input":{"model":"m",`+msgs+`,"max_tokens":999999990}}`)
+}
+
 // TestLookAlikeInputKeysGet400: an input whose keys differ only in case
 // could run one model while the API keyed another.
 func TestLookAlikeInputKeysGet400(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
-		body: `{"kind":"llm.chat","input":{"model":"gpt-4o","MODEL":" ","messages":[{"role":"user","content":"hi"}]}}`}),
-		http.StatusBadRequest, "input")
+	for model, field := range map[string]string{
+		`"gpt-3.5"`: "input",
+		`" "`:       "input.model", // the handler's parser reads the last, a blank
+	} {
+		expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
+			body: `{"kind":"llm.chat","input":{"model":"gpt-4o","MODEL":` + model + `,"messages":[{"role":"user","content":"hi"}]}}`}),
+			http.StatusBadRequest, field)
+	}
 	if keys := f.written(); len(keys) > 0 {
 		t.Fatalf("wrote %v", keys)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/job"
@@ -21,6 +23,9 @@ func FuzzSubmission(f *testing.F) {
 		`{"kind": "echo", "input": null, "metadata": null}`,
 		`{"kind": 1, "bogus": true}`,
 		`[]`, `null`, `{"kind": "echo"} {}`, `{"kind": "echo", "timeout": "-1s"}`,
+		`{"kind": "llm.chat", "input": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9223372036854775807}}`,
+		`{"kind": "llm.chat", "input": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 999999995}}`,
+		`{"kind": "llm.chat", "input": {"messages": [{"content": "` + strings.Repeat("x", 400) + `"}], "max_tokens": 999999990}, "cost": {"tokens": 7}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -35,6 +40,7 @@ func FuzzSubmission(f *testing.F) {
 			}
 			return
 		}
+		checkEstimate(t, body, sub)
 		again, err := json.Marshal(sub)
 		if err != nil {
 			t.Fatalf("%q: marshal: %v", body, err)
@@ -47,6 +53,32 @@ func FuzzSubmission(f *testing.F) {
 			t.Fatalf("%q accepted, but its round trip %s is not: %v (%v)", body, again, err, given2)
 		}
 	})
+}
+
+// checkEstimate fails t unless an accepted submission's estimate is in
+// [0, job.MaxCostTokens], and, for llm.chat, the prompt's plus a positive
+// max_tokens is too.
+func checkEstimate(t *testing.T, body []byte, sub job.Submission) {
+	t.Helper()
+	n := sub.Tokens()
+	if n < 0 || n > job.MaxCostTokens {
+		t.Fatalf("%q accepted with an estimate of %d tokens, want 0 to %d", body, n, job.MaxCostTokens)
+	}
+	if sub.Kind != "llm.chat" {
+		return
+	}
+	var in struct {
+		MaxTokens json.RawMessage `json:"max_tokens"`
+	}
+	_ = json.Unmarshal(sub.Input, &in)
+	prompt := job.ChatPromptTokens(sub.Input)
+	mt, err := strconv.ParseInt(string(in.MaxTokens), 10, 64)
+	if errors.Is(err, strconv.ErrRange) || err == nil && mt > job.MaxCostTokens-prompt {
+		t.Fatalf("%q accepted with max_tokens %s and a prompt of %d tokens: the estimate is above %d", body, in.MaxTokens, prompt, job.MaxCostTokens)
+	}
+	if prompt < 0 || sub.Cost == nil && err == nil && mt > 0 && n != prompt+mt {
+		t.Fatalf("%q: estimate %d, want the prompt's %d plus max_tokens %d", body, n, prompt, mt)
+	}
 }
 
 // The Idempotency-Key header is accepted once, as 1–255 printable ASCII

@@ -26,8 +26,8 @@
 -- A key with a budget grants a holder a slot only if the budget has room
 -- too, checked and reserved in this one step: the key is not throttled;
 -- fewer than rpm executions started in the last minute; the tokens of the
--- last minute plus the holder's estimate (at most tpm: a job larger than
--- the whole budget runs alone) fit in tpm; and, for an adaptive key, fewer
+-- last minute plus the holder's estimate (clamped to [0, tpm]: a job larger
+-- than the whole budget runs alone) fit in tpm; and, for an adaptive key, fewer
 -- holders than its effective limit. The reservation is the holder's entry
 -- in the window (and its tokens in spent), settled or given back by
 -- lease_settle.lua.
@@ -95,7 +95,7 @@ else
     local ok = redis.call('ZSCORE', leases, holder)
     if not ok and held < limit or not ok and limit < 0 then
       local est = 0
-      if tpm >= 0 then est = math.min(tonumber(ARGV[i + 1]), tpm) end
+      if tpm >= 0 then est = math.max(0, math.min(tonumber(ARGV[i + 1]) or 0, tpm)) end
       if not budgeted then
         ok = not lines_turn
       elseif until_ms > now then

@@ -58,6 +58,9 @@ local refused = a and redis.call('EXISTS', waiting) == 1
 local changed = false
 for i = 4, #ARGV, 5 do
   local holder, how, actual, est, wait = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  -- What the claim reserved: the estimate clamped as lease_acquire.lua
+  -- clamps it.
+  est = math.max(0, math.min(est, tpm))
   local unknown = false -- this pushback leaves the level unknown
   -- When it started, from the window: read only where it counts (a
   -- success that reports no tokens, on a key that does not adapt, the

@@ -1,0 +1,83 @@
+package job_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/lease"
+)
+
+// chat is an llm.chat submission of model asking maxTokens (a JSON
+// number, written as is).
+func chat(model, maxTokens string) job.Submission {
+	return job.Submission{Kind: "llm.chat",
+		Input: []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":` + maxTokens + `}`)}
+}
+
+// refusedFields returns the fields a submit's *ValidationError names.
+func refusedFields(err error) []string {
+	var v *job.ValidationError
+	if !errors.As(err, &v) {
+		return nil
+	}
+	var fields []string
+	for _, f := range v.Errors {
+		fields = append(fields, f.Field)
+	}
+	return fields
+}
+
+// An llm.chat job's estimate, max_tokens plus its prompt, is bounded at
+// submit: a max_tokens that would take it past MaxCostTokens (2^63-1,
+// which once wrapped the sum negative, or a number beyond 64 bits) is
+// refused naming input.max_tokens, and so is an estimate above the whole
+// tpm of one of its keys, as a cost.tokens is.
+func TestSubmitBoundsTheChatEstimate(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := t.Context()
+		// "hi" with its quotes: a token, and 4 for its message.
+		const prompt = 1 + 4
+		if err := fx.store.SetKeyLimit(ctx, "model:m", job.KeyLimit{Budget: lease.Budget{TPM: 10_000}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, mt := range []string{"9223372036854775807", "99999999999999999999999", fmt.Sprint(job.MaxCostTokens), fmt.Sprint(job.MaxCostTokens - prompt + 1)} {
+			// Model u has no budget: the bound holds alone.
+			_, _, err := fx.store.Submit(ctx, "acme", chat("u", mt), "")
+			if f := refusedFields(err); len(f) != 1 || f[0] != "input.max_tokens" {
+				t.Errorf("max_tokens %s: %v, want a refusal naming input.max_tokens", mt, err)
+			}
+		}
+		// Within the bound, above the key's tpm.
+		_, _, err := fx.store.Submit(ctx, "acme", chat("m", "10000"), "")
+		if f := refusedFields(err); len(f) != 1 || f[0] != "input.max_tokens" {
+			t.Errorf("an estimate above the key's tpm: %v, want a refusal naming input.max_tokens", err)
+		}
+		if err := fx.store.Check(ctx, "acme", chat("m", "10000")); err == nil {
+			t.Error("Check took an estimate above the key's tpm")
+		}
+		j, _, err := fx.store.Submit(ctx, "acme", chat("m", fmt.Sprint(10_000-prompt)), "")
+		if err != nil {
+			t.Fatalf("an estimate of the whole tpm: %v", err)
+		}
+		if j.Cost == nil || j.Cost.Tokens != 10_000 {
+			t.Errorf("estimate %+v, want 10000", j.Cost)
+		}
+	})
+}
+
+// Tokens is from 0 to MaxCostTokens whatever the submission, validated or
+// not.
+func TestTokensIsBounded(t *testing.T) {
+	for _, s := range []job.Submission{
+		chat("u", "9223372036854775807"), chat("u", "-9223372036854775808"), chat("u", "1e30"), chat("u", `"5"`),
+		{Kind: "llm.chat", Input: []byte(`[1]`)},
+		{Kind: "echo", Cost: &job.Cost{Tokens: -5}}, {Kind: "echo", Cost: &job.Cost{Tokens: 1 << 62}},
+	} {
+		if n := s.Tokens(); n < 0 || n > job.MaxCostTokens {
+			t.Errorf("%s %s %+v: estimate %d, want 0 to %d", s.Kind, s.Input, s.Cost, n, job.MaxCostTokens)
+		}
+	}
+}
