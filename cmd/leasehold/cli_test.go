@@ -383,7 +383,7 @@ func TestCLI(t *testing.T) {
 		// A limit of 0 on its model key (set at the API's start, long read
 		// by the worker) holds the job until max_wait ends it. (A pause
 		// would not: a worker sees it only at its next heartbeat.)
-		expired := s.submit("llm.chat", "--input", `{"model":"none","messages":[]}`, "--max-wait", "200ms")
+		expired := s.submit("llm.chat", "--input", `{"model":"none","messages":[{"role":"user","content":"hi"}]}`, "--max-wait", "200ms")
 		if r := s.cli("", "watch", expired); r.code != 5 {
 			t.Errorf("watch of an expiring job: exit %d, want 5\n%s", r.code, r.stderr)
 		}
@@ -437,7 +437,7 @@ func TestCLI(t *testing.T) {
 		const n = 1001
 		for range n {
 			var j struct{ ID string }
-			if err := json.Unmarshal(post("/v1/jobs", `{"kind": "llm.chat", "queue": "slow", "input": {"model": "none", "messages": []}}`), &j); err != nil {
+			if err := json.Unmarshal(post("/v1/jobs", `{"kind": "llm.chat", "queue": "slow", "input": {"model": "none", "messages": [{"role": "user", "content": "hi"}]}}`), &j); err != nil {
 				t.Fatal(err)
 			}
 			post("/v1/jobs/"+j.ID+"/cancel", "")
@@ -456,7 +456,7 @@ func TestCLI(t *testing.T) {
 			"--queues", "default,slow", "--metrics-addr", ops, "--rate", "4/s:4")...)
 		waitReady(t, ops)
 		for range 10 {
-			id := s.submit("llm.chat", "--queue", "slow", "--metadata", `{"batch":"rated"}`, "--input", `{"model":"none","messages":[]}`)
+			id := s.submit("llm.chat", "--queue", "slow", "--metadata", `{"batch":"rated"}`, "--input", `{"model":"none","messages":[{"role":"user","content":"hi"}]}`)
 			s.ok("cancel", id)
 		}
 		cmd := s.command("retry", "--all", "--state", "cancelled", "--queue", "slow", "-o", "json")

@@ -31,7 +31,7 @@ func TestSubmitCreatesJobWithDefaults(t *testing.T) {
 	}
 
 	resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
-		body: `{"kind": "llm.chat", "input": {"b": 1, "a": [true]}, "concurrency_keys": ["model:gpt-4o"], "metadata": {"conversation": "c-1"}}`})
+		body: `{"kind": "echo", "input": {"b": 1, "a": [true]}, "concurrency_keys": ["model:gpt-4o"], "metadata": {"conversation": "c-1"}}`})
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("%s: %s", resp.Status, resp.body)
 	}
@@ -39,7 +39,7 @@ func TestSubmitCreatesJobWithDefaults(t *testing.T) {
 	if got, want := resp.Header.Get("Location"), "/v1/jobs/"+j.ID; got != want {
 		t.Errorf("Location %q, want %q", got, want)
 	}
-	if j.Tenant != "acme" || j.Queue != "default" || j.Kind != "llm.chat" || j.State != job.StateQueued ||
+	if j.Tenant != "acme" || j.Queue != "default" || j.Kind != "echo" || j.State != job.StateQueued ||
 		j.Attempt != 0 || j.MaxAttempts != 3 || j.Priority != 0 || j.CancelRequested || j.Execution != nil ||
 		j.StartedAt != nil || j.FinishedAt != nil || j.Error != nil || !isNull(j.Result) {
 		t.Errorf("job %+v", j)
