@@ -90,4 +90,18 @@
 // retried with backoff up to the job's max_attempts unless wrapped with
 // Permanent. A panic fails the attempt; a kind no handler serves fails it
 // with the unknown_kind code.
+//
+// An upstream's refusal for capacity is pushback: Pushback(err, wait) goes
+// back to the queue without spending an attempt, and cuts and throttles
+// every adaptive key of the job; PushbackOn(keys, err, wait) cuts only
+// those of keys the job names, the keys of the upstream that refused
+// (llm.chat passes its model's key), so a job that names a second model's
+// key does not throttle that model for every tenant:
+//
+//	if resp.StatusCode == http.StatusTooManyRequests {
+//		return nil, execution.PushbackOn([]string{"model:" + model}, err, retryAfter)
+//	}
+//
+// ReportTokens replaces the job's token estimate with what the call spent
+// in its keys' tpm budgets.
 package execution

@@ -255,11 +255,18 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // call for capacity (an HTTP 429, or a 503 with Retry-After). The job goes
 // back to its queue without spending an attempt, to run no sooner than
 // RetryAfter (0: a backoff that grows with each pushback in a row), and
-// its adaptive keys lower their effective limit and hold their claims for
-// RetryAfter. The 50th pushback in a row fails the job (upstream_limited).
+// the adaptive keys the refusal concerns lower their effective limit and
+// hold their claims for RetryAfter. The 50th pushback in a row fails the
+// job (upstream_limited).
 type PushbackError struct {
 	Err        error
 	RetryAfter time.Duration
+	// Keys are the keys the refusal concerns, such as the model's key of
+	// the upstream that refused; nil: every key of the job. Only the
+	// job's own adaptive keys among them are cut: a job that names a
+	// second model's key does not throttle that model for everyone when
+	// its own model refuses.
+	Keys []string
 }
 
 func (e *PushbackError) Error() string { return e.Err.Error() }
@@ -271,9 +278,21 @@ func (e *PushbackError) Is(target error) bool { return target == ErrPushback }
 // ErrPushback is what errors.Is finds in a *PushbackError.
 var ErrPushback = errors.New("execution: pushback from the upstream")
 
-// Pushback wraps err, the upstream's refusal for capacity, as pushback.
+// Pushback wraps err, the upstream's refusal for capacity, as pushback
+// that concerns every key of the job.
 func Pushback(err error, retryAfter time.Duration) error {
 	return &PushbackError{Err: err, RetryAfter: max(retryAfter, 0)}
+}
+
+// PushbackOn is Pushback concerning only keys (of those the job names;
+// none when empty): the upstream that refused is guarded by them alone.
+func PushbackOn(keys []string, err error, retryAfter time.Duration) error {
+	return &PushbackError{Err: err, RetryAfter: max(retryAfter, 0), Keys: append([]string{}, keys...)}
+}
+
+// pushedBackOn says whether o is a pushback that concerns key.
+func (o outcome) pushedBackOn(key string) bool {
+	return o.state == StatePushback && (o.pushedBack == nil || slices.Contains(o.pushedBack, key))
 }
 
 // RetryAfter wraps err so the job's next attempt starts no sooner than d
@@ -295,4 +314,7 @@ type outcome struct {
 	unrun bool
 	// wait is what a waiting execution waits for (StateWaiting only).
 	wait *WaitError
+	// pushedBack are the keys a pushback concerns (PushbackError.Keys);
+	// nil: all of the execution's keys.
+	pushedBack []string
 }

@@ -1015,16 +1015,17 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 	return b
 }
 
-// settlement is what f's end settles of its keys' budgets: the upstream
-// served it, refused it for capacity, or neither (a failure, a cancel).
-func (f *finishing) settlement() lease.Settlement {
+// settlement is what f's end settles of key's budget: the upstream served
+// it, refused it for capacity (a pushback that concerns key), or neither (a
+// failure, a cancel, another key's pushback).
+func (f *finishing) settlement(key string) lease.Settlement {
 	s := lease.Settlement{Holder: f.e.ID, Outcome: lease.OutcomeOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
 	switch {
 	case f.o.unrun:
 		s.Outcome = lease.OutcomeUnused // no request started: it leaves the window
 	case f.o.state == StateSucceeded:
 		s.Outcome = lease.OutcomeOK
-	case f.o.state == StatePushback:
+	case f.o.pushedBackOn(key):
 		s.Outcome, s.RetryAfter = lease.OutcomePushback, f.o.minBackoff
 	}
 	return s
@@ -1063,7 +1064,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 			held := map[string][]lease.Settlement{}
 			for _, f := range fs {
 				for _, k := range f.e.keys {
-					held[k] = append(held[k], f.settlement())
+					held[k] = append(held[k], f.settlement(k))
 				}
 			}
 			for k, ss := range held {

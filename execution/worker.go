@@ -748,7 +748,7 @@ func (w *Worker) outcome(ctx context.Context, result any, err error) outcome {
 		return outcome{state: StateWaiting, wait: &WaitError{For: we.For, Timeout: min(we.Timeout, w.cfg.Retention)}}
 	}
 	if pb, ok := errors.AsType[*PushbackError](err); ok {
-		return outcome{state: StatePushback, minBackoff: pb.RetryAfter,
+		return outcome{state: StatePushback, minBackoff: pb.RetryAfter, pushedBack: pb.Keys,
 			err: &job.Error{Code: job.CodeUpstreamLimited, Message: errorMessage("pushback: " + err.Error())}}
 	}
 	o := outcome{state: StateFailed, retryable: !permanent, err: &job.Error{Code: job.CodeHandlerError, Message: errorMessage(err.Error())}}

@@ -334,3 +334,40 @@ func TestThrottledClaimsComeBackAsTheThrottleEnds(t *testing.T) {
 		t.Fatalf("the held job was called %v after a 429 with Retry-After 1s, want 1 s to 4 s (a poll is 15 s to 45 s)", gap)
 	}
 }
+
+// TestPushbackCutsOnlyItsModelsKey: a job for model fake-1 that also names
+// the adaptive key of another model gets a 429 from fake-1's upstream.
+// fake-1's key is cut and throttled; the other model's effective limit and
+// throttle do not move, so one tenant's cheap model cannot throttle a
+// shared one for everyone.
+func TestPushbackCutsOnlyItsModelsKey(t *testing.T) {
+	t.Parallel()
+	upstream := fakellm.New(fakellm.Config{Tokens: 2})
+	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "30", Message: "slow down"})
+	n := int64(16)
+	adaptive := job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}
+	f := startKinds(t, upstream, SleepConfig{}, LLMConfig{}, execution.Config{}, func(store *job.Store) {
+		for _, k := range []string{"model:fake-1", "model:shared"} {
+			if err := store.SetKeyLimit(t.Context(), k, adaptive); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	sub := chatJob(0, 0, 1)
+	sub.ConcurrencyKeys = append(sub.ConcurrencyKeys, "model:shared")
+	before := keyLimit(t, f.store, "model:shared")
+	j, _, err := f.store.Submit(t.Context(), "acme", sub, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wait(t, j.ID, job.StateRetrying)
+	cut, shared := keyLimit(t, f.store, "model:fake-1"), keyLimit(t, f.store, "model:shared")
+	if cut.ThrottledUntil.IsZero() || cut.EffectiveLimit.Value >= before.EffectiveLimit.Value {
+		t.Errorf("model:fake-1 after its 429: throttled until %v, effective limit %+v (before %+v); want it cut and throttled",
+			cut.ThrottledUntil, cut.EffectiveLimit, before.EffectiveLimit)
+	}
+	if !shared.ThrottledUntil.IsZero() || shared.EffectiveLimit != before.EffectiveLimit {
+		t.Errorf("model:shared after another model's 429: throttled until %v, effective limit %+v (before %+v); want untouched",
+			shared.ThrottledUntil, shared.EffectiveLimit, before.EffectiveLimit)
+	}
+}

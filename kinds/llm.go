@@ -110,9 +110,11 @@ const (
 //
 // Bad input and upstream 4xx answers other than 408 and 429 fail the job
 // without retries, carrying the upstream's message. A 429, and a 503 with
-// Retry-After, are pushback (execution.Pushback): the job goes back to its
-// queue without spending an attempt, to come back no sooner than the
-// upstream asked, and its slot is free at once for a call that may pass.
+// Retry-After, are pushback (execution.PushbackOn) on the model's key
+// alone: the job goes back to its queue without spending an attempt, to
+// come back no sooner than the upstream asked, and its slot is free at
+// once for a call that may pass. Other adaptive keys the job names are
+// not cut: the upstream that refused is the model's.
 // 408, other 5xx and network errors fail the attempt, to be retried; when
 // the upstream sends a Retry-After short enough (at most 30 s waited in all
 // in one attempt, and ending before the execution's deadline), the handler
@@ -136,7 +138,8 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 			return nil, execution.Permanent(fmt.Errorf("llm.chat: %w", err))
 		}
 		// A model's limit holds only if every call to it holds its key.
-		if key := "model:" + in.Model; !slices.Contains(e.ConcurrencyKeys(), key) {
+		key := "model:" + in.Model
+		if !slices.Contains(e.ConcurrencyKeys(), key) {
 			return nil, execution.Permanent(fmt.Errorf("llm.chat: the job does not hold its model's concurrency key %s", key))
 		}
 		body, err := json.Marshal(chatRequest{
@@ -147,7 +150,7 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		if err != nil {
 			return nil, execution.Permanent(fmt.Errorf("llm.chat: request: %w", err))
 		}
-		c := &chatCall{client: client, endpoint: endpoint, apiKey: cfg.APIKey, body: body, e: e}
+		c := &chatCall{client: client, endpoint: endpoint, apiKey: cfg.APIKey, body: body, e: e, key: key}
 		res, err := c.run(ctx)
 		// Whatever ended the call (success, timeout, cancel, a broken
 		// stream), the upstream spent what it streamed.
@@ -242,6 +245,7 @@ type chatCall struct {
 	apiKey   string
 	body     []byte
 	e        *execution.Execution
+	key      string // the model's concurrency key: the one a pushback concerns
 
 	usage  *Usage // as the upstream reported it; nil until it does
 	deltas int    // content deltas streamed so far
@@ -275,7 +279,7 @@ func (c *chatCall) run(ctx context.Context) (*ChatResult, error) {
 		uerr := readUpstreamError(resp)
 		resp.Body.Close()
 		if uerr.pushback() {
-			return nil, execution.Pushback(uerr, uerr.retryAfter)
+			return nil, execution.PushbackOn([]string{c.key}, uerr, uerr.retryAfter)
 		}
 		if !uerr.retryable() {
 			return nil, execution.Permanent(uerr)

@@ -19,7 +19,10 @@
 //     job too unless retryable (default true). A stream that ends without
 //     a result or an error fails the attempt.
 //   - 429 is pushback (execution.Pushback): the job goes back to its queue
-//     without spending an attempt, no sooner than the Retry-After.
+//     without spending an attempt, no sooner than the Retry-After. The
+//     header Leasehold-Pushback-Keys may name the job's keys the refusal
+//     concerns (execution.PushbackOn); without it, every adaptive key of
+//     the job is cut.
 //   - Another 4xx than 408 and 429, a redirect, or a reply that breaks the
 //     protocol (another content type, a line that is not one of those, a
 //     line over Config.MaxLine) fails the job without a retry: calling
@@ -52,6 +55,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,6 +91,37 @@ type Envelope struct {
 	Input      json.RawMessage `json:"input"`
 	Checkpoint json.RawMessage `json:"checkpoint"` // null for none
 	Signal     *job.Signal     `json:"signal"`     // null for none
+}
+
+// HeaderPushbackKeys, on a 429, names the keys the refusal concerns,
+// comma-separated: only those of the job's keys are cut and throttled. A
+// 429 without it concerns every adaptive key of the job.
+const HeaderPushbackKeys = "Leasehold-Pushback-Keys"
+
+// maxPushbackKeys bounds the names read of HeaderPushbackKeys: a job names
+// far fewer keys.
+const maxPushbackKeys = 64
+
+// pushbackKeys returns the keys of named (the job's) that h's
+// HeaderPushbackKeys names, none when it names none of them; nil without
+// the header.
+func pushbackKeys(h http.Header, named []string) []string {
+	values := h.Values(HeaderPushbackKeys)
+	if values == nil {
+		return nil
+	}
+	keys, read := []string{}, 0
+	for _, v := range values {
+		for k := range strings.SplitSeq(v, ",") {
+			if read++; read > maxPushbackKeys {
+				return keys
+			}
+			if k = strings.TrimSpace(k); slices.Contains(named, k) && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
 }
 
 // Content types of a handler's 200.
@@ -266,7 +301,11 @@ func (c *caller) call(ctx context.Context, e *execution.Execution) (any, error) 
 		// waits without spending an attempt, and the call spent no tokens.
 		e.ReportTokens(0)
 		d, _ := kinds.PushbackWait(resp.Header, time.Now())
-		return nil, execution.Pushback(fmt.Errorf("remote handler: %s%s", resp.Status, c.errorBody(resp.Body)), min(d, maxRetryAfter))
+		err := fmt.Errorf("remote handler: %s%s", resp.Status, c.errorBody(resp.Body))
+		if keys := pushbackKeys(resp.Header, e.ConcurrencyKeys()); keys != nil {
+			return nil, execution.PushbackOn(keys, err, min(d, maxRetryAfter))
+		}
+		return nil, execution.Pushback(err, min(d, maxRetryAfter))
 	case resp.StatusCode >= 500, resp.StatusCode == http.StatusRequestTimeout:
 		err := fmt.Errorf("remote handler: %s%s", resp.Status, c.errorBody(resp.Body))
 		if d, ok := kinds.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {

@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds/remote"
+	"github.com/leasehold/leasehold/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -408,6 +409,53 @@ func TestA429IsPushbackThatSpendsNoAttempt(t *testing.T) {
 	// The worker's backoff is 10ms: only Retry-After explains a second.
 	if gap := calls[1].Sub(calls[0]); gap < time.Second {
 		t.Fatalf("second call %v after the first, want at least the Retry-After, 1s", gap)
+	}
+}
+
+// A 429 that names its keys (Leasehold-Pushback-Keys) cuts and throttles
+// only those of the job's adaptive keys; names the job does not hold are
+// ignored. A 429 that names none cuts every adaptive key of the job.
+func TestA429CutsTheKeysItNames(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get(remote.HeaderAttempt) == "1" && string(body) == `{"n":1}` {
+			w.Header().Set(remote.HeaderPushbackKeys, "model:zzz, model:a,tenant:other")
+		}
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	})
+	n := int64(16)
+	for _, k := range []string{"model:a", "model:b", "model:c", "model:d"} {
+		if err := f.store.SetKeyLimit(t.Context(), k, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limits := func() map[string]job.Limit {
+		ls, err := f.store.Limits(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]job.Limit{}
+		for _, l := range ls {
+			m[l.Key] = l
+		}
+		return m
+	}
+	before := limits()
+	f.startWorker(t, execution.Config{}, remote.Config{})
+	named := f.submit(t, job.Submission{Input: json.RawMessage(`{"n":1}`), ConcurrencyKeys: []string{"model:a", "model:b"}})
+	unnamed := f.submit(t, job.Submission{Input: json.RawMessage(`{"n":2}`), ConcurrencyKeys: []string{"model:c", "model:d"}})
+	f.wait(t, named.ID, job.StateRetrying)
+	f.wait(t, unnamed.ID, job.StateRetrying)
+	after := limits()
+	for k, cut := range map[string]bool{"model:a": true, "model:b": false, "model:c": true, "model:d": true} {
+		l, was := after[k], before[k]
+		throttled, lowered := !l.ThrottledUntil.IsZero(), l.EffectiveLimit.Value < was.EffectiveLimit.Value
+		if throttled != cut || lowered != cut || l.EffectiveLimit.Value > was.EffectiveLimit.Value {
+			t.Errorf("%s: throttled until %v, effective limit %+v (before %+v); want cut and throttled: %v",
+				k, l.ThrottledUntil, l.EffectiveLimit, was.EffectiveLimit, cut)
+		}
 	}
 }
 
