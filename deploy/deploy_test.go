@@ -26,6 +26,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -348,7 +349,19 @@ func TestTenantBoundsShip(t *testing.T) {
 		if n, err := strconv.Atoi(env["LEASEHOLD_TENANT_MAX_JOBS"]); err != nil || n <= 0 {
 			t.Errorf("%s: LEASEHOLD_TENANT_MAX_JOBS %q, want a cap above 0", where, env["LEASEHOLD_TENANT_MAX_JOBS"])
 		}
-		for _, k := range []string{"LEASEHOLD_RATE", "LEASEHOLD_TENANT_MAX_JOBS"} {
+		if n, err := strconv.ParseInt(env["LEASEHOLD_TENANT_MAX_RETAINED_BYTES"], 10, 64); err != nil || n <= 0 {
+			t.Errorf("%s: LEASEHOLD_TENANT_MAX_RETAINED_BYTES %q, want a quota above 0", where, env["LEASEHOLD_TENANT_MAX_RETAINED_BYTES"])
+		}
+		if strings.HasSuffix(where, "api") {
+			limits, err := job.ParseLimits(env["LEASEHOLD_LIMITS"])
+			if kl, ok := limits["model:*"]; err != nil || !ok || kl.Budget.PerTenant <= 0 {
+				t.Errorf("%s: LEASEHOLD_LIMITS %q (%v), want model:* with a per_tenant share", where, env["LEASEHOLD_LIMITS"], err)
+			}
+			if n, err := strconv.Atoi(env["LEASEHOLD_TENANT_MAX_SCHEDULES"]); err != nil || n <= 0 {
+				t.Errorf("%s: LEASEHOLD_TENANT_MAX_SCHEDULES %q, want a cap above 0", where, env["LEASEHOLD_TENANT_MAX_SCHEDULES"])
+			}
+		}
+		for _, k := range []string{"LEASEHOLD_RATE", "LEASEHOLD_TENANT_MAX_JOBS", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES"} {
 			if api := composeEnv(get(c, "services", "api"))[k]; strings.HasPrefix(where, "compose") && env[k] != api {
 				t.Errorf("%s: %s %q, the API's is %q", where, k, env[k], api)
 			}

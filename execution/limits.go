@@ -55,22 +55,7 @@ func (l *limits) budgetOf(key string) lease.Budget {
 		return b
 	}
 	b, _ := scripts.Lookup(l.budgets, base)
-	limit := scripts.LimitOf(l.m, base)
-	if b.PerTenant <= 0 || limit <= 0 {
-		return lease.Budget{}
-	}
-	return lease.Budget{RPM: shareOf(b.RPM, b.PerTenant, limit), TPM: shareOf(b.TPM, b.PerTenant, limit)}
-}
-
-// shareOf is n·part/whole, at least 1 when n is above 0, for 0 <= part
-// <= whole, without overflow (n up to lease.MaxBudget, whole up to
-// job.MaxLimit).
-func shareOf(n, part, whole int64) int64 {
-	if n <= 0 {
-		return 0
-	}
-	part = min(part, whole)
-	return max(n/whole*part+n%whole*part/whole, 1)
+	return b.Share(scripts.LimitOf(l.m, base))
 }
 
 // withShares returns a job's concurrency keys with, for each of them whose

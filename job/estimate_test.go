@@ -65,6 +65,18 @@ func TestSubmitBoundsTheChatEstimate(t *testing.T) {
 		if j.Cost == nil || j.Cost.Tokens != 10_000 {
 			t.Errorf("estimate %+v, want 10000", j.Cost)
 		}
+		// A tenant's share of a key (per_tenant 1 of 4: 2,500 of its
+		// 10,000 tpm) bounds what one job of the tenant may estimate.
+		if err := fx.store.SetKeyLimit(ctx, "model:s", job.KeyLimit{Limit: ptr(4), Budget: lease.Budget{TPM: 10_000, PerTenant: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = fx.store.Submit(ctx, "acme", chat("s", fmt.Sprint(2_500-prompt+1)), "")
+		if f := refusedFields(err); len(f) != 1 || f[0] != "input.max_tokens" {
+			t.Errorf("an estimate above the tenant's share of the tpm: %v, want a refusal naming input.max_tokens", err)
+		}
+		if _, _, err := fx.store.Submit(ctx, "acme", chat("s", fmt.Sprint(2_500-prompt)), ""); err != nil {
+			t.Errorf("an estimate of the tenant's whole share: %v", err)
+		}
 	})
 }
 

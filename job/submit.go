@@ -691,8 +691,12 @@ func (r *keyRules) check(tenant string, sub, n Submission, tokens int64) error {
 		field = "cost.tokens"
 	}
 	for _, k := range n.ConcurrencyKeys {
-		if b, ok := scripts.Lookup(r.budgets, k); ok && b.TPM > 0 && tokens > b.TPM {
+		b, ok := scripts.Lookup(r.budgets, k)
+		switch share := b.Share(scripts.LimitOf(r.limits, k)); {
+		case ok && b.TPM > 0 && tokens > b.TPM:
 			v.add(field, "the job's estimate, %d tokens, is more than the whole tpm of %s (%d): the job could never run", tokens, k, b.TPM)
+		case share.TPM > 0 && tokens > share.TPM:
+			v.add(field, "the job's estimate, %d tokens, is more than a tenant's share of the tpm of %s (%d): the job could never run", tokens, k, share.TPM)
 		}
 	}
 	return v.err()

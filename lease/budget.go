@@ -26,6 +26,24 @@ type Budget struct {
 	PerTenant int64
 }
 
+// Share is one tenant's share of a key whose limit is limit and budget b:
+// PerTenant/limit of its RPM and TPM, at least 1 each where b has one; the
+// zero Budget when b has no PerTenant or limit is not above 0.
+func (b Budget) Share(limit int64) Budget {
+	if b.PerTenant <= 0 || limit <= 0 {
+		return Budget{}
+	}
+	part := min(b.PerTenant, limit)
+	share := func(n int64) int64 {
+		if n <= 0 {
+			return 0
+		}
+		// n·part/limit without overflow: n is at most MaxBudget.
+		return max(n/limit*part+n%limit*part/limit, 1)
+	}
+	return Budget{RPM: share(b.RPM), TPM: share(b.TPM)}
+}
+
 // IsZero reports whether b is no budget of the key itself: no rpm, tpm or
 // adaptation (a per-tenant share is enforced through share keys).
 func (b Budget) IsZero() bool { return b.RPM == 0 && b.TPM == 0 && !b.Adaptive }
