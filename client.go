@@ -121,6 +121,13 @@ func (c *Client) WorkerID() string { return c.worker.ID() }
 // returns when every execution has ended.
 func (c *Client) Run(ctx context.Context) error { return c.worker.Run(ctx) }
 
+// Running is how many executions the worker is running now.
+func (c *Client) Running() int { return c.worker.Running() }
+
+// HandBack ends Run's shutdown grace at once: running executions are
+// cancelled and their jobs handed back to their queues.
+func (c *Client) HandBack() { c.worker.HandBack() }
+
 // Submit submits a job for tenant, as POST /v1/jobs does, without an
 // Idempotency-Key, and wakes an idle worker of its queue.
 func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (job.Job, error) {

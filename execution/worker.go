@@ -138,6 +138,9 @@ type Worker struct {
 	running map[*Execution]*running
 	done    sync.WaitGroup // the runners
 
+	handBack     chan struct{} // closed by HandBack: the grace ends at once
+	handBackOnce sync.Once
+
 	// Executions run on runners, goroutines that stay for the next
 	// execution (see start). Run makes them anew; only fetch uses them.
 	runnable chan *running // to an idle runner; closed when Run stops claiming
@@ -236,6 +239,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
+		handBack: make(chan struct{}),
 		limits:   &limits{},
 		tracer:   telemetry.Tracer(cfg.TracerProvider),
 	}
@@ -295,6 +299,19 @@ func validID(id string) bool {
 	return true
 }
 
+// Running is how many executions the worker is running now.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+// HandBack ends the shutdown grace: once Run's ctx is done, running
+// executions are cancelled with ErrShutdown and their jobs handed back
+// at once, instead of after ShutdownGrace. It is what a second Ctrl-C
+// asks for.
+func (w *Worker) HandBack() { w.handBackOnce.Do(func() { close(w.handBack) }) }
+
 // Handle registers h for jobs of kind. Call it before Run.
 func (w *Worker) Handle(kind string, h Handler) { w.handlers[kind] = h }
 
@@ -345,6 +362,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-drained:
 	case <-grace.C:
 		w.log.InfoContext(ctx, "shutdown grace over; handing back running jobs")
+		stopWork(ErrShutdown)
+		<-drained
+	case <-w.handBack:
+		w.log.InfoContext(ctx, "handing back running jobs now")
 		stopWork(ErrShutdown)
 		<-drained
 	}

@@ -563,6 +563,40 @@ func TestGracefulShutdownHandsBackWithoutSpendingAnAttempt(t *testing.T) {
 	}
 }
 
+// HandBack cuts the shutdown grace short: Run returns at once, long before
+// its grace of an hour, with the running job handed back to its queue.
+func TestHandBackEndsTheGraceAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	started := make(chan struct{}, 1)
+	w, stop := f.startWorker(t, execution.Config{ShutdownGrace: time.Hour}, map[string]execution.Handler{
+		"long": func(ctx context.Context, e *execution.Execution) (any, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	})
+	j := f.submit(t, job.Submission{Kind: "long"})
+	<-started
+	if n := w.Running(); n != 1 {
+		t.Fatalf("Running() = %d with one handler running, want 1", n)
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	w.HandBack()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waits out its grace 10s after HandBack")
+	}
+	if back := f.get(t, j.ID); back.State != job.StateQueued || back.Attempt != 0 {
+		t.Fatalf("after HandBack: state %s attempt %d, want queued with attempt 0", back.State, back.Attempt)
+	}
+	if n := w.Running(); n != 0 {
+		t.Fatalf("Running() = %d after Run returned", n)
+	}
+}
+
 // Executions run on runners that stay for the next one (see Worker.start).
 // Through many more jobs than slots, no more than Concurrency handlers run
 // at any moment, every slot is used, and every job ends; Run then returns
