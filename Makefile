@@ -9,9 +9,12 @@ BIN           := bin
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# Built, then started: `go run` exits 1 after any Ctrl-C, whatever its
+# program's exit, and make would report every stop as an error.
 .PHONY: run
 run: ## Start API, worker, NATS and Redis on defaults (data in .dev/).
-	$(GO) run ./cmd/leasehold dev
+	$(GO) build -o $(BIN)/leasehold ./cmd/leasehold
+	$(BIN)/leasehold dev
 
 .PHONY: test
 test: ## Run every test, with the race detector, against a real redis-server and NATS.

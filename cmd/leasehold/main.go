@@ -7,18 +7,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +41,7 @@ import (
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
 	usagecount "github.com/leasehold/leasehold/ratelimit/usage" // "usage" is the command line help
+	"github.com/leasehold/leasehold/webhook"
 )
 
 const usage = `usage: leasehold <command> [flags] [args]
@@ -136,9 +141,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	handlers := fs.Handlers()
 	webhookFlags := fs.Webhooks()
 	memory := fs.FlagSet.Bool("memory", false, "use the in-process Redis stand-in even when redis-server is installed")
+	apiKeys := fs.Secret("api-keys", "LEASEHOLD_API_KEYS", "comma-separated tenant:key pairs to use instead of the keys kept in the data directory's credentials file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	release, err := lockData(*dataDir, "http://"+*addr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	notifyAllow, err := kinds.ParseNotifyAllow(*notifyFlag)
 	if err != nil {
 		return fmt.Errorf("LEASEHOLD_NOTIFY_ALLOW (--notify-allow): %w", err)
@@ -159,7 +170,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer stopTracing()
 
-	rdb, stopRedis, durable, err := startRedis(ctx, *dataDir, *memory, log)
+	rdb, redisURL, stopRedis, durable, err := startRedis(ctx, *dataDir, *memory, log)
 	if err != nil {
 		return err
 	}
@@ -182,18 +193,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer nc.Close()
 
-	// Two keys: the tenant "dev" for jobs, and "admin" for what only the
-	// admin may do (pause queues, set limits, act on every tenant's jobs).
-	key, adminKey := rand.Text(), rand.Text()
-	if len(webhooks.Secrets["dev"]) == 0 {
-		// The tenant dev's webhooks are signed with a secret of its own,
-		// logged so a receiver can verify them.
-		secret := make([]byte, 24)
-		_, _ = rand.Read(secret)
-		webhooks.Secrets["dev"] = [][]byte{secret}
-		log.Info("webhook secret of the tenant dev", "secret", "whsec_"+base64.StdEncoding.EncodeToString(secret))
-	}
-	keys, err := httpapi.ParseKeys("dev:" + key + ",admin:" + adminKey)
+	keys, access, err := devKeys(*dataDir, *apiKeys, webhooks, log)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// The worker is the one a Go program embeds, on the worker command's
 	// defaults; its metrics join the API's on its /metrics: one registry.
 	worker, err := leasehold.NewClient(rdb, leasehold.Config{
-		Worker:   execution.Config{NATS: nc, Logger: log, Usage: counters, MeterProvider: meters},
+		Worker:   execution.Config{NATS: nc, Logger: log, Usage: counters, MeterProvider: meters, ShutdownGrace: devGrace},
 		Handlers: remotes,
 		Sleep:    kinds.SleepConfig{Allow: notifyAllow, Logger: log},
 		LLM:      llm,
@@ -229,6 +229,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// Signals are caught from here on: a Ctrl-C right after the banner
+	// stops cleanly too.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	onSignal, onStop := stopOnSignal(ctx, worker, stderr, stopped)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -238,7 +243,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ln.Close()
 		return err
 	}
-	banner(stdout, "http://"+ln.Addr().String(), key, adminKey, *dataDir, durable, *llmURL == "")
+	access.base, access.redis, access.nats = "http://"+ln.Addr().String(), redisURL, ns.ClientURL()
+	banner(stdout, access, *dataDir, durable, *llmURL == "", remotes)
 	log.Info("metrics listening", "metrics_addr", opsLn.Addr().String())
 
 	if err := cli.API(ctx, &g, ln, opsLn, httpapi.Config{
@@ -249,67 +255,170 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	workCtx, stopWork := context.WithCancel(ctx)
 	g.Add(func() error { return worker.Run(workCtx) }, func(error) { stopWork() })
-	g.Add(run.SignalHandler(ctx, syscall.SIGINT, syscall.SIGTERM))
+	g.Add(onSignal, onStop)
 	return g.Run()
 }
 
 // startRedis starts a redis-server child process with AOF in dir, or, when
 // there is none (or memory is set), an in-process stand-in whose clock runs
-// in real time. durable says which.
-func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) (rdb redis.UniversalClient, stop func(), durable bool, err error) {
+// in real time. url is where other processes reach it; durable says which
+// it is.
+func startRedis(ctx context.Context, dir string, memory bool, log *slog.Logger) (rdb redis.UniversalClient, url string, stop func(), durable bool, err error) {
 	if !memory && redisproc.Installed() {
 		dir = filepath.Join(dir, "redis")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, nil, false, err
+			return nil, "", nil, false, err
 		}
 		port, err := redisproc.FreePort()
 		if err != nil {
-			return nil, nil, false, err
+			return nil, "", nil, false, err
 		}
 		srv, err := redisproc.Start(dir, port)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, "", nil, false, err
 		}
-		rdb, err := cli.Redis(ctx, cli.RedisConfig{URL: "redis://" + srv.Addr() + "/0"}, log)
+		url := "redis://" + srv.Addr() + "/0"
+		rdb, err := cli.Redis(ctx, cli.RedisConfig{URL: url}, log)
 		if err != nil {
 			srv.Stop()
-			return nil, nil, false, err
+			return nil, "", nil, false, err
 		}
 		log.Info("redis-server started", "addr", srv.Addr(), "data", dir)
-		return rdb, srv.Stop, true, nil
+		return rdb, url, srv.Stop, true, nil
 	}
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true) // keys expire in real time, as leases must
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, nil, false, fmt.Errorf("in-process redis: %w", err)
+		return nil, "", nil, false, fmt.Errorf("in-process redis: %w", err)
 	}
 	if memory {
 		log.Warn("using the in-process Redis stand-in (--memory). NOTHING IS DURABLE: every job is lost when this process stops")
 	} else {
 		log.Warn("NO redis-server FOUND: using an in-process Redis stand-in. NOTHING IS DURABLE: every job is lost when this process stops. " + redisproc.InstallHint)
 	}
-	return redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}), m.Close, false, nil
+	return redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}), "redis://" + m.Addr() + "/0", m.Close, false, nil
 }
 
-// banner prints what a developer needs to start: the address, the keys,
-// the console, and commands to copy, with curl and with the CLI.
-func banner(w io.Writer, base, key, adminKey, dataDir string, durable, fakeLLM bool) {
+// devAccess is where the dev mode is reached and with which keys.
+type devAccess struct {
+	base, redis, nats     string // the API's, Redis's and NATS's URLs
+	tenant, key, adminKey string // the banner's tenant and its key; the admin's key ("" for none)
+}
+
+// devKeys returns the API keys of the dev mode and sets the webhook secret
+// of the banner's tenant in webhooks, unless the webhook flags gave it one.
+// Both come from the data directory's credentials file, where new ones are
+// kept for the next start; apiKeys, when set, is used instead of the
+// file's keys and leaves them as they are.
+func devKeys(dir, apiKeys string, webhooks webhook.Policy, log *slog.Logger) (httpapi.Keys, devAccess, error) {
+	stored, err := loadCredentials(dir)
+	if err != nil {
+		return httpapi.Keys{}, devAccess{}, err
+	}
+	before := stored
+	if stored.apiKeys == "" {
+		stored.apiKeys = newAPIKeys()
+	}
+	keys, err := httpapi.ParseKeys(cmp.Or(apiKeys, stored.apiKeys))
+	if err != nil {
+		return httpapi.Keys{}, devAccess{}, fmt.Errorf("LEASEHOLD_API_KEYS (--api-keys, or %s): %w", filepath.Join(dir, credentialsFile), err)
+	}
+	var a devAccess
+	a.tenant, a.key, a.adminKey = bannerKeys(cmp.Or(apiKeys, stored.apiKeys))
+	if len(webhooks.Secrets[a.tenant]) == 0 {
+		// The tenant's webhooks are signed with a secret of its own,
+		// logged so a receiver can verify them.
+		secret, err := stored.webhookSecret(a.tenant)
+		if err != nil {
+			return httpapi.Keys{}, devAccess{}, err
+		}
+		webhooks.Secrets[a.tenant] = [][]byte{secret}
+		log.Info("webhook secret of the tenant "+a.tenant, "secret", "whsec_"+base64.StdEncoding.EncodeToString(secret))
+	}
+	if stored != before {
+		if err := stored.save(dir); err != nil {
+			return httpapi.Keys{}, devAccess{}, fmt.Errorf("keep the dev credentials: %w", err)
+		}
+	}
+	return keys, a, nil
+}
+
+// devGrace is how long the dev mode's worker lets running jobs finish at
+// a stop, before it hands them back to their queue.
+const devGrace = 30 * time.Second
+
+// stopOnSignal is the run.Group actor that stops the dev mode at the first
+// SIGINT or SIGTERM, saying which running jobs it waits for; a second one
+// has the worker hand them back at once. It listens for the second until
+// stopped is closed.
+func stopOnSignal(ctx context.Context, worker *leasehold.Client, w io.Writer, stopped <-chan struct{}) (execute func() error, interrupt func(error)) {
+	ctx, stop := context.WithCancel(ctx)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	execute = func() error {
+		select {
+		case <-ctx.Done():
+			signal.Stop(signals)
+			return ctx.Err()
+		case sig := <-signals:
+			if n := worker.Running(); n > 0 {
+				fmt.Fprintf(w, "\nwaiting up to %v for %s; Ctrl-C again hands them back now\n", devGrace, plural(n, "running job"))
+			}
+			go func() {
+				defer signal.Stop(signals)
+				select {
+				case <-signals:
+					fmt.Fprintln(w, "handing the running jobs back to their queue")
+					worker.HandBack()
+				case <-stopped:
+				}
+			}()
+			return run.SignalError{Signal: sig}
+		}
+	}
+	return execute, func(error) { stop() }
+}
+
+// plural is "1 job", "2 jobs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// banner prints what a developer needs to start: the addresses, the keys,
+// the console, the kinds served, and commands to copy, with curl and with
+// the CLI.
+func banner(w io.Writer, a devAccess, dataDir string, durable, fakeLLM bool, remotes map[string]string) {
 	store := "redis-server, data in " + dataDir
 	if !durable {
 		store = "in-process stand-in: NOTHING IS DURABLE"
 	}
 	llm := "LEASEHOLD_LLM_BASE_URL"
 	if fakeLLM {
-		llm = "a fake upstream in this process (set LEASEHOLD_LLM_BASE_URL for a real one)"
+		llm = "a fake upstream in this process (set LEASEHOLD_LLM_BASE_URL for a real one; model fake-capacity-N refuses above N calls at once)"
 	}
-	auth := "Authorization: Bearer " + key
+	served := []string{"echo", "sleep", "llm.chat"}
+	for _, kind := range slices.Sorted(maps.Keys(remotes)) {
+		if !slices.Contains(served, kind) {
+			served = append(served, kind)
+		}
+		served[slices.Index(served, kind)] += " (remote)"
+	}
+	admin := a.adminKey
+	if admin == "" {
+		admin = "none (no tenant admin in --api-keys)"
+	}
+	base, auth := a.base, "Authorization: Bearer "+a.key
 	fmt.Fprintf(w, `
 Leasehold is running.
-  API      %s   (tenant "dev", key %s)
+  API      %s   (tenant %q, key %s)
   Admin    key %s   (pauses queues, sets limits, sees every tenant)
   Console  %s/ui/   (log in with a key)
-  Redis    %s
-  Worker   serving queue "default" (kinds: echo, sleep, llm.chat)
+  Redis    %s   (%s)
+  NATS     %s
+  Worker   serving queue "default", kinds: %s
   LLM      %s
 
 Submit a job that sleeps 20s, ticking every second:
@@ -334,6 +443,12 @@ With the CLI (go run ./cmd/leasehold, or go install ./cmd/leasehold):
   leasehold retry $ID      leasehold cancel $ID      leasehold rm $ID
   LEASEHOLD_KEY=%s leasehold queues pause default
 
+Another worker beside this one (the handler examples run theirs so):
+  LEASEHOLD_REDIS_URL=%s LEASEHOLD_NATS_URL=%s go run ./cmd/worker
+
+The keys and the webhook secret are kept in %s for the next start.
 Ctrl-C stops everything.
-`, base, key, adminKey, base, store, llm, base, auth, base, auth, base, auth, base, auth, base, key, adminKey)
+`, base, a.tenant, a.key, admin, base, a.redis, store, a.nats, strings.Join(served, ", "), llm,
+		base, auth, base, auth, base, auth, base, auth, base, a.key, a.adminKey, a.redis, a.nats,
+		filepath.Join(dataDir, credentialsFile))
 }
