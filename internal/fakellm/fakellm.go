@@ -41,6 +41,11 @@
 // requests served at once. Config.Clock lets a test move the windows'
 // clock instead of waiting a minute.
 //
+// A model named "fake-capacity-N" (CapacityModel and N, 1 to 1000) has a
+// concurrency capacity of its own, N requests at once, which nothing
+// configures: a user of the dev mode, whose upstream this server is, can
+// watch an adaptive limit on the key model:fake-capacity-N learn it.
+//
 // The fakellm command (internal/fakellm/cmd/fakellm) sets the same limits
 // with flags.
 package fakellm
@@ -158,8 +163,9 @@ type Server struct {
 	refused      int
 	serving      int
 	peakServing  int
-	busy         time.Duration // serving integrated over time (account)
-	since        time.Time     // when busy was last brought up to date
+	modelServing map[string]int // admitted calls served now, by model name
+	busy         time.Duration  // serving integrated over time (account)
+	since        time.Time      // when busy was last brought up to date
 }
 
 // New returns a server configured by cfg.
@@ -255,11 +261,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Failure{Status: http.StatusBadRequest, Message: "'max_tokens' must be at least 1."})
 	default:
 		p := s.plan(req)
-		if f := s.admit(w.Header(), p.usage.TotalTokens); f != nil {
+		if f := s.admit(w.Header(), p.usage.TotalTokens, p.model); f != nil {
 			writeError(w, *f)
 			return
 		}
-		defer s.served()
+		defer s.served(p.model)
 		if req.Stream {
 			s.stream(w, r, req, p)
 		} else {

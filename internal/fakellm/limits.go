@@ -4,11 +4,26 @@ import (
 	"cmp"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Window is the span of the rolling RPM and TPM windows.
 const Window = time.Minute
+
+// CapacityModel begins the name of a model that answers at most N
+// requests at once, N its name's end: "fake-capacity-4".
+const CapacityModel = "fake-capacity-"
+
+// modelCapacity is how many requests at once model allows: the N of
+// CapacityModel's names, 1 to 1000; 0 for any other model.
+func modelCapacity(model string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(model, CapacityModel))
+	if !strings.HasPrefix(model, CapacityModel) || err != nil || n < 1 || n > 1000 {
+		return 0
+	}
+	return n
+}
 
 // Limits are the upstream's hidden limits: what it enforces and tells
 // nobody in advance. A zero field is no limit. Set them with Config.Limits
@@ -88,13 +103,15 @@ func (s *Server) Stats() Stats {
 // returns the refusal to answer, with the wait it advises in h's
 // retry-after-ms and the Failure's Retry-After. Either way it sets OpenAI's
 // x-ratelimit-* headers for the limits in force on h.
-func (s *Server) admit(h http.Header, tokens int) *Failure {
+func (s *Server) admit(h http.Header, tokens int, model string) *Failure {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock()
 	s.forget(now)
 	l := s.limits
-	full := l.Concurrency > 0 && s.serving >= l.Concurrency
+	capacity := modelCapacity(model)
+	modelFull := capacity > 0 && s.modelServing[model] >= capacity
+	full := l.Concurrency > 0 && s.serving >= l.Concurrency || modelFull
 	requests, toks := s.requestsWait(now), s.tokensWait(now, tokens)
 	if full || requests > 0 || toks > 0 {
 		s.refused++
@@ -106,6 +123,8 @@ func (s *Server) admit(h http.Header, tokens int) *Failure {
 				", Used " + strconv.Itoa(s.windowTokens()) + ", Requested " + strconv.Itoa(tokens) + "."
 		case requests > 0:
 			f.Message = "Rate limit reached for requests per min (RPM): Limit " + strconv.Itoa(l.RPM) + "."
+		case modelFull:
+			f.Message = "Too many concurrent requests for " + model + ": Limit " + strconv.Itoa(capacity) + "."
 		default:
 			f.Message = "Too many concurrent requests: Limit " + strconv.Itoa(l.Concurrency) + "."
 		}
@@ -121,16 +140,27 @@ func (s *Server) admit(h http.Header, tokens int) *Failure {
 	s.account()
 	s.serving++
 	s.peakServing = max(s.peakServing, s.serving)
+	if capacity > 0 {
+		if s.modelServing == nil {
+			s.modelServing = map[string]int{}
+		}
+		s.modelServing[model]++
+	}
 	s.rateHeaders(h, now, tokens)
 	return nil
 }
 
 // served ends an admitted request's hold on the concurrency.
-func (s *Server) served() {
+func (s *Server) served(model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.account()
 	s.serving--
+	if modelCapacity(model) > 0 {
+		if s.modelServing[model]--; s.modelServing[model] == 0 {
+			delete(s.modelServing, model)
+		}
+	}
 }
 
 // account adds the call-time served within the capacity since the last

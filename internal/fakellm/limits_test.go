@@ -2,6 +2,7 @@ package fakellm_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -310,4 +311,49 @@ func TestBurstNeverExceedsTheCapacity(t *testing.T) {
 		t.Fatalf("%d admitted, %d refused; stats %+v", ok, refused, s)
 	}
 	t.Logf("%d admitted, %d refused, peak %d", ok, refused, s.PeakServing)
+}
+
+// A model named fake-capacity-N answers N requests at once, refuses more
+// as an upstream at capacity does, and takes one again when one ends;
+// other models are not held to it.
+func TestCapacityModel(t *testing.T) {
+	t.Parallel()
+	fake, srv := serve(t, fakellm.Config{Tokens: 10, HangAfter: 1})
+	hanging := `{"model":"fake-capacity-2","messages":[{"role":"user","content":"x"}],"stream":true}`
+	hold := func() (leave func()) {
+		t.Helper()
+		ctx, leave := context.WithCancel(t.Context())
+		resp := post(t, ctx, srv, "/v1/chat/completions", hanging)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		return leave
+	}
+	leave := hold()
+	hold()
+	one := func(model string) *http.Response {
+		return post(t, t.Context(), srv, "/v1/chat/completions", strings.Replace(oneWord, `"m"`, `"`+model+`"`, 1))
+	}
+	status, ra, _, msg := refusal(t, one("fake-capacity-2"))
+	if status != 429 || ra != "1" || msg != "Too many concurrent requests for fake-capacity-2: Limit 2." {
+		t.Fatalf("over the model's capacity: %d Retry-After %q %q", status, ra, msg)
+	}
+	for _, model := range []string{"m", "fake-capacity-3", "fake-capacity-0", "fake-capacity-x"} {
+		resp := one(model)
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Errorf("model %s beside the held ones: status %d, want 200", model, resp.StatusCode)
+		}
+	}
+	if got := fake.Stats(); got.Refused != 1 || got.Serving != 2 {
+		t.Fatalf("stats %+v, want 1 refused and 2 served", got)
+	}
+	leave()
+	testenv.Eventually(t, 10*time.Second, func() bool { return fake.Stats().Serving == 1 }, "the stream left is still served")
+	if resp := one("fake-capacity-2"); resp.StatusCode != 200 {
+		t.Fatalf("a place freed: status %d, want 200", resp.StatusCode)
+	}
 }
