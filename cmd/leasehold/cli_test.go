@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
@@ -282,6 +283,59 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("watch shows each event's time, and ends streamed text's line", func(t *testing.T) {
+		id := s.submit("llm.chat", "--input", `{"model":"fake","messages":[{"role":"user","content":"hi"}]}`)
+		var j struct {
+			Result     struct{ Text string }
+			FinishedAt time.Time `json:"finished_at"`
+		}
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			err := json.Unmarshal([]byte(s.ok("get", id, "-o", "json").stdout), &j)
+			return err == nil && !j.FinishedAt.IsZero()
+		}, "the job never ended")
+		// Replayed well after the end, the last state still shows the
+		// time of the end, not the time it is printed.
+		testenv.Eventually(t, 10*time.Second, func() bool { return time.Since(j.FinishedAt) > 2*time.Second }, "the clock stood still")
+		cmd := s.command("watch", id)
+		var both bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &both, &both // one pipe, as a terminal shows both
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("watch: %v\n%s", err, both.String())
+		}
+		out := both.String()
+		if !strings.Contains(out, j.Result.Text+"\n") || !strings.Contains(out, "\njob "+id+" succeeded\n") {
+			t.Errorf("the text's line is not ended before what follows it:\n%q", out)
+		}
+		var end string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "state succeeded") {
+				end = strings.Fields(l)[0]
+			}
+		}
+		finished := j.FinishedAt.Local() // the event's id and finished_at may fall on two sides of a second
+		if end != finished.Format(time.TimeOnly) && end != finished.Add(-time.Second).Format(time.TimeOnly) && end != finished.Add(time.Second).Format(time.TimeOnly) {
+			t.Errorf("the end is shown at %q, the job finished at %s:\n%s", end, finished.Format(time.TimeOnly), out)
+		}
+	})
+
+	t.Run("an unknown command, an API not running", func(t *testing.T) {
+		if r := s.cli("", "sumbit", "echo"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "sumbit"; did you mean "submit"?`) {
+			t.Errorf("a mistyped command: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.cli("", "sched"); r.code != 2 || !strings.Contains(r.stderr, `did you mean "schedules"?`) {
+			t.Errorf("a command's start: exit %d %s", r.code, r.stderr)
+		}
+		if r := s.cli("", "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "frobnicate" (`) {
+			t.Errorf("a command like none: exit %d %s", r.code, r.stderr)
+		}
+		down := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		for _, args := range [][]string{{"ls"}, {"submit", "echo"}, {"get", "x"}} {
+			if r := s.cli("", append(args, "--url", down)...); r.code != 1 || !strings.Contains(r.stderr, "cannot reach the API at "+down+": is it running?") {
+				t.Errorf("%v with no API: exit %d %s", args, r.code, r.stderr)
+			}
+		}
+	})
+
 	t.Run("watch resumes across a dropped connection", func(t *testing.T) {
 		proxy := newProxy(t, strings.TrimPrefix(s.url, "http://"))
 		id := s.submit("sleep", "--input", `{"duration":"2s","tick":"100ms"}`)
@@ -494,8 +548,13 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("queues", "resume", "slow", "--key", adminKey); !strings.Contains(r.stdout, "false") {
 			t.Errorf("queues resume: %s", r.stdout)
 		}
-		if r := s.cli("", "queues", "pause", "slow"); r.code != 1 || !strings.Contains(r.stderr, "404") {
-			t.Errorf("pause as acme: exit %d %s", r.code, r.stderr)
+		if r := s.ok("queues"); strings.Join(strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]), " ") != "QUEUE QUEUED RUNNING RETRYING WAITING PAUSED" {
+			t.Errorf("queues columns:\n%s", r.stdout)
+		}
+		for _, admin := range [][]string{{"queues", "pause", "slow"}, {"limits", "set", "model:x", "1"}, {"limits", "rm", "model:x"}} {
+			if r := s.cli("", admin...); r.code != 1 || !strings.Contains(r.stderr, "this command needs the admin key") {
+				t.Errorf("%v as acme: exit %d %s", admin, r.code, r.stderr)
+			}
 		}
 
 		if r := s.ok("limits", "set", "model:cli", "5", "--key", adminKey); !strings.Contains(r.stdout, "model:cli") {
@@ -650,4 +709,22 @@ func controls(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// get shows a job's webhook and how its delivery stands.
+func TestPrintJobShowsTheWebhook(t *testing.T) {
+	var b bytes.Buffer
+	if err := printJob(&b, job.Job{ID: "j", Webhook: &job.Webhook{URL: "https://hooks.example.com/x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "https://hooks.example.com/x (sent when the job ends)") {
+		t.Errorf("a webhook before the end:\n%s", b.String())
+	}
+	b.Reset()
+	if err := printJob(&b, job.Job{ID: "j", Webhook: &job.Webhook{URL: "https://hooks.example.com/x", State: job.WebhookDelivered, Attempts: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "https://hooks.example.com/x (delivered, 2 attempts)") {
+		t.Errorf("a delivered webhook:\n%s", b.String())
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -156,7 +157,7 @@ func (c *command) exchange(ctx context.Context, method, path string, body any) (
 	if err != nil {
 		return nil, 0, err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -173,6 +174,26 @@ func (c *command) exchange(ctx context.Context, method, path string, body any) (
 		return nil, wait, problemOf(resp.StatusCode, b)
 	}
 	return b, wait, nil
+}
+
+// do sends req; an API that cannot be reached is said so, with what to
+// check, instead of as the network error alone.
+func (c *command) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		return nil, fmt.Errorf("cannot reach the API at %s: is it running? (make run starts one; --url or $LEASEHOLD_URL names another): %w", c.base(), op.Err)
+	}
+	return resp, err
+}
+
+// adminOnly turns the API's answer to a tenant that called an admin-only
+// route, a 404 for no resource, into what the user needs to know; any
+// other error is returned as it is.
+func adminOnly(err error) error {
+	if e := (*apiError)(nil); errors.As(err, &e) && e.Status == http.StatusNotFound && e.Detail == "no such resource" {
+		return errors.New("this command needs the admin key: give it with --key, or set LEASEHOLD_KEY to it (the API answered 404 to this key)")
+	}
+	return err
 }
 
 // problemOf reads an error answer's problem, or names its status alone.

@@ -70,6 +70,13 @@ func printJob(w io.Writer, j job.Job) error {
 	if len(j.Metadata) > 0 && string(j.Metadata) != "null" {
 		row("metadata", string(j.Metadata))
 	}
+	if h := j.Webhook; h != nil {
+		delivery := "sent when the job ends"
+		if h.State != "" {
+			delivery = fmt.Sprintf("%s, %d attempts", h.State, h.Attempts)
+		}
+		row("webhook", h.URL+" ("+delivery+")")
+	}
 	return t.Flush()
 }
 
@@ -140,7 +147,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *idem != "" {
 		req.Header.Set("Idempotency-Key", *idem)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return err
 	}
@@ -548,7 +555,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		var q job.QueueStats
 		if err := c.get(ctx, http.MethodPost, "/v1/queues/"+escape(pos[0])+"/"+args[0], nil, &q); err != nil || c.json() {
-			return err
+			return adminOnly(err)
 		}
 		return printQueues(stdout, []job.QueueStats{q})
 	}
@@ -567,9 +574,9 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func printQueues(w io.Writer, queues []job.QueueStats) error {
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tQUEUED\tRUNNING\tRETRYING\tPAUSED")
+	fmt.Fprintln(t, "QUEUE\tQUEUED\tRUNNING\tRETRYING\tWAITING\tPAUSED")
 	for _, q := range queues {
-		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%t\n", q.Name, q.Queued, q.Running, q.Retrying, q.Paused)
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%d\t%t\n", q.Name, q.Queued, q.Running, q.Retrying, q.Waiting, q.Paused)
 	}
 	return t.Flush()
 }
@@ -625,11 +632,11 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		var l job.Limit
 		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
-			return err
+			return adminOnly(err)
 		}
 		return print([]job.Limit{l})
 	case len(args) > 0 && args[0] == "rm":
-		return deleteCommand(ctx, "limits rm", "/v1/limits/", "removed", args[1:], stdout, stderr)
+		return adminOnly(deleteCommand(ctx, "limits rm", "/v1/limits/", "removed", args[1:], stdout, stderr))
 	}
 	c := newCommand("limits", stdout, stderr)
 	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive] [--per-tenant P], limits rm KEY)"); err != nil {

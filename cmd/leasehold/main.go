@@ -127,7 +127,49 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := fmt.Fprintln(stdout, usage)
 		return err
 	}
-	return &usageError{msg: usage}
+	return unknownCommand(name)
+}
+
+// commands are the CLI's commands, for unknownCommand's suggestion.
+var commands = []string{"dev", "submit", "get", "watch", "cancel", "signal", "retry", "rm", "ls", "queues", "limits", "usage", "schedules"}
+
+// unknownCommand names a command the CLI does not have, with the known one
+// nearest to it (a prefix of it, or a couple of letters away) when there is
+// one.
+func unknownCommand(name string) error {
+	best, bestDist := "", 3 // farther than 2 edits is no suggestion
+	for _, c := range commands {
+		if d := editDistance(name, c); d < bestDist || len(name) >= 2 && strings.HasPrefix(c, name) {
+			best, bestDist = c, min(d, bestDist)
+		}
+	}
+	msg := fmt.Sprintf("unknown command %q", name)
+	if best != "" {
+		msg += fmt.Sprintf("; did you mean %q?", best)
+	}
+	return usagef("%s (leasehold -h lists the commands)", msg)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes: the
+// fewest insertions, deletions and substitutions that make b of a.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {

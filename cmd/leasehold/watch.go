@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,13 +77,17 @@ type watcher struct {
 	bar    bool    // a progress bar is drawn on stderr's current line
 	isTerm bool    // stderr is a terminal: redraw the bar in place
 	job    job.Job // the job as its last state event showed it
+	// shared says that stdout and stderr reach one place (a terminal, a
+	// 2>&1), where a line on stderr must not continue output text that
+	// ended mid-line (midLine).
+	shared, midLine bool
 }
 
 // watchJob follows job id until it ends, reconnecting with Last-Event-ID
 // when the stream drops, and returns nil when it succeeded, an
 // *endedError when it ended otherwise.
 func watchJob(ctx context.Context, c *command, id string) error {
-	w := &watcher{c: c, id: id, isTerm: isTerminal(c.stderr)}
+	w := &watcher{c: c, id: id, isTerm: isTerminal(c.stderr), shared: sameFile(c.stdout, c.stderr)}
 	failing := time.Time{} // when the stream began to fail
 	backoff := 100 * time.Millisecond
 	for {
@@ -144,7 +149,7 @@ func (w *watcher) follow(ctx context.Context) (progressed bool, err error) {
 	if w.last != "" {
 		req.Header.Set("Last-Event-ID", w.last)
 	}
-	resp, err := w.c.http.Do(req)
+	resp, err := w.c.do(req)
 	if err != nil {
 		return false, err
 	}
@@ -218,13 +223,16 @@ func (w *watcher) show(e sse) error {
 	switch e.event {
 	case "state":
 		w.endBar()
-		fmt.Fprintf(w.c.stderr, "%s  state %s (attempt %d of %d)\n", time.Now().Format(time.TimeOnly), w.job.State, w.job.Attempt, w.job.MaxAttempts)
+		fmt.Fprintf(w.c.stderr, "%s  state %s (attempt %d of %d)\n", eventTime(e.id).Local().Format(time.TimeOnly), w.job.State, w.job.Attempt, w.job.MaxAttempts)
 	case "output":
 		var out struct {
 			Text string `json:"text"`
 		}
 		if err := json.Unmarshal(e.data, &out); err != nil {
 			return fmt.Errorf("output event %s: %w", e.id, err)
+		}
+		if out.Text != "" {
+			w.midLine = !strings.HasSuffix(out.Text, "\n")
 		}
 		_, err := io.WriteString(w.c.stdout, out.Text)
 		return err
@@ -269,6 +277,7 @@ func (w *watcher) drawBar(done, total float64) {
 	f := min(max(done/total, 0), 1)
 	n := int(f*width + 0.5)
 	bar := fmt.Sprintf("[%s%s] %3.0f%% %g/%g", strings.Repeat("#", n), strings.Repeat(".", width-n), f*100, done, total)
+	w.endText()
 	if w.isTerm {
 		fmt.Fprint(raw(w.c.stderr), "\r")
 		fmt.Fprint(w.c.stderr, bar)
@@ -278,13 +287,47 @@ func (w *watcher) drawBar(done, total float64) {
 	fmt.Fprintln(w.c.stderr, bar)
 }
 
-// endBar ends the line of a bar drawn in place, so the next line starts
-// afresh.
+// endBar ends the line of a bar drawn in place, or of output text, so the
+// next line starts afresh.
 func (w *watcher) endBar() {
 	if w.bar {
 		fmt.Fprintln(w.c.stderr)
 		w.bar = false
 	}
+	w.endText()
+}
+
+// endText ends the line of output text that stopped mid-line where stderr
+// shows too, so that what stderr writes next starts a line of its own.
+func (w *watcher) endText() {
+	if w.shared && w.midLine {
+		fmt.Fprintln(w.c.stderr)
+		w.midLine = false
+	}
+}
+
+// eventTime is when an event was written: its id is a Redis stream id,
+// "<Unix milliseconds>-<sequence>". An id of another form is shown as now.
+func eventTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Now()
+	}
+	return time.UnixMilli(n)
+}
+
+// sameFile reports whether a and b are files that are one file: a
+// terminal both write to, or one pipe.
+func sameFile(a, b io.Writer) bool {
+	fa, okA := a.(*os.File)
+	fb, okB := b.(*os.File)
+	if !okA || !okB {
+		return false
+	}
+	sa, errA := fa.Stat()
+	sb, errB := fb.Stat()
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // raw is the writer under w when w escapes control characters.
