@@ -153,7 +153,8 @@ var transitions = map[job.State][]job.State{
 // what is wrong, "" if nothing: state events follow the allowed
 // transitions; exactly one terminal state event, and it is the last event;
 // each running event takes the attempt after the one of the state event
-// before it, and a hand-off (running → queued) gives that attempt back; every
+// before it, or the same one after a hand-off (running → queued), which
+// keeps the attempt it did not spend; every
 // progress event comes while the job is running and carries the attempt of
 // that running event, and the progress of one run comes from one execution,
 // never one that wrote in another run (no execution but the current one
@@ -163,6 +164,7 @@ func checkStream(events []event, j job.Job) string {
 	var state job.State // as of the latest state event
 	attempt := 0        // the job's attempt, as of the latest state event
 	running := 0        // the attempt of the latest running event
+	handedOff := false  // the latest state event is a hand-off
 	writer := ""        // the execution whose progress the current run has seen
 	wrote := map[string]bool{}
 	for i, ev := range events {
@@ -171,14 +173,19 @@ func checkStream(events []event, j job.Job) string {
 			if !slices.Contains(transitions[state], ev.state) {
 				return fmt.Sprintf("state %s after %s (event %d)", ev.state, cmp.Or(state, "nothing"), i+1)
 			}
+			next := attempt + 1
+			if handedOff {
+				next = attempt
+			}
 			switch {
-			case ev.state == job.StateRunning && ev.attempt != attempt+1:
+			case ev.state == job.StateRunning && ev.attempt != next:
 				return fmt.Sprintf("running event %d has attempt %d after attempt %d", i+1, ev.attempt, attempt)
 			case ev.state == job.StateRunning:
 				running, writer = ev.attempt, ""
-			case state == job.StateRunning && ev.state == job.StateQueued && ev.attempt != running-1:
+			case state == job.StateRunning && ev.state == job.StateQueued && ev.attempt != running:
 				return fmt.Sprintf("hand-off of attempt %d left attempt %d (event %d)", running, ev.attempt, i+1)
 			}
+			handedOff = state == job.StateRunning && ev.state == job.StateQueued
 			state, attempt = ev.state, ev.attempt
 			if ev.state.Terminal() {
 				terminals++
@@ -654,7 +661,7 @@ func TestRedisRestartUnderRunningWorker(t *testing.T) {
 // TestGracefulShutdownHandsBackToAnotherWorker: a worker process gets
 // SIGTERM while a max_attempts 1 job runs longer than the grace period. The
 // handler is stopped with ErrShutdown after the grace, the job is handed
-// back (queued, attempt 0, no lease) and the process exits 0; another
+// back (queued, attempt 1 unspent, no lease) and the process exits 0; another
 // worker then runs it to success on attempt 1.
 //
 // Fails when the finish script spends the attempt on a hand-off.
@@ -680,8 +687,8 @@ func TestGracefulShutdownHandsBackToAnotherWorker(t *testing.T) {
 	}
 
 	back := f.get(t, j.ID)
-	if back.State != job.StateQueued || back.Attempt != 0 {
-		t.Fatalf("after hand-off: state %s attempt %d, want queued with attempt 0", back.State, back.Attempt)
+	if back.State != job.StateQueued || back.Attempt != 1 {
+		t.Fatalf("after hand-off: state %s attempt %d, want queued with attempt 1, unspent", back.State, back.Attempt)
 	}
 	if n := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueLeases(job.DefaultQueue)).Val(); n != 0 {
 		t.Fatalf("%d leases left after the hand-off", n)

@@ -190,8 +190,8 @@ func TestAFusedClaimWhoseSlotsFailRunsNothing(t *testing.T) {
 	if k := runs.Load(); k > 0 {
 		t.Fatalf("X ran %d times while its slots could not be taken", k)
 	}
-	if back.State != job.StateQueued || back.Attempt != 0 {
-		t.Fatalf("X is %s on attempt %d after its claim's slots failed, want queued on 0: handed back unrun", back.State, back.Attempt)
+	if back.State != job.StateQueued || back.Attempt != 1 {
+		t.Fatalf("X is %s on attempt %d after its claim's slots failed, want queued on 1, unspent: handed back unrun", back.State, back.Attempt)
 	}
 	if err := f.rdb.Del(t.Context(), slots).Err(); err != nil {
 		t.Fatal(err)

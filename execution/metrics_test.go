@@ -179,8 +179,8 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	handed := f.submit(t, job.Submission{Kind: "block", ConcurrencyKeys: []string{"model:h"}})
 	waitStarted(handed.ID)
 	stopWorker()
-	if j := f.get(t, handed.ID); j.State != job.StateQueued || j.Attempt != 0 {
-		t.Fatalf("handed-off job is %s on attempt %d, want queued on 0", j.State, j.Attempt)
+	if j := f.get(t, handed.ID); j.State != job.StateQueued || j.Attempt != 1 {
+		t.Fatalf("handed-off job is %s on attempt %d, want queued on 1, unspent", j.State, j.Attempt)
 	}
 
 	end := collect(t, reader)

@@ -82,8 +82,8 @@ func TestWaitingJobReleasesItsSlot(t *testing.T) {
 	if w.WaitingFor == nil || w.WaitingFor.Name != "approval" || time.Until(w.WaitingFor.Until) < 50*time.Minute {
 		t.Fatalf("waiting_for = %+v, want approval in about an hour", w.WaitingFor)
 	}
-	if w.Attempt != 0 || string(w.Checkpoint) == "" {
-		t.Fatalf("waiting job: attempt %d (want 0: a wait spends none), checkpoint %s", w.Attempt, w.Checkpoint)
+	if w.Attempt != 1 || string(w.Checkpoint) == "" {
+		t.Fatalf("waiting job: attempt %d (want 1, unspent), checkpoint %s", w.Attempt, w.Checkpoint)
 	}
 	// The finish releases the slot in its own round trip: well before the
 	// lease TTL (5 s) would have let it expire.

@@ -550,8 +550,8 @@ func TestGracefulShutdownHandsBackWithoutSpendingAnAttempt(t *testing.T) {
 		t.Fatalf("handler saw cause %v, want ErrShutdown", cause)
 	}
 	back := f.get(t, j.ID)
-	if back.State != job.StateQueued || back.Attempt != 0 {
-		t.Fatalf("after hand-off: state %s attempt %d, want queued with attempt 0", back.State, back.Attempt)
+	if back.State != job.StateQueued || back.Attempt != 1 {
+		t.Fatalf("after hand-off: state %s attempt %d, want queued with attempt 1, unspent", back.State, back.Attempt)
 	}
 	if n, _ := f.rdb.ZCard(t.Context(), keys.New(f.prefix).QueueLeases(job.DefaultQueue)).Result(); n != 0 {
 		t.Fatalf("%d leases left after a graceful hand-off", n)
@@ -561,6 +561,10 @@ func TestGracefulShutdownHandsBackWithoutSpendingAnAttempt(t *testing.T) {
 	if done.State != job.StateSucceeded || done.Attempt != 1 {
 		t.Fatalf("state %s attempt %d: a max_attempts 1 job must still succeed after a hand-off", done.State, done.Attempt)
 	}
+	// Attempt numbers never go back: the hand-off keeps attempt 1, and the
+	// next execution runs on it.
+	f.checkAttempts(t, j.ID, []job.State{job.StateQueued, job.StateRunning, job.StateQueued, job.StateRunning,
+		job.StateSucceeded}, []int{0, 1, 1, 1, 1})
 }
 
 // HandBack cuts the shutdown grace short: Run returns at once, long before

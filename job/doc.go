@@ -40,8 +40,8 @@
 // job that ended otherwise is ErrConflict.
 //
 // Retry moves a failed, cancelled or expired job back to queued with its
-// original max_attempts more attempts; its attempt number goes on from the
-// last one spent, never back; RetryAll does it for the ended jobs a
+// original max_attempts more attempts; its attempt number goes on from its
+// last one, never back; RetryAll does it for the ended jobs a
 // filter selects, a bounded page a call with a cursor to go on, one call
 // per tenant at a time, and moves nothing more when run again. Delete removes
 // an ended job at once. Pause and resume a queue are a set the workers

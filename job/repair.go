@@ -29,9 +29,9 @@ const scanChunk = 500
 // Retry puts the ended job id of tenant (admin: of any tenant) back in its
 // queue: a failed, cancelled or expired job becomes queued, keeping its id,
 // events and last execution. It gets its original max_attempts more
-// attempts (MaxAttempts becomes the attempts spent plus that), and its next
-// execution is the attempt after the last one spent: attempt numbers never
-// go back. No cancel request, its max_wait counting from now; its next
+// attempts (MaxAttempts becomes its Attempt plus that), and its next
+// execution is the attempt after its last one: attempt numbers never go
+// back. No cancel request, its max_wait counting from now; its next
 // execution gets a higher fencing token from the queue's counter. Any other state is returned with ErrNotRetryable.
 //
 // A job cancelled while it ran left a cancel flag, which would stop the

@@ -84,17 +84,17 @@ use_day(tx, KEYS[#KEYS - 1], ARGV[#ARGV])
 -- table keyed by name would cost a claim a tenth of its work); c.state is
 -- false when the job does not exist.
 local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
-local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, STATES = 10, 11, 12, 13, 14, 15
-local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 16, 17, 18
+local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, STATES, UNSPENT = 10, 11, 12, 13, 14, 15, 16
+local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 17, 18, 19
 local function read(i, id, key, events, lane, due)
   local f
   if due then
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'max_attempts',
-      'priority', 'cancel_requested')
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent',
+      'max_attempts', 'priority', 'cancel_requested')
   else
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states')
+      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent')
   end
   if f[1] then -- a field at its usual value is left out (implied, transition.lua)
     f[ATTEMPT], f[STARTED_AT], f[MAX_WAIT_MS] = f[ATTEMPT] or '0', f[STARTED_AT] or '', f[MAX_WAIT_MS] or '0'
@@ -422,7 +422,14 @@ local function start(takes, lanes, expires, reply)
   local lease_args, waited = {}, {}
   for _, c in ipairs(takes) do
     token = token + 1
-    local n_attempt = tonumber(c.f[ATTEMPT]) + 1
+    -- The attempt of an execution that spent none (transition.lua's
+    -- unspent) is run again: attempt numbers never go back.
+    local n_attempt = tonumber(c.f[ATTEMPT])
+    if c.f[UNSPENT] then
+      redis.call('HDEL', c.key, 'unspent')
+    else
+      n_attempt = n_attempt + 1
+    end
     local attempt = int(n_attempt)
     if c.f[MAX_WAIT_MS] ~= '0' then
       waited[#waited + 1] = c.id -- max_wait bounds the wait before the first start only

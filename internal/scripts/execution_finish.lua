@@ -30,6 +30,10 @@
 -- that was written (its reply lost) returns the job's state again and
 -- changes nothing.
 --
+-- A hand-off spends no attempt: the job is queued again at once, on the
+-- same attempt (unspent: its next execution runs on it again, so attempt
+-- numbers never go back).
+--
 -- A pushback spends no attempt (as a hand-off): the job waits in retrying
 -- for the Retry-After, or for a backoff that doubles with each pushback in
 -- a row from 250 ms to 30 s; the 50th in a row fails it (upstream_limited).
@@ -80,7 +84,7 @@ for i = 1, n do
 
     -- Every field changes in the move's one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', tx.now_s, 'exec_trace', trace}
-    local next, kept
+    local next
     if outcome == 'succeeded' and cancel_requested ~= '1' then
       next, err = 'succeeded', ''
       fields[#fields + 1], fields[#fields + 2] = 'result', result
@@ -91,16 +95,13 @@ for i = 1, n do
     elseif outcome == 'handed_off' then
       -- A graceful shutdown does not spend the attempt; the job is ready
       -- again now, with the error of its last attempt.
-      next, kept = 'queued', attempt
-      attempt = int(tonumber(attempt) - 1)
-      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      next = 'queued'
+      fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
       fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
     elseif outcome == 'waiting' then
-      kept = attempt
-      attempt = int(tonumber(attempt) - 1)
-      fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+      fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
       local sig = 'sig:' .. wait_for
       local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes')
       err = g[3] or ''
@@ -125,9 +126,8 @@ for i = 1, n do
         err = cjson.encode({code = 'upstream_limited', message = 'the upstream refused ' .. row ..
           ' times in a row for capacity'})
       else
-        next, kept = 'retrying', attempt
-        attempt = int(tonumber(attempt) - 1)
-        fields[#fields + 1], fields[#fields + 2] = 'attempt', attempt
+        next = 'retrying'
+        fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
         local wait = tonumber(backoff)
         if wait <= 0 then wait = math.min(250 * 2 ^ (row - 1), 30000) end
         redis.call('ZADD', scheduled, int(tx.now + wait), id)
@@ -147,7 +147,7 @@ for i = 1, n do
     move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state, webhook = {f[12], f[13]},
       states = f[14]},
       next, fields, attempt,
-      {f[6], cancel_requested, err, token, f[7], f[8], kept or attempt, f[9], f[10], tx.now_s})
+      {f[6], cancel_requested, err, token, f[7], f[8], attempt, f[9], f[10], tx.now_s})
     use(tx, f[5], 'executions_' .. outcome)
     out[i] = next
   end

@@ -23,10 +23,10 @@
 -- here, with the moves, so concurrent retries and submissions to the queue
 -- never pass it.
 --
--- A retried job keeps its attempt number (the attempts spent), so its next
--- execution is the attempt after the last one spent: attempt numbers never
--- go back. It gets its original max_attempts more: max_attempts becomes
--- attempt + the original. The original is the one before the first retry;
+-- A retried job keeps its attempt number, so its next execution is the
+-- attempt after its last one, even one that spent none (unspent is
+-- dropped): attempt numbers never go back. It gets its original
+-- max_attempts more: max_attempts becomes attempt + the original. The original is the one before the first retry;
 -- retries keeps, per retry, its state event's id and the max_attempts
 -- before it ("<event id>:<n>,..."), so that a replay shows each event's
 -- max_attempts as it was (job.Job.At). No cancel request, no finished_at,
@@ -70,7 +70,7 @@ for i = 1, #ARGV - 4 do
     -- is made of: retries, and the shown error, may be folded.
     expand(j)
     f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
-      'max_attempts', 'retries', 'pushbacks', 'states')
+      'max_attempts', 'retries', 'pushbacks', 'states', 'unspent')
     -- priority, max_wait_ms and attempt, implied when absent (transition.lua)
     f[4], f[5], f[6] = f[4] or '0', f[5] or '0', f[6] or '0'
     j.states = f[10]
@@ -79,6 +79,9 @@ for i = 1, #ARGV - 4 do
     local fields = {'max_attempts', int(tonumber(f[6]) + tonumber(original)), 'cancel_requested', '0'}
     if f[9] and f[9] ~= '0' then
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- a fresh row of pushbacks
+    end
+    if f[11] then
+      redis.call('HDEL', key, 'unspent')
     end
     local event = move(tx, j, 'queued', fields, f[6], with(shown_of(key), fields))
     if retries ~= '' then

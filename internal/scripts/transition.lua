@@ -13,9 +13,15 @@
 --   field              holds                                   written by
 --   state              see may_move                            move
 --   token              the latest execution's fencing token    claim
---   attempt            attempts spent against max_attempts     claim (+1),
---                                                              finish (-1 on a hand-off,
---                                                              a pushback or a wait)
+--   attempt            the latest execution's attempt: the     claim (+1, or kept when
+--                      attempts spent against max_attempts,     unspent)
+--                      with the latest if it spent one
+--   unspent            "1": the latest execution spent no
+--                      attempt (a hand-off, a pushback, a wait),
+--                      so the next one runs on the same attempt
+--                      (absent: it spent one, or none ran)      finish (a hand-off, a
+--                                                              pushback, a wait), claim
+--                                                              and retry (delete it)
 --   max_attempts       the attempts it may spend in all        submit, retry (attempt + the original)
 --   retries            "<state event id>:<max_attempts before
 --                      it>" per retry, comma-separated          retry
