@@ -173,7 +173,8 @@ func sameEvent(a, b job.Event) bool {
 
 // A folded job reads as it did before its fold, whatever reads it: an
 // llm.chat-like job, whose input, metadata, error and result are longer
-// than a listpack's values, and a no-op one of short values only. Each is
+// than a listpack's values, and a no-op one of short values only (Get with
+// its input, from each shape). Each is
 // read by Get, List, a replay of its events, a cancel (refused: it ended)
 // and a replay of its submission; folded, its hash is a listpack. A retry
 // puts it back as it was, and a second fold folds the second run too.
@@ -250,6 +251,9 @@ func foldedReadsAsBefore(t *testing.T, f *fixture) {
 	before := map[string]reads{}
 	for name, id := range ids {
 		before[name] = f.reads(t, id, subs[name], false)
+		if got := string(before[name].job.Input); got != string(subs[name].Input) {
+			t.Fatalf("the %s job reads with input %s, want %s", name, got, subs[name].Input)
+		}
 	}
 	if enc := f.rdb.ObjectEncoding(ctx, ks.Job("default", ids["chat"])).Val(); enc != "hashtable" {
 		t.Fatalf("the chat job's hash before its fold: %s, want hashtable (its values are long)", enc)
@@ -443,7 +447,8 @@ func (f *fixture) reads(t *testing.T, id string, s job.Submission, packed bool) 
 func (r reads) same(t *testing.T, want reads, what string) {
 	t.Helper()
 	for _, c := range []struct{ name, got, want string }{
-		{"Get", r.get, want.get}, {"List", r.listed, want.listed}, {"Cancel", r.refused, want.refused},
+		{"Get", r.get, want.get}, {"Get's input", string(r.job.Input), string(want.job.Input)},
+		{"List", r.listed, want.listed}, {"Cancel", r.refused, want.refused},
 		{"Cancel's input", r.refusedIn, want.refusedIn}, {"replay", r.replayed, want.replayed},
 		{"replay's input", r.replayedIn, want.replayedIn}, {"Signal", r.signalled, want.signalled},
 	} {

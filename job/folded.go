@@ -146,13 +146,13 @@ func outputRun(data string, size int) (from, n int, ok bool) {
 	return int(x), int(y), true
 }
 
-// merge adds to h, a job's shown fields (shown) as its hash holds them,
+// merge adds to h, a job's fields names (shown) as its hash holds them,
 // those of them the fold moved out: the hash's own win, as the scripts'
 // (record in transition.lua), since a field written after the fold goes
 // to the hash. (Those it dropped for their usual value ParseRecord reads
 // as that value, as it does for any job.)
-func (f folded) merge(h map[string]string) {
-	for _, name := range shownFields {
+func (f folded) merge(h map[string]string, names []string) {
+	for _, name := range names {
 		if _, ok := h[name]; !ok {
 			if v, ok := f.Fields[name]; ok {
 				h[name] = v
@@ -233,27 +233,27 @@ func (s *Store) hashFields(ctx context.Context, owner, queue, id string, names .
 	return s.rdb.HMGet(ctx, hash, names...).Result()
 }
 
-// shown returns the shown fields of a job read with shownFields, as they
-// were before the fold (shown; nil when the job does not exist), and torn
-// (values): then h holds what the hash holds alone.
+// shown returns the fields of a job read (shownFields or jobFields), as
+// they were before the fold (shown; nil when the job does not exist), and
+// torn (values): then h holds what the hash holds alone.
 func (r jobRead) shown() (h map[string]string, torn bool, err error) {
 	vals, f, ok, torn, err := r.values()
 	if err != nil {
 		return nil, false, err
 	}
-	if h = shown(vals); h != nil && ok {
-		f.merge(h)
+	if h = shown(r.names, vals); h != nil && ok {
+		f.merge(h, r.names)
 	}
 	return h, torn, nil
 }
 
-// shownOf reads the shown fields of job id of queue (shown; nil when the
-// job does not exist) in one step: a job whose folded key was lost shows
-// what its hash holds.
-func (s *Store) shownOf(ctx context.Context, queue, id string) (h map[string]string, err error) {
+// shownOf reads the fields names (shownFields or jobFields) of job id of
+// queue (shown; nil when the job does not exist) in one step: a job whose
+// folded key was lost shows what its hash holds.
+func (s *Store) shownOf(ctx context.Context, queue, id string, names []string) (h map[string]string, err error) {
 	var r jobRead
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		r = s.readJob(ctx, p, queue, id, shownFields)
+		r = s.readJob(ctx, p, queue, id, names)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err

@@ -124,7 +124,10 @@ type Job struct {
 	Result          json.RawMessage `json:"result"`
 	Error           *Error          `json:"error"`
 	Metadata        json.RawMessage `json:"metadata"`
-	Schedule        *string         `json:"schedule"` // the schedule that fired it; nil otherwise
+	// Input is the job's input. Store.List leaves it empty (a listing
+	// does not show it: up to 1 MiB per job), and so the JSON leaves it out.
+	Input    json.RawMessage `json:"input,omitempty"`
+	Schedule *string         `json:"schedule"` // the schedule that fired it; nil otherwise
 	// Cost is what the job is expected to spend of its keys' token budgets
 	// (tpm): the submission's cost, or for llm.chat the estimate of its
 	// prompt and max_tokens; nil for none.
@@ -140,12 +143,9 @@ type Job struct {
 	// nil in every other state.
 	WaitingFor *WaitingFor `json:"waiting_for"`
 
-	// Input is the job's input. Store.Get and Store.List leave it empty:
-	// a read should not carry up to 1 MiB per job that it does not show.
-	Input   json.RawMessage `json:"-"`
-	Timeout time.Duration   `json:"-"` // per execution
-	MaxWait time.Duration   `json:"-"` // 0 = unlimited
-	OnBusy  OnBusy          `json:"-"`
+	Timeout time.Duration `json:"-"` // per execution
+	MaxWait time.Duration `json:"-"` // 0 = unlimited
+	OnBusy  OnBusy        `json:"-"`
 	// Trace is the span context of the job's submit span, the parent of
 	// every span of the job; invalid when it was submitted untraced.
 	Trace trace.SpanContext `json:"-"`

@@ -53,7 +53,8 @@ func TestParseRecordAndJSON(t *testing.T) {
 		`"execution":{"id":"0190b6a0-0000-7000-8000-0000000000e1","worker":"w-1","fencing_token":42,` +
 		`"attempt":1,"started_at":"2026-11-29T12:00:00.250Z","heartbeat_at":"2026-11-29T12:00:01.005Z",` +
 		`"finished_at":"2026-11-29T12:00:01.500Z"},"result":null,` +
-		`"error":{"code":"handler_error","message":"upstream said 500"},"metadata":{"conversation":"c-1"},"schedule":null,"cost":null,"webhook":null,` +
+		`"error":{"code":"handler_error","message":"upstream said 500"},"metadata":{"conversation":"c-1"},` +
+		`"input":{"model":"gpt-4o"},"schedule":null,"cost":null,"webhook":null,` +
 		`"checkpoint":null,"waiting_for":null,` +
 		`"created_at":"2026-11-29T12:00:00.000Z","started_at":"2026-11-29T12:00:00.250Z","finished_at":null}`
 	if string(got) != want {

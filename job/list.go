@@ -33,10 +33,9 @@ const (
 	listFirstRead = 256
 )
 
-// shownFields are the hash fields Get and a listing read: all but input,
-// which the API's job object does not show and which may be 1 MiB per job,
-// and id and queue, which its key names. state, first, tells whether the
-// job exists.
+// shownFields are the hash fields a listing reads: all but input, which a
+// listing does not show and which may be 1 MiB per job, and id and queue,
+// which its key names. state, first, tells whether the job exists.
 var shownFields = []string{
 	"state", "tenant", "kind", "attempt", "max_attempts", "priority",
 	"concurrency_keys", "created_at", "started_at", "finished_at", "cancel_requested",
@@ -46,6 +45,10 @@ var shownFields = []string{
 	"webhook", "webhook_id", "webhook_state", "webhook_attempts", "webhook_first_at", "webhook_tries",
 	"checkpoint", "wait_for", "wait_until",
 }
+
+// jobFields are the hash fields Get reads: shownFields and input, which
+// the job object of one job shows.
+var jobFields = append(slices.Clip(shownFields), "input")
 
 // ListQuery selects a page of jobs.
 type ListQuery struct {
@@ -365,7 +368,7 @@ func (s *Store) load(ctx context.Context, queueOf, indexes []string, entries []e
 	for i, e := range entries {
 		h, torn, err := reads[i].shown()
 		if torn {
-			h, err = s.shownOf(ctx, queueOf[e.index], e.id)
+			h, err = s.shownOf(ctx, queueOf[e.index], e.id, shownFields)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("job: list: %w", err)
@@ -394,16 +397,16 @@ func (s *Store) load(ctx context.Context, queueOf, indexes []string, entries []e
 	return jobs, sizes, nil
 }
 
-// shown maps the values of HMGET shownFields to their fields; nil when the
-// job hash does not exist.
-func shown(vals []any) map[string]string {
+// shown maps the values of HMGET names (state first) to their fields; nil
+// when the job hash does not exist.
+func shown(names []string, vals []any) map[string]string {
 	if vals[0] == nil {
 		return nil
 	}
-	h := make(map[string]string, len(shownFields))
+	h := make(map[string]string, len(names))
 	for k, v := range vals {
 		if v != nil {
-			h[shownFields[k]] = v.(string)
+			h[names[k]] = v.(string)
 		}
 	}
 	return h

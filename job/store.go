@@ -220,7 +220,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (Job, er
 	var h map[string]string
 	queue, err := s.withQueue(ctx, id, func(queue string) (bool, error) {
 		var err error
-		h, err = s.shownOf(ctx, queue, id)
+		h, err = s.shownOf(ctx, queue, id, jobFields)
 		return h != nil, err
 	})
 	if err != nil {

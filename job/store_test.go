@@ -81,14 +81,13 @@ func TestSubmitGetRoundTrip(t *testing.T) {
 			CreatedAt:       got.CreatedAt,
 			Metadata:        json.RawMessage(`{"conversation":"c-1","z":1}`),
 			// A 6-byte prompt: 2 tokens, 4 for its message, and the default max_tokens.
-			Cost: &job.Cost{Tokens: 2 + 4 + job.DefaultMaxTokens},
-			// Get leaves the input out: the job object does not show it.
+			Cost:    &job.Cost{Tokens: 2 + 4 + job.DefaultMaxTokens},
+			Input:   json.RawMessage(`{"messages":[{"content":"<hi>","role":"user"}],"model":"gpt-4o"}`),
 			Timeout: 90 * time.Second, MaxWait: 5 * time.Minute, OnBusy: job.OnBusyReject,
 		}
 		if diff := jobDiff(got, want); diff != "" {
 			t.Errorf("Get: %s", diff)
 		}
-		want.Input = json.RawMessage(`{"messages":[{"content":"<hi>","role":"user"}],"model":"gpt-4o"}`)
 		if diff := jobDiff(j, want); diff != "" {
 			t.Errorf("Submit: %s", diff)
 		}

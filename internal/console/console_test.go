@@ -441,6 +441,7 @@ func TestConsole(t *testing.T) {
 		tb.run(
 			show("#/jobs/"+j.ID),
 			textIs("#result", `"`+hostile+`"`),
+			textIs("#input", `"`+hostile+`"`),
 			textHas(".fields", hostile),
 		)
 		if images := get(tb, chromedp.Evaluate[int](`document.querySelectorAll('img').length`)); images != 0 {

@@ -9,15 +9,17 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-// Reading a job (GET, a waiting GET, the event stream) reads the fields the
-// job object shows, not its input, which may be 1 MiB: Redis sends far less
-// than one copy of the input for all of them together.
-func TestReadsLeaveTheInputInRedis(t *testing.T) {
+// A job's input, which may be 1 MiB, is read once for each answer that
+// shows it: a GET once, a waiting GET at most twice (before and after its
+// wait), the event stream once for its batch of events; a listing, which
+// leaves it out, not at all.
+func TestReadsTakeTheInputOnlyWhereTheyShowIt(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartRedis(t) // its own, so only this test's bytes count
 	f := newFixtureOn(t, srv.Addr(), testenv.NATS(t).Conn(t))
 	const inputSize = 512 << 10
-	id := f.submit(acmeKey, `{"kind": "echo", "input": "`+strings.Repeat("x", inputSize)+`"}`).ID
+	input := `"` + strings.Repeat("x", inputSize) + `"`
+	id := f.submit(acmeKey, `{"kind": "echo", "input": `+input+`}`).ID
 	sent := func() int64 {
 		text, err := f.rdb.Info(t.Context(), "stats").Result()
 		if err != nil {
@@ -30,28 +32,42 @@ func TestReadsLeaveTheInputInRedis(t *testing.T) {
 		}
 		return n
 	}
-	measure := func(what string, read func()) {
+	measure := func(what string, copies int, read func()) {
 		t.Helper()
 		before := sent()
 		read()
-		if n := sent() - before; n > inputSize/4 {
-			t.Errorf("%s: Redis sent %d bytes for a job with %d bytes of input", what, n, inputSize)
+		if n := sent() - before; n > int64(copies*inputSize+inputSize/4) {
+			t.Errorf("%s: Redis sent %d bytes for a job with %d bytes of input, want at most %d copies of it", what, n, inputSize, copies)
 		}
 	}
-	measure("GET and a waiting GET", func() {
-		for _, path := range []string{"/v1/jobs/" + id, "/v1/jobs/" + id + "?wait=300ms"} {
-			if resp := f.get(acmeKey, path); resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: %s %s", path, resp.Status, resp.body)
-			}
+	measure("GET", 1, func() {
+		if j := f.job(id); string(j.Input) != input {
+			t.Fatalf("GET: input of %d bytes, want the %d submitted", len(j.Input), len(input))
+		}
+	})
+	measure("a waiting GET", 2, func() {
+		if resp := f.get(acmeKey, "/v1/jobs/"+id+"?wait=300ms"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET ?wait: %s %s", resp.Status, resp.body)
+		}
+	})
+	measure("a listing", 0, func() {
+		resp := f.get(acmeKey, "/v1/jobs")
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(resp.body), id) || strings.Contains(string(resp.body), `"input"`) {
+			t.Fatalf("GET /v1/jobs: %s %.200s; want the job without its input", resp.Status, resp.body)
 		}
 	})
 	if resp := f.do(request{method: http.MethodPost, path: "/v1/jobs/" + id + "/cancel", key: acmeKey}); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("cancel: %s %s", resp.Status, resp.body)
 	}
-	measure("the event stream", func() {
-		resp := f.get(acmeKey, "/v1/jobs/"+id+"/events")
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(resp.body), `"state":"cancelled"`) {
-			t.Fatalf("events: %s %s", resp.Status, resp.body)
+	measure("the event stream", 1, func() {
+		states := f.openStream(acmeKey, id, "").rest()
+		if len(states) != 2 {
+			t.Fatalf("events %d, want queued and cancelled", len(states))
+		}
+		for _, e := range states {
+			if j := stateOf(t, e); string(j.Input) != input {
+				t.Fatalf("%s event: input of %d bytes, want the %d submitted", j.State, len(j.Input), len(input))
+			}
 		}
 	})
 }

@@ -1,4 +1,4 @@
-// A job's page: its fields, its attempts, its events as they happen
+// A job's page: its fields and input, its attempts, its events as they happen
 // (state changes, progress, output text), the buttons to cancel, retry
 // and delete it, while it waits what for and a form to signal it, and the
 // tries of its webhook. Everything the job carries came from a tenant and
@@ -78,6 +78,7 @@ export function render(root, id) {
       ['Created (UTC)', time(j.created_at)], ['Started', time(j.started_at)], ['Finished', time(j.finished_at)],
       ['Cancel requested', j.cancel_requested ? 'yes' : 'no'],
       ['Waiting for', w ? `${w.name} until ${time(w.until)}` : '—'],
+      ['Input', h('pre', { id: 'input' }, json(j.input))],
       ['Checkpoint', h('pre', { id: 'checkpoint' }, json(j.checkpoint))],
       ['Metadata', h('pre', {}, json(j.metadata))],
     ];
