@@ -593,8 +593,9 @@ func TestHandBackEndsTheGraceAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run still waits out its grace 10s after HandBack")
 	}
-	if back := f.get(t, j.ID); back.State != job.StateQueued || back.Attempt != 0 {
-		t.Fatalf("after HandBack: state %s attempt %d, want queued with attempt 0", back.State, back.Attempt)
+	// A hand-off spends no attempt, and the attempt number stays.
+	if back := f.get(t, j.ID); back.State != job.StateQueued || back.Attempt != 1 {
+		t.Fatalf("after HandBack: state %s attempt %d, want queued with attempt 1", back.State, back.Attempt)
 	}
 	if n := w.Running(); n != 0 {
 		t.Fatalf("Running() = %d after Run returned", n)

@@ -320,8 +320,8 @@ func eventTime(id string) time.Time {
 // sameFile reports whether a and b are files that are one file: a
 // terminal both write to, or one pipe.
 func sameFile(a, b io.Writer) bool {
-	fa, okA := a.(*os.File)
-	fb, okB := b.(*os.File)
+	fa, okA := raw(a).(*os.File)
+	fb, okB := raw(b).(*os.File)
 	if !okA || !okB {
 		return false
 	}
