@@ -118,7 +118,7 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
 	// unless this claim only looked at the head: then look deeper now.
-	left := &waits{lanes: map[string]bool{}, full: r.full}
+	left := &waits{lanes: map[string]bool{}, full: r.full, keysOf: q.keysOf}
 	for _, lane := range res.blocked {
 		left.lanes[lane] = true
 	}
@@ -379,7 +379,7 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, te
 	for i, lane := range lanes {
 		keys, ok := parsed[lane]
 		if !ok {
-			keys = q.limits.withShares(laneKeys(lane)) // nil for a job gone ("")
+			keys = q.keysOf(lane) // nil for a job gone ("")
 			parsed[lane] = keys
 		}
 		pl.ckeys[i] = keys

@@ -39,10 +39,19 @@ func (f *fixture) submitLanes(t *testing.T, tenant, kind string, n int, keys ...
 // of the queue, also once a third tenant's flood has moved the queue's
 // clock past every waiting lane's turn.
 func TestManyBlockedLanesHideNoOtherTenant(t *testing.T) {
-	for _, blocked := range []int{40, 10_000} {
-		t.Run(fmt.Sprint(blocked), func(t *testing.T) {
+	for _, tc := range []struct {
+		blocked int
+		share   bool // the hog waits for its per_tenant share, not for the key
+	}{{40, false}, {10_000, false}, {10_000, true}} {
+		blocked := tc.blocked
+		t.Run(fmt.Sprintf("%d share=%v", blocked, tc.share), func(t *testing.T) {
 			f := newFixture(t)
-			f.setLimit(t, "model:shared", 1)
+			if tc.share {
+				f.setLimit(t, "model:shared", 100)
+				f.setBudget(t, "model:shared", "per_tenant=1")
+			} else {
+				f.setLimit(t, "model:shared", 1)
+			}
 			f.startWorker(t, execution.Config{Concurrency: 8}, map[string]execution.Handler{"block": block, "echo": echo})
 			// The hog holds model:shared, and keeps blocked lanes waiting for it.
 			f.submitLanes(t, "hog", "block", 1, "model:shared")

@@ -521,7 +521,7 @@ func (q *queue) askEarly(want int, lanes []string, blocked *waits, left *map[str
 			id := newExecID()
 			keys, ok := keysOf[lane]
 			if !ok {
-				keys = q.limits.withShares(laneKeys(lane))
+				keys = q.keysOf(lane)
 				keysOf[lane] = keys
 			}
 			var cost int64
@@ -682,7 +682,7 @@ func grantAll(asks []lease.Ask) bool {
 // worker's limits stand.
 func (q *queue) lanesGrantAll(lanes []string) bool {
 	for _, lane := range lanes {
-		for _, k := range q.limits.withShares(laneKeys(lane)) {
+		for _, k := range q.keysOf(lane) {
 			if !q.limits.ask(k).GrantsAll() {
 				return false
 			}
@@ -690,6 +690,10 @@ func (q *queue) lanesGrantAll(lanes []string) bool {
 	}
 	return true
 }
+
+// keysOf returns the keys a job of lane holds slots of: its concurrency
+// keys and their share keys (limits.withShares).
+func (q *queue) keysOf(lane string) []string { return q.limits.withShares(laneKeys(lane)) }
 
 // laneKeys returns the concurrency keys of lane, the JSON array the submit
 // script writes as a job's concurrency_keys (nil for "", a job gone).

@@ -13,8 +13,9 @@ import "strings"
 // check, and however many lanes one tenant keeps waiting, the claim's
 // asks go to the lanes that can run.
 type waits struct {
-	lanes map[string]bool
-	full  map[string]bool
+	lanes  map[string]bool
+	full   map[string]bool
+	keysOf func(lane string) []string // queue.keysOf: a share key's refusal counts too
 }
 
 // has says whether lane waits. A nil *waits has none.
@@ -22,7 +23,7 @@ func (w *waits) has(lane string) bool {
 	if w == nil {
 		return false
 	}
-	return w.lanes[lane] || len(w.full) > 0 && waitsToo(w.full, laneKeys(lane))
+	return w.lanes[lane] || len(w.full) > 0 && waitsToo(w.full, w.keysOf(lane))
 }
 
 // any says whether anything waits.
