@@ -37,6 +37,14 @@ class JobsTest(unittest.TestCase):
         self.assertEqual(done["state"], "succeeded")
         self.assertEqual(done["result"], {"hello": "world"})
 
+    def test_a_job_has_the_members_its_type_names(self) -> None:
+        job = self.client.submit("echo", {"n": 1})
+        got = self.client.get(job["id"])
+        self.assertEqual(got["input"], {"n": 1})
+        self.assertEqual(set(got), set(leasehold.types.Job.__annotations__))
+        listed = next(j for j in self.client.list(kind="echo") if j["id"] == job["id"])
+        self.assertEqual(set(listed), leasehold.types.Job.__required_keys__)
+
     def test_idempotency_key_returns_the_first_job(self) -> None:
         key = str(uuid.uuid4())
         first = self.client.submit("echo", {"n": 1}, idempotency_key=key)
@@ -175,8 +183,10 @@ class AdminTest(unittest.TestCase):
 
     def test_queues_limits_usage(self) -> None:
         self.assertIn("default", [q["name"] for q in self.admin.queues()])
+        self.assertEqual(set(self.admin.queues()[0]), set(leasehold.types.Queue.__annotations__))
         limits = {lim["key"]: lim for lim in self.client.limits()}
         self.assertEqual(limits[CLOSED_KEY]["limit"], 0)
+        self.assertEqual(set(limits[CLOSED_KEY]), set(leasehold.types.Limit.__annotations__))
         today = datetime.datetime.now(datetime.timezone.utc).date()
         report = self.client.usage(today, today)
         self.assertEqual([d["date"] for d in report["days"]], [today.isoformat()])

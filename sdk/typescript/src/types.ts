@@ -73,10 +73,18 @@ export interface Job {
   result: Json;
   error: JobError | null;
   metadata: { [key: string]: Json } | null;
+  /** The input as submitted; absent from a listing (it may be 1 MiB a job): get the job for it. */
+  input?: Json;
   cost?: { tokens: number } | null;
   checkpoint?: Json;
   waiting_for?: { name: string; until: string } | null;
-  webhook?: { url: string; state: 'pending' | 'delivered' | 'failed'; attempts: number } | null;
+  webhook?: {
+    url: string;
+    state: 'pending' | 'delivered' | 'failed';
+    attempts: number;
+    /** The delivery's last tries (at most 20), oldest first. */
+    tries: { at: string; status?: number; error?: string }[];
+  } | null;
   schedule?: string | null;
 }
 
@@ -144,6 +152,7 @@ export interface Limit {
   tpm: number | null;
   tokens_last_minute: number | null;
   adaptive: boolean | null;
+  per_tenant: number | null;
   throttled_until: string | null;
   waiting: number;
 }
@@ -154,6 +163,8 @@ export interface LimitSpec {
   rpm?: number;
   tpm?: number;
   adaptive?: boolean;
+  /** The most slots one tenant may hold (needs a `limit`, at most it), and its share of `rpm` and `tpm`. */
+  per_tenant?: number;
 }
 
 export interface UsageDay {

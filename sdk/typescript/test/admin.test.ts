@@ -7,9 +7,10 @@ import { admin, client } from './env.js';
 
 test('the admin tenant sets and removes limits; a key with a colon and a slash is one path segment', async () => {
   const a = admin();
-  const set = await a.limits.set('sdk:team/extra', { limit: 3 });
+  const set = await a.limits.set('sdk:team/extra', { limit: 3, per_tenant: 2 });
   assert.equal(set.key, 'sdk:team/extra');
   assert.equal(set.limit, 3);
+  assert.equal(set.per_tenant, 2);
   assert.equal((await a.limits.list()).find((l) => l.key === 'sdk:team/extra')?.limit, 3);
   await a.limits.delete('sdk:team/extra');
   assert.equal((await a.limits.list()).find((l) => l.key === 'sdk:team/extra'), undefined);

@@ -13,6 +13,7 @@ test('submit runs a job, and an idempotency key answers the first job again', as
   const job = await c.submit({ kind: 'echo', input: { hello: 'world' } }, { idempotencyKey: key });
   assert.equal(job.kind, 'echo');
   assert.equal(job.state, 'queued');
+  assert.deepEqual(job.input, { hello: 'world' });
   const again = await c.submit({ input: { hello: 'world' }, kind: 'echo' }, { idempotencyKey: key });
   assert.equal(again.id, job.id);
   await assert.rejects(c.submit({ kind: 'echo', input: { hello: 'there' } }, { idempotencyKey: key }), IdempotencyKeyReusedError);

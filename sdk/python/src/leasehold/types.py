@@ -18,11 +18,11 @@ class Execution(TypedDict):
     fencing_token: int
     attempt: int
     started_at: str
-    heartbeat_at: Optional[str]
+    heartbeat_at: str
     finished_at: Optional[str]
 
 
-class Job(TypedDict):
+class _JobMembers(TypedDict):
     id: str
     tenant: str
     queue: str
@@ -47,6 +47,11 @@ class Job(TypedDict):
     schedule: Optional[str]
 
 
+class Job(_JobMembers, total=False):
+    # Absent from a listing (it may be 1 MiB a job): get the job for it.
+    input: Any
+
+
 class BatchItem(TypedDict, total=False):
     status: int
     job: Job
@@ -63,6 +68,7 @@ class Queue(TypedDict):
     queued: int
     running: int
     retrying: int
+    waiting: int
     paused: bool
 
 
@@ -76,6 +82,7 @@ class Limit(TypedDict):
     tpm: Optional[int]
     tokens_last_minute: Optional[int]
     adaptive: Optional[bool]
+    per_tenant: Optional[int]
     throttled_until: Optional[str]
     waiting: int
 
