@@ -75,6 +75,7 @@ class JobsTest(unittest.TestCase):
         whole = list(self.client.watch(job["id"]))
         rest = list(self.client.watch(job["id"], last_event_id=whole[0].id))
         self.assertEqual([e.id for e in rest], [e.id for e in whole[1:]])
+        self.assertEqual(list(leasehold.Client(max_reconnects=0).watch(job["id"], last_event_id=whole[-1].id)), [])
 
     def test_cancel_a_running_job(self) -> None:
         job = self.client.submit("sleep", {"duration": "1m", "tick": "100ms"})

@@ -314,11 +314,16 @@ def watch(policy: Policy, job_id: str, last_event_id: str | None = None) -> Oper
     A connection that breaks, or a stream that ends before a terminal state,
     is opened again with Last-Event-ID: the events come on from the last one
     emitted, none twice and none lost. After policy.max_reconnects tries in
-    a row that bring no event, the last error is raised.
+    a row that bring no event, the last error is raised. A watch from the
+    terminal state event's id emits nothing and ends.
     """
     path = f"/v1/jobs/{segment(job_id)}/events"
     last_state = None  # of the last state event seen
     tries = 0
+    # The server ends a stream at once, with nothing, when the job ended
+    # before last_event_id: an empty stream opened just after the job read
+    # as ended is the end of the watch.
+    ended = False
     while True:
         headers = {"Accept": "text/event-stream"}
         if last_event_id:
@@ -331,12 +336,12 @@ def watch(policy: Policy, job_id: str, last_event_id: str | None = None) -> Oper
                 tries += 1
                 yield Sleep(delay)
                 continue
-            parser = EventParser()
+            parser, received = EventParser(), False
             while line := (yield ReadLine()):
                 event = parser.feed(line)
                 if event is None:
                     continue
-                last_event_id, tries = event.id, 0
+                last_event_id, tries, received = event.id, 0, True
                 if event.event == "state" and isinstance(event.data, dict):
                     last_state = event.data.get("state")
                 yield Emit(event)
@@ -344,8 +349,14 @@ def watch(policy: Policy, job_id: str, last_event_id: str | None = None) -> Oper
             if tries >= policy.max_reconnects:
                 raise
         else:
-            if last_state in TERMINAL:
+            if last_state in TERMINAL or (ended and not received):
                 return
+            ended = False
+            if not received:
+                job = yield from exchange(policy, Request("GET", f"/v1/jobs/{segment(job_id)}", idempotent=True))
+                ended = job.json()["state"] in TERMINAL
+            if ended:
+                continue  # once more, for a terminal event written since
             if tries >= policy.max_reconnects:
                 raise errors.TransportError(f"the event stream of job {job_id} ended {tries + 1} times without an event")
         yield Sleep(policy.backoff(tries))
