@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -20,8 +19,7 @@ func TestPythonSDK(t *testing.T) {
 		"LEASEHOLD_LIMITS=sdk:closed=0",
 	)
 	s.start("worker")
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "sdk", "python")
+	dir := repoPath("sdk", "python")
 	cmd := exec.Command("python3", "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
