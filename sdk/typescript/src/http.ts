@@ -33,7 +33,7 @@ export interface RequestOptions {
 /**
  * Transport sends one API call: it authenticates, encodes, retries what
  * may be retried as `Retry-After` asks, and turns an error answer into its
- * typed error. The client and the handler framework share it.
+ * typed error.
  */
 export class Transport {
   readonly url: string;
