@@ -124,11 +124,11 @@ func TestBudgetTPMReservesEstimatesAndSettlesActualUsage(t *testing.T) {
 	})
 }
 
-// A reservation is clamped to [0, tpm] whatever estimate it is given: one
-// that wrapped negative (2^63-1 plus a prompt) once drove a key's tokens to
-// -9.2e18, stored as a float, and every settle's and claim's HINCRBY after
-// it failed. Settlements of absurd numbers fail nothing either, and the
-// tokens of the minute stay within [0, tpm].
+// A reservation is clamped to [0, tpm] whatever estimate it is given, so
+// a key's tokens stay an exact integer every HINCRBY can add to: a
+// negative estimate reserves nothing, not room for more. Settlements of
+// absurd numbers fail nothing either, and the tokens of the minute stay
+// within [0, tpm].
 func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
@@ -163,6 +163,25 @@ func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 			t.Fatalf("granted %v with 10 tokens used, want none", got)
 		}
 		inRange("after a huge estimate")
+	})
+}
+
+// An execution that ran past its minute (its window entry forgotten)
+// settles what it spent over what its claim reserved, and that was its
+// estimate clamped to the tpm: a job estimated at 5000 of tpm 1000 that
+// spent 1200 adds 200, not nothing.
+func TestBudgetSettlesPastTheMinuteOverTheClampedReservation(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		c, ks := newClient(t, rdb)
+		b := lease.Budget{TPM: 1000}
+		if got := ask(t, c, "model:p", -1, b, 5000, "big"); len(got) != 1 {
+			t.Fatalf("granted %v, want big: a job larger than the tpm runs alone", got)
+		}
+		age(t, rdb, ks, "model:p")
+		settle(t, c, "model:p", -1, b, lease.Settlement{Holder: "big", Outcome: lease.OutcomeOK, Tokens: 1200, Estimate: 5000})
+		if st := budgetState(t, c, rdb, "model:p"); st.Tokens != 200 {
+			t.Fatalf("tokens of the last minute %d, want the 200 spent over the 1000 reserved", st.Tokens)
+		}
 	})
 }
 
