@@ -17,7 +17,12 @@
 //	poll ──▶ read flags of all watched ids ──┘     id: cancel(ErrRequested)
 //
 // A message alone cancels nothing: anyone who can publish on the subject
-// could send one, and only the flag says a cancel was requested.
+// could send one, and only the flag says a cancel was requested. Where the
+// truth of the request is kept elsewhere (a job's record), the flag is a
+// cache of it, and WatcherConfig.Requested is asked about the ids whose
+// flag is found set: only those it confirms are cancelled, so a flag
+// written late, after the work it was meant for was run again, stops
+// nothing.
 //
 // The flag is written before the message is sent, so whenever a message
 // could have been lost (the watcher was reconnecting, NATS was down, the
