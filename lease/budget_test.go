@@ -163,6 +163,11 @@ func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 			t.Fatalf("granted %v with 10 tokens used, want none", got)
 		}
 		inRange("after a huge estimate")
+		// Tokens spent beyond any tpm count as the largest tpm.
+		settle(t, c, "model:w", -1, b, lease.Settlement{Holder: "whole", Outcome: lease.OutcomeOK, Tokens: math.MaxInt64, Estimate: 1000})
+		if st := budgetState(t, c, rdb, "model:w"); st.Tokens != lease.MaxBudget {
+			t.Fatalf("tokens of the last minute %d after a settlement of 2^63-1, want %d", st.Tokens, int64(lease.MaxBudget))
+		}
 	})
 }
 
