@@ -18,11 +18,11 @@ import (
 
 // hangingUpstream serves fakellm's answers, except to a request that asks
 // more than bigAsk max_tokens: that one gets a 200 stream of deltas text
-// deltas and then nothing, until its client goes away. calls gets every
-// request's max_tokens as it arrives.
+// deltas and then nothing, until its client goes away (fakellm's
+// HangAfter). calls gets every request's max_tokens as it arrives.
 func hangingUpstream(t *testing.T, bigAsk, deltas int, calls chan<- int) *httptest.Server {
 	t.Helper()
-	fake := fakellm.New(fakellm.Config{})
+	fake, hang := fakellm.New(fakellm.Config{}), fakellm.New(fakellm.Config{HangAfter: deltas})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var req fakellm.ChatRequest
@@ -32,20 +32,16 @@ func hangingUpstream(t *testing.T, bigAsk, deltas int, calls chan<- int) *httpte
 			asked = *req.MaxTokens
 		}
 		calls <- asked
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if asked <= bigAsk {
-			r.Body = io.NopCloser(bytes.NewReader(body))
 			fake.ServeHTTP(w, r)
-			return
+		} else {
+			hang.ServeHTTP(w, r)
 		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		for range deltas {
-			fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{"content":"x "}}]}`+"\n\n")
-		}
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
+	t.Cleanup(hang.Close)
 	return srv
 }
 
