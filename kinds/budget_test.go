@@ -361,7 +361,14 @@ func TestPushbackCutsOnlyItsModelsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.wait(t, j.ID, job.StateRetrying)
-	cut, shared := keyLimit(t, f.store, "model:fake-1"), keyLimit(t, f.store, "model:shared")
+	// The keys are settled just after the job's state is written: wait for
+	// the model's key to be cut, then look at the other.
+	var cut job.Limit
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		cut = keyLimit(t, f.store, "model:fake-1")
+		return !cut.ThrottledUntil.IsZero()
+	}, "model:fake-1 was never throttled after its 429")
+	shared := keyLimit(t, f.store, "model:shared")
 	if cut.ThrottledUntil.IsZero() || cut.EffectiveLimit.Value >= before.EffectiveLimit.Value {
 		t.Errorf("model:fake-1 after its 429: throttled until %v, effective limit %+v (before %+v); want it cut and throttled",
 			cut.ThrottledUntil, cut.EffectiveLimit, before.EffectiveLimit)

@@ -448,7 +448,13 @@ func TestA429CutsTheKeysItNames(t *testing.T) {
 	unnamed := f.submit(t, job.Submission{Input: json.RawMessage(`{"n":2}`), ConcurrencyKeys: []string{"model:c", "model:d"}})
 	f.wait(t, named.ID, job.StateRetrying)
 	f.wait(t, unnamed.ID, job.StateRetrying)
-	after := limits()
+	// The keys are settled just after the job's state is written: wait
+	// for those to be cut, then look at every key.
+	var after map[string]job.Limit
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		after = limits()
+		return !after["model:a"].ThrottledUntil.IsZero() && !after["model:c"].ThrottledUntil.IsZero() && !after["model:d"].ThrottledUntil.IsZero()
+	}, "the keys the 429s concern were never throttled")
 	for k, cut := range map[string]bool{"model:a": true, "model:b": false, "model:c": true, "model:d": true} {
 		l, was := after[k], before[k]
 		throttled, lowered := !l.ThrottledUntil.IsZero(), l.EffectiveLimit.Value < was.EffectiveLimit.Value
