@@ -11,7 +11,8 @@ import (
 // A tenant's retained bytes have a quota: the submit past it is refused
 // (*QuotaError) and writes nothing, another tenant's submit succeeds, a
 // batch's items and a retry count too, and deleting jobs gives their
-// bytes back, to 0 and no key once the last is gone.
+// bytes back, to 0 and no key once the last is gone; a batch across
+// queues then counts each item after the items before it.
 func TestRetainedBytesQuota(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
@@ -101,6 +102,18 @@ func TestRetainedBytesQuota(t *testing.T) {
 		}
 		if _, _, err := fx.store.SubmitWithin(ctx, "acme", sub("default"), "", limit); err != nil {
 			t.Fatalf("a submit once jobs are deleted: %v", err)
+		}
+
+		// A batch across queues counts each item after those before it,
+		// in whichever queue: room for one more job, not two.
+		one := retained("acme")
+		res, err = fx.store.SubmitBatch(ctx, "acme", []job.BatchItem{{Submission: sub("default")}, {Submission: sub("other")}},
+			job.Cap{MaxBytes: 2*one + one/2, Queues: queues})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Created || !errors.As(res[1].Err, new(*job.QuotaError)) {
+			t.Fatalf("a batch with room for one more job: %+v, %v; want the first created, the second past the quota", res[0].Created, res[1].Err)
 		}
 	})
 }
