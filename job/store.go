@@ -37,7 +37,7 @@ var (
 	ErrBadCursor = errors.New("job: bad cursor")
 	// ErrBusy is wrapped by *BusyError.
 	ErrBusy = errors.New("job: a concurrency key is full")
-	// ErrOverCap is wrapped by *CapError.
+	// ErrOverCap is wrapped by *CapError and *QuotaError.
 	ErrOverCap = errors.New("job: tenant over its cap of jobs not ended")
 	// ErrNotRetryable: only a failed, cancelled or expired job can be
 	// retried. Retry returns the job with it.
