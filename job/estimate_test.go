@@ -31,9 +31,9 @@ func refusedFields(err error) []string {
 
 // An llm.chat job's estimate, max_tokens plus its prompt, is bounded at
 // submit: a max_tokens that would take it past MaxCostTokens (2^63-1,
-// which once wrapped the sum negative, or a number beyond 64 bits) is
-// refused naming input.max_tokens, and so is an estimate above the whole
-// tpm of one of its keys, as a cost.tokens is.
+// whose sum with the prompt would wrap negative, or a number beyond 64
+// bits) is refused naming input.max_tokens, and so is an estimate above
+// the whole tpm of one of its keys, as a cost.tokens is.
 func TestSubmitBoundsTheChatEstimate(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {

@@ -100,7 +100,7 @@ func TestSleepInputCheckedAtSubmit(t *testing.T) {
 // TestChatInputCheckedAtSubmit: an llm.chat input its handler would
 // refuse (no model, no message, a bad max_tokens or temperature) is a 400
 // naming the field, as the handler's parser names it; so is a max_tokens
-// whose estimate has no bound (2^63-1 once wrapped a key's tokens
+// that takes the estimate past its bound (2^63-1 would wrap it
 // negative). Nothing is written.
 func TestChatInputCheckedAtSubmit(t *testing.T) {
 	t.Parallel()
