@@ -12,7 +12,7 @@ import (
 // another tenant's submit succeeds; deleting the tenant's ended jobs frees
 // its quota.
 //
-// Fails when ended jobs count against no quota: every submit is 201.
+// Fails when the API gives the store no quota: every submit is 201.
 func TestRetainedBytesQuota(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *httpapi.Config) { c.TenantMaxRetainedBytes = 12_000 })
