@@ -83,9 +83,9 @@ end
 -- {q:Q}:retained:<tenant> holds each job's charge (field: its id) and
 -- their sum (field '*', which no id is). A job is charged once, at its
 -- submit, and given back exactly that when it is deleted: a fold or a
--- pack shrinks what it holds, not its charge, and a job of an older
--- version, never charged, gives nothing back. So the sum never drifts
--- below 0 nor keeps a deleted job's bytes.
+-- pack shrinks what it holds, not its charge, and a job with no charge
+-- gives nothing back. So the sum never drifts below 0 nor keeps a deleted
+-- job's bytes.
 
 -- retained_bytes returns the sum of the charges in retained.
 local function retained_bytes(retained)
