@@ -71,7 +71,7 @@ type batchBody[T any] struct {
 // POST /v1/jobs/batch: each item is submitted as its own POST /v1/jobs
 // would be, in a few round trips for the whole batch (job.Store.SubmitBatch).
 //
-// The body is read only in one of the process's batch slots (batchSlots),
+// The body is read only in one of the process's batch slots (slots),
 // and split into its items with a scan that decodes none of them. The
 // rate is spent from that count, before any item is decoded: an item past
 // the rate is answered 429 undecoded, so a tenant over its rate costs the

@@ -171,8 +171,8 @@ type server struct {
 	rdb          redis.UniversalClient
 	store        *job.Store
 	blocking     *job.Store // the Store's reads, on Config.Blocking
-	streams      *streamSlots
-	batches      *batchSlots
+	streams      *slots
+	batches      *slots
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
@@ -224,9 +224,9 @@ func New(cfg Config) (http.Handler, error) {
 		queues:       cfg.Queues,
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
-		streams:      &streamSlots{max: cmp.Or(cfg.MaxStreams, DefaultMaxStreams), held: map[string]int{}},
-		batches: &batchSlots{perTenant: cmp.Or(cfg.MaxTenantBatches, DefaultMaxTenantBatches),
-			all: cmp.Or(cfg.MaxBatches, DefaultMaxBatches), held: map[string]int{}},
+		streams:      newSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams), 0, errTooManyStreams, nil),
+		batches: newSlots(cmp.Or(cfg.MaxTenantBatches, DefaultMaxTenantBatches), cmp.Or(cfg.MaxBatches, DefaultMaxBatches),
+			errTooManyBatches, errBatchesFull),
 		bodyTimeout:  cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
