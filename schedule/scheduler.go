@@ -130,7 +130,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // runOnce takes the schedules due now (Store.take: Batch at most, fairly
 // across tenants) and fires each, Concurrency at a time, and returns how
-// many it took; more says that more were due than it took. A fire that
+// many it took; more says that more may be due than it took. A fire that
 // fails is logged; its hold runs out and a later read takes it again.
 func (s *Scheduler) runOnce(ctx context.Context) (n int, more bool, err error) {
 	now, due, more, err := s.store.take(ctx, s.batch, s.hold)

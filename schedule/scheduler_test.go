@@ -185,6 +185,33 @@ func TestTakeIsFairAcrossTenants(t *testing.T) {
 	}
 }
 
+// More tenants due than a read takes: with a Batch of 2 and an Interval of
+// an hour, five tenants' schedules all fire from the reads that follow the
+// first at once, not one Interval apart.
+func TestMoreTenantsDueThanABatchAreReadAtOnce(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t))
+	past := redisNow(t, fx.rdb).Add(-time.Second)
+	for i := range 5 {
+		tenant := fmt.Sprintf("t%d", i)
+		fx.create(t, tenant, every("s", "1h"))
+		fx.dueAt(t, tenant, "s", past)
+	}
+	s := fx.scheduler(t, nil, schedule.SchedulerConfig{Batch: 2, Interval: time.Hour})
+	var fired atomic.Int64
+	s.OnFire(func(res schedule.Result) {
+		if res.Outcome == schedule.Fired {
+			fired.Add(1)
+		}
+	})
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	wg.Go(func() { _ = s.Run(ctx) })
+	testenv.Eventually(t, 10*time.Second, func() bool { return fired.Load() == 5 }, "not all 5 tenants' schedules fired")
+}
+
 // maxCommandsPerSkip bounds the Redis commands that one skipped due time
 // of an idle "@every 1s" skip schedule costs, the reads of the due index
 // included (docs/operations.md, A tenant's schedules).

@@ -534,8 +534,9 @@ func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int
 type taken struct{ tenant, name string }
 
 // take takes up to n schedules due now, holding them for hold, and
-// returns them with the Redis clock's now; more says that some tenant had
-// more due than it took. Fair across tenants: it reads up to n tenants
+// returns them with the Redis clock's now; more says that more may be due
+// than it took: some tenant had more due than its share, or n tenants were
+// due, as many as one read reads. Fair across tenants: it reads up to n tenants
 // with schedules due, those looked at longest ago first, and takes an even
 // share of n from each (at least one), so one tenant's many due schedules
 // delay another's by at most a read while fewer than n tenants are due.
@@ -571,7 +572,7 @@ func (s *Store) take(ctx context.Context, n int, hold time.Duration) (now time.T
 	for i := 2; i < len(res); i += 2 {
 		out = append(out, taken{tenant: res[i], name: res[i+1]})
 	}
-	return now, out, res[1] == "1", nil
+	return now, out, res[1] == "1" || len(tenants) == n, nil
 }
 
 // replyStrings reads a script's array reply of strings and integers (a
