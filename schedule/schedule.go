@@ -86,6 +86,22 @@ func (s stamp) MarshalJSON() ([]byte, error) { return []byte(`"` + format(time.T
 
 func format(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
+// Validate checks spec as Create does, without Redis: an invalid spec
+// returns a *job.ValidationError naming each field at fault. (The API
+// checks a body with it before it spends the tenant's rate.)
+func (spec Spec) Validate() error {
+	_, cr, _, err := spec.normalize()
+	if err == nil && cr.Next(time.Now()).IsZero() {
+		return neverDue()
+	}
+	return err
+}
+
+// neverDue is the error of a cron expression with no due time after now.
+func neverDue() error {
+	return &job.ValidationError{Errors: []job.FieldError{{Field: "cron", Message: "never comes due"}}}
+}
+
 // normalize validates spec and returns it with its defaults applied, the
 // parsed cron expression, and the spec's canonical JSON: two requests that
 // mean the same schedule have the same.

@@ -144,7 +144,7 @@ func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Sched
 	}
 	next := cr.Next(now)
 	if next.IsZero() {
-		return Schedule{}, false, &job.ValidationError{Errors: []job.FieldError{{Field: "cron", Message: "never comes due"}}}
+		return Schedule{}, false, neverDue()
 	}
 	res, err := s.create.Run(ctx, s.rdb,
 		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant), s.keys.ScheduleTenants()},

@@ -32,9 +32,13 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
 	var b scheduleBody
-	var sub job.Submission
+	var spec schedule.Spec
 	if _, err = decodeInto(body, &b); err == nil {
-		sub, err = s.decodeScheduledJob(ctx, c.tenant, b.Job)
+		spec = schedule.Spec{Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Overlap: b.Overlap}
+		spec.Job, err = s.decodeScheduledJob(ctx, c.tenant, b.Job)
+	}
+	if err == nil {
+		err = spec.Validate() // a bad body is told what to fix, and spends nothing
 	}
 	if err == nil {
 		err = s.spendOnNew(ctx, w, c.tenant, b.Name)
@@ -43,9 +47,7 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		s.fail(w, r, err)
 		return
 	}
-	sch, created, err := s.schedules.Create(ctx, c.tenant, schedule.Spec{
-		Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Job: sub, Overlap: b.Overlap,
-	})
+	sch, created, err := s.schedules.Create(ctx, c.tenant, spec)
 	switch {
 	case errors.Is(err, schedule.ErrExists):
 		writeProblem(w, http.StatusConflict, "a schedule of this name exists with another body; delete it first, or choose another name",

@@ -199,6 +199,18 @@ func TestSchedulesCreateSpendsTheRate(t *testing.T) {
 		t.Fatalf("the same body again: %s %s", resp.Status, resp.body)
 	}
 	expectProblem(t, f.postBody(acmeKey, "/v1/schedules", strings.Replace(body("a"), "@hourly", "@daily", 1)), http.StatusConflict, "name")
+	// A body refused as bad spends nothing, as a bad submission does not.
+	g := newFixture(t, withRate(t, "1/h:1"))
+	for _, bad := range []struct{ field, body string }{
+		{"cron", strings.Replace(body("d"), "@hourly", "0 25 * * *", 1)},
+		{"cron", strings.Replace(body("d"), "@hourly", "0 0 30 2 *", 1)}, // never comes due
+		{"name", body("Not A Name")},
+	} {
+		expectProblem(t, g.postBody(acmeKey, "/v1/schedules", bad.body), http.StatusBadRequest, bad.field)
+	}
+	if resp := g.postBody(acmeKey, "/v1/schedules", body("d")); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create after bad bodies: %s %s", resp.Status, resp.body)
+	}
 	// Another tenant's rate is its own.
 	if resp := f.postBody(globexKey, "/v1/schedules", body("c")); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("another tenant: %s %s", resp.Status, resp.body)
