@@ -354,12 +354,9 @@ func listQuery(v url.Values, c caller) (job.ListQuery, error) {
 		Queue:  v.Get("queue"),
 		Cursor: v.Get("cursor"),
 	}
-	if v.Has("limit") {
-		n, err := strconv.Atoi(v.Get("limit"))
-		if err != nil || n < 1 {
-			return q, fieldError("limit", "must be an integer from 1 to 500")
-		}
-		q.Limit = n
+	var err error
+	if q.Limit, err = queryLimit(v); err != nil {
+		return q, err
 	}
 	if v.Has("tenant") {
 		switch t := v.Get("tenant"); {
@@ -372,6 +369,20 @@ func listQuery(v url.Values, c caller) (job.ListQuery, error) {
 		q.Tenant = ""
 	}
 	return q, nil
+}
+
+// queryLimit reads a listing's ?limit=, 0 when it has none (the store's
+// default). Its form is checked here, its bound (500, as for every
+// listing) by the store.
+func queryLimit(v url.Values) (int, error) {
+	if !v.Has("limit") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v.Get("limit"))
+	if err != nil || n < 1 {
+		return 0, fieldError("limit", "must be an integer from 1 to 500")
+	}
+	return n, nil
 }
 
 // POST /v1/jobs/{id}/cancel

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
@@ -120,14 +118,10 @@ func (s *server) listSchedules(w http.ResponseWriter, r *http.Request, c caller)
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
 	q := r.URL.Query()
-	limit := 0
-	if q.Has("limit") {
-		n, err := strconv.Atoi(q.Get("limit"))
-		if err != nil || n < 1 {
-			s.fail(w, r, fieldError("limit", fmt.Sprintf("must be an integer from 1 to %d", schedule.MaxListLimit)))
-			return
-		}
-		limit = n
+	limit, err := queryLimit(q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	list, next, err := s.schedules.List(ctx, c.tenant, limit, q.Get("cursor"))
 	if err != nil {
