@@ -2,12 +2,13 @@
 // cron expression in an IANA time zone, exactly once per due time however
 // many processes fire schedules and whichever of them die.
 //
-// A schedule is a hash in Redis beside a due-time index (a sorted set of
-// every tenant's schedules, by when they are next due). Any process may
-// run a Scheduler: it reads the index every 200 ms or so (one
-// ZRANGEBYSCORE when nothing is due), takes what is due for a short hold,
-// and fires each with Store.Fire. A fire is two idempotent steps in two
-// Redis Cluster slots:
+// A schedule is a hash in Redis beside its tenant's due-time index (a
+// sorted set of the tenant's schedules, by when they are next due) and an
+// index of the tenants with schedules due. Any process may run a
+// Scheduler: it reads the tenants' index every 200 ms or so (one
+// ZRANGEBYSCORE when nothing is due), takes what is due, an even share
+// from each tenant, for a short hold, and fires each with Store.Fire. A
+// fire is two idempotent steps in two Redis Cluster slots:
 //
 //  1. create the job through job.Store.SubmitWithin with an idempotency
 //     key made of the tenant, the schedule's name and generation, and the
