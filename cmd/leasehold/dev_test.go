@@ -297,3 +297,35 @@ func TestMakeRunStopsWithoutError(t *testing.T) {
 		t.Errorf("make reported an error after Ctrl-C:\n%s", p.stderr.String())
 	}
 }
+
+// On the in-process stand-in, the banner's line for another worker starts
+// one: cmd/worker, which checks a Redis's eviction policy at its start,
+// is told the stand-in's, which it cannot ask for.
+func TestDevStandInTakesAnotherWorker(t *testing.T) {
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../worker", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dev := startDev(t, filepath.Join(bin, "leasehold"), t.TempDir(), "--memory")
+	m := regexp.MustCompile(`\n  (.*) go run ./cmd/worker\n`).FindStringSubmatch(dev.banner(t))
+	if m == nil {
+		t.Fatalf("no line for another worker in the banner:\n%s", dev.stdout.String())
+	}
+	ops := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	worker := exec.Command(filepath.Join(bin, "worker"), "--metrics-addr", ops)
+	worker.Env = append(os.Environ(), strings.Fields(m[1])...)
+	var out testenv.Buffer
+	worker.Stdout, worker.Stderr = &out, &out
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = worker.Process.Kill()
+		_ = worker.Wait()
+		if t.Failed() {
+			t.Logf("the worker of the banner's line (%s):\n%s", m[1], out.String())
+		}
+	})
+	waitReady(t, ops)
+}

@@ -452,6 +452,12 @@ func banner(w io.Writer, a devAccess, dataDir string, durable, fakeLLM bool, rem
 	if admin == "" {
 		admin = "none (no tenant admin in --api-keys)"
 	}
+	another := "LEASEHOLD_REDIS_URL=" + a.redis + " LEASEHOLD_NATS_URL=" + a.nats
+	if !durable {
+		// The stand-in has no CONFIG for another process to check that it
+		// evicts nothing, which it never does.
+		another = "LEASEHOLD_REDIS_ASSUME_NOEVICTION=1 " + another
+	}
 	base, auth := a.base, "Authorization: Bearer "+a.key
 	fmt.Fprintf(w, `
 Leasehold is running.
@@ -486,11 +492,11 @@ With the CLI (go run ./cmd/leasehold, or go install ./cmd/leasehold):
   LEASEHOLD_KEY=%s leasehold queues pause default
 
 Another worker beside this one (the handler examples run theirs so):
-  LEASEHOLD_REDIS_URL=%s LEASEHOLD_NATS_URL=%s go run ./cmd/worker
+  %s go run ./cmd/worker
 
 The keys and the webhook secret are kept in %s for the next start.
 Ctrl-C stops everything.
 `, base, a.tenant, a.key, admin, base, a.redis, store, a.nats, strings.Join(served, ", "), llm,
-		base, auth, base, auth, base, auth, base, auth, base, a.key, a.adminKey, a.redis, a.nats,
+		base, auth, base, auth, base, auth, base, auth, base, a.key, a.adminKey, another,
 		filepath.Join(dataDir, credentialsFile))
 }
