@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,5 +58,5 @@ func (t *TextWriter) Raw() io.Writer { return t.w }
 // control reports whether r is a control character other than newline
 // and tab.
 func control(r rune) bool {
-	return r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f
+	return unicode.IsControl(r) && r != '\n' && r != '\t'
 }
