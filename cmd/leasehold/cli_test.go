@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -626,6 +627,17 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("schedules", "ls"); !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "false") {
 			t.Errorf("ls after the trigger and resume:\n%s", r.stdout)
 		}
+		// A page at a time, by name: the next page's command is on stderr.
+		s.ok("schedules", "create", "hourly", "0 * * * *", "echo")
+		first := s.ok("schedules", "ls", "--limit", "1")
+		m := regexp.MustCompile(`^more: leasehold schedules ls --cursor (\S+)\n$`).FindStringSubmatch(first.stderr)
+		if m == nil || !strings.Contains(first.stdout, "hourly") || strings.Contains(first.stdout, "nightly") {
+			t.Fatalf("ls --limit 1:\n%s%s", first.stdout, first.stderr)
+		}
+		if r := s.ok("schedules", "ls", "--limit", "1", "--cursor", m[1]); !strings.Contains(r.stdout, "nightly") || strings.Contains(r.stdout, "hourly") || r.stderr != "" {
+			t.Errorf("ls --cursor, the last page:\n%s%s", r.stdout, r.stderr)
+		}
+		s.ok("schedules", "rm", "hourly")
 		if r := s.ok("schedules", "get", "nightly", "-o", "json"); !strings.Contains(r.stdout, `"last_job_id":"`+j.ID+`"`) {
 			t.Errorf("get -o json: %s", r.stdout)
 		}
