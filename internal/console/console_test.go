@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,7 +79,8 @@ func newStack(t *testing.T) *stack {
 	}
 	// Webhooks to loopback receivers, delivered by a drainer of the stack.
 	hooks := webhook.Policy{Allow: kinds.NotifyAllow{Loopback: true}, Secrets: webhook.Secrets{"acme": {[]byte("0123456789abcdef")}}}
-	api, err := httpapi.New(httpapi.Config{Redis: rdb, Store: store, Flags: flags, NATS: nc, Prefix: prefix, Keys: keys, Logger: log, Webhooks: hooks})
+	api, err := httpapi.New(httpapi.Config{Redis: rdb, Store: store, Flags: flags, NATS: nc, Prefix: prefix, Keys: keys, Logger: log, Webhooks: hooks,
+		Queues: []string{job.DefaultQueue, "bulk"}}) // no worker serves "bulk": its jobs stay queued
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,6 +524,49 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("the jobs list follows changes and acts on the jobs selected", func(t *testing.T) {
+		// No worker serves the queue "bulk": its jobs stay queued until
+		// the page acts on them.
+		var ids []string
+		for range 3 {
+			ids = append(ids, s.submit(`{"kind": "echo", "queue": "bulk"}`).ID)
+		}
+		row := func(id string) string { return fmt.Sprintf(`#main tr[data-id=%q]`, id) }
+		tb := tab.in(t)
+		tb.run(
+			show("#/jobs?queue=bulk"),
+			until(`document.querySelectorAll('#main tbody tr').length === 3`),
+		)
+		// Changes made elsewhere show up without a reload.
+		ids = append(ids, s.submit(`{"kind": "echo", "queue": "bulk"}`).ID)
+		s.call(http.MethodPost, "/v1/jobs/"+ids[0]+"/cancel", acmeKey, "", http.StatusAccepted, nil)
+		tb.run(
+			chromedp.WaitVisible(chromedp.CSS(row(ids[3]))),
+			textHas(row(ids[0]), "cancelled"),
+			// One retried, three refused: each job's outcome is listed.
+			chromedp.Click(chromedp.ID("select-all")),
+			textIs("#selected-count", "4 selected"),
+			chromedp.Click(chromedp.ID("retry-selected")),
+			textHas("#bulk-summary", "Retry: 1 of 4 jobs done, 3 refused."),
+			textHas(fmt.Sprintf(`#bulk-summary li[data-id=%q]`, ids[0]), "queued again"),
+			textHas(fmt.Sprintf(`#bulk-summary li[data-id=%q]`, ids[1]), "refused: "),
+			until(`document.querySelectorAll('#main tbody .state-queued').length === 4`),
+			chromedp.Click(chromedp.ID("cancel-selected")),
+			textHas("#bulk-summary", "Cancel: 4 of 4 jobs done."),
+			until(`document.querySelectorAll('#main tbody .state-cancelled').length === 4`),
+			// Deleting takes a second click.
+			chromedp.Click(chromedp.ID("delete-selected")),
+			textIs("#delete-selected", "Click again to delete 4"),
+			chromedp.Click(chromedp.ID("delete-selected")),
+			textHas("#bulk-summary", "Delete: 4 of 4 jobs done."),
+			textHas("#main", "No job matches."),
+			textIs("#selected-count", "0 selected"),
+		)
+		for _, id := range ids {
+			s.call(http.MethodGet, "/v1/jobs/"+id, acmeKey, "", http.StatusNotFound, nil)
+		}
+	})
+
 	t.Run("usage is a chart per day", func(t *testing.T) {
 		tb := tab.in(t)
 		tb.run(
@@ -580,14 +625,15 @@ func TestConsole(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Resume queue default"]`)),
 			textHas("#admin-status", "Queue default paused."),
 		)
+		type queue struct {
+			Name   string `json:"name"`
+			Paused bool   `json:"paused"`
+		}
 		var q struct {
-			Queues []struct {
-				Name   string `json:"name"`
-				Paused bool   `json:"paused"`
-			} `json:"queues"`
+			Queues []queue `json:"queues"`
 		}
 		s.call(http.MethodGet, "/v1/queues", adminKey, "", http.StatusOK, &q)
-		if len(q.Queues) != 1 || !q.Queues[0].Paused {
+		if !slices.Contains(q.Queues, queue{Name: job.DefaultQueue, Paused: true}) {
 			t.Fatalf("queues after pause: %+v", q.Queues)
 		}
 		tb.run(
@@ -602,7 +648,7 @@ func TestConsole(t *testing.T) {
 		tb := tab.in(t)
 		tb.run(
 			show("#/overview"),
-			until(`/^default, last hour: [1-9][0-9]* succeeded, [1-9][0-9]* failed/.test(document.querySelector('svg.chart')?.getAttribute('aria-label'))`),
+			until(`/^default, last hour: [1-9][0-9]* succeeded, [1-9][0-9]* failed/.test(document.querySelector('svg.chart[aria-label^="default, "]')?.getAttribute('aria-label'))`),
 			show("#/admin"),
 			chromedp.SetValue(chromedp.CSS(`form[aria-labelledby=bulk-title] input[name=kind]`), "sleep"),
 			chromedp.Click(chromedp.CSS(`form[aria-labelledby=bulk-title] button`)),

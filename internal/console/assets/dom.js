@@ -62,13 +62,16 @@ export function badge(state) {
 }
 
 // table builds a table from column headings and rows of cells, in a
-// wrapper that scrolls sideways on a narrow screen.
-export function table(caption, headings, rows) {
+// wrapper that scrolls sideways on a wide table; on a narrow screen each
+// row becomes a card whose cells are labelled by their headings
+// (data-label). rowProps(i), when given, sets the attributes of row i.
+export function table(caption, headings, rows, rowProps = () => ({})) {
   return h('div', { class: 'scroll' },
     h('table', {},
       caption ? h('caption', {}, caption) : null,
       h('thead', {}, h('tr', {}, headings.map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((c) => h('td', {}, c)))))));
+      h('tbody', {}, rows.map((cells, i) => h('tr', rowProps(i),
+        cells.map((c, j) => h('td', { 'data-label': typeof headings[j] === 'string' ? headings[j] : null }, c)))))));
 }
 
 // field is a labelled form control: an input unless control is given.
