@@ -642,6 +642,20 @@ func TestConsole(t *testing.T) {
 		)
 	})
 
+	t.Run("the admin sees the live workers and what they serve", func(t *testing.T) {
+		ran := s.await(s.submit(`{"kind": "echo"}`).ID)
+		row := fmt.Sprintf(`#main tr[data-id=%q]`, ran.Execution.Worker)
+		tb := tab.in(t)
+		tb.run(
+			show("#/workers"),
+			chromedp.WaitVisible(chromedp.CSS(row)),
+			textHas(row+` td[data-label=Queues]`, job.DefaultQueue),
+			textHas(row+` td[data-label=Kinds]`, "llm.chat"),
+			textHas(row+` td[data-label=Kinds]`, "sleep"),
+			textHas(row+` td[data-label="Last heartbeat"]`, " s ago)"),
+		)
+	})
+
 	t.Run("the admin sees finishes per minute and retries in bulk", func(t *testing.T) {
 		j := s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}}`)
 		first := s.await(j.ID)

@@ -1,4 +1,4 @@
-// The console's router: #/overview, #/jobs, #/jobs/<id>, #/schedules, #/usage, #/admin
+// The console's router: #/overview, #/jobs, #/jobs/<id>, #/schedules, #/workers, #/usage, #/admin
 // and #/login. Each view draws itself into <main> and returns a function
 // that stops what it started (timers, streams) when the operator leaves.
 import { call, query, session, ApiError } from './api.js';
@@ -8,6 +8,7 @@ import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as usage from './usage.js';
 import * as schedules from './schedules.js';
+import * as workers from './workers.js';
 import * as admin from './admin.js';
 
 const main = document.getElementById('main');
@@ -23,6 +24,8 @@ function route() {
       return parts[1] ? [job.render, decodeURIComponent(parts[1])] : [jobs.render, params];
     case 'schedules':
       return [schedules.render, params];
+    case 'workers':
+      return [workers.render, params];
     case 'usage':
       return [usage.render, params];
     case 'admin':
