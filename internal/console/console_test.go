@@ -614,6 +614,78 @@ func TestConsole(t *testing.T) {
 		s.call(http.MethodGet, "/v1/schedules/nightly", acmeKey, "", http.StatusNotFound, nil)
 	})
 
+	// schedule is a schedule as the API reads it.
+	type schedule struct {
+		Cron      string          `json:"cron"`
+		Timezone  string          `json:"timezone"`
+		Overlap   string          `json:"overlap"`
+		LastJobID *string         `json:"last_job_id"`
+		Job       json.RawMessage `json:"job"`
+	}
+
+	t.Run("a schedule is created in the console", func(t *testing.T) {
+		tb := tab.in(t)
+		form := func(name string) chromedp.CSS { return chromedp.CSS(`#schedule-form [name=` + name + `]`) }
+		tb.run(
+			show("#/schedules"),
+			chromedp.WaitVisible(form("name")),
+			chromedp.SetValue(form("name"), "hourly-sync"),
+			chromedp.SetValue(form("cron"), "0 * * * *"),
+			chromedp.SetValue(form("timezone"), "Europe/Berlin"),
+			chromedp.SetValue(form("kind"), "echo"),
+			chromedp.SetValue(form("overlap"), "skip"),
+			// Input that is not JSON is refused before anything is sent.
+			chromedp.SetValue(form("input"), `{"source": `),
+			chromedp.Click(chromedp.CSS(`#schedule-form button[type=submit]`)),
+			textIs("#schedules-status", "Not saved: the job input is not JSON."),
+			chromedp.SetValue(form("input"), `{"source": "crm"}`),
+			chromedp.Click(chromedp.CSS(`#schedule-form button[type=submit]`)),
+			textIs("#schedules-status", "Schedule hourly-sync created."),
+			textHas(`tr[data-name=hourly-sync] td[data-label=Kind]`, "echo"),
+			textIs(`tr[data-name=hourly-sync] td[data-label=Input]`, `{"source":"crm"}`),
+			// The next run is shown in the schedule's zone, named.
+			textHas(`tr[data-name=hourly-sync] td[data-label="Next run"]`, ":00:00 Europe/Berlin"),
+			textIs(`tr[data-name=hourly-sync] td[data-label="Last run"]`, "never"),
+		)
+		var sch schedule
+		s.call(http.MethodGet, "/v1/schedules/hourly-sync", acmeKey, "", http.StatusOK, &sch)
+		if sch.Cron != "0 * * * *" || sch.Timezone != "Europe/Berlin" || sch.Overlap != "skip" || !strings.Contains(string(sch.Job), `"input":{"source":"crm"}`) {
+			t.Fatalf("the schedule as created: %+v %s", sch, sch.Job)
+		}
+	})
+
+	t.Run("a schedule is edited in the console and keeps its history", func(t *testing.T) {
+		var fired job.Job
+		s.call(http.MethodPost, "/v1/schedules/hourly-sync/trigger", acmeKey, "", http.StatusCreated, &fired)
+		row := `tr[data-name=hourly-sync]`
+		tb := tab.in(t)
+		tb.run(
+			show("#/schedules"),
+			chromedp.WaitVisible(chromedp.CSS(row+` a[href="#/jobs/`+fired.ID+`"]`)),
+			textHas(row+` td[data-label="Last run"]`, "Europe/Berlin, job "+fired.ID[:8]),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Edit schedule hourly-sync"]`)),
+			textIs("#schedule-form-title", "Edit schedule hourly-sync"),
+			until(`document.querySelector('#schedule-form [name=name]').readOnly`),
+			until(`document.querySelector('#schedule-form [name=cron]').value === '0 * * * *'`),
+			chromedp.SetValue(chromedp.CSS(`#schedule-form [name=cron]`), "30 * * * *"),
+			chromedp.SetValue(chromedp.CSS(`#schedule-form [name=input]`), `{"source": "erp"}`),
+			chromedp.Click(chromedp.CSS(`#schedule-form button[type=submit]`)),
+			textIs("#schedules-status", "Schedule hourly-sync saved."),
+			textIs(row+` td[data-label=Input]`, `{"source":"erp"}`),
+			textHas(row+` td[data-label=Cron]`, "30 * * * *"),
+			textIs("#schedule-form-title", "New schedule"),
+		)
+		var sch schedule
+		s.call(http.MethodGet, "/v1/schedules/hourly-sync", acmeKey, "", http.StatusOK, &sch)
+		if sch.Cron != "30 * * * *" || sch.Overlap != "skip" || !strings.Contains(string(sch.Job), `"input":{"source":"erp"}`) {
+			t.Fatalf("the schedule after the edit: %+v %s", sch, sch.Job)
+		}
+		if sch.LastJobID == nil || *sch.LastJobID != fired.ID {
+			t.Fatalf("the edit lost the last job: %v, want %s", sch.LastJobID, fired.ID)
+		}
+		s.call(http.MethodDelete, "/v1/schedules/hourly-sync", acmeKey, "", http.StatusNoContent, nil)
+	})
+
 	tab.login(adminKey, "admin")
 
 	t.Run("the admin pauses and resumes a queue", func(t *testing.T) {

@@ -43,13 +43,23 @@ export function replace(el, ...children) {
   return el;
 }
 
-// time shows an RFC 3339 time as UTC "YYYY-MM-DD HH:MM:SS", or "—".
-export function time(t) {
+// time shows an RFC 3339 time as "YYYY-MM-DD HH:MM:SS" in zone (an IANA
+// name), followed by the zone's name, or "—".
+export function time(t, zone = 'UTC') {
   if (!t) return '—';
   const d = t instanceof Date ? t : new Date(t);
   if (Number.isNaN(d.getTime())) return '—';
-  return d.toISOString().slice(0, 19).replace('T', ' ');
+  if (!clocks.has(zone)) {
+    // Swedish writes dates and times as ISO 8601 does.
+    clocks.set(zone, new Intl.DateTimeFormat('sv-SE', {
+      timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit',
+      hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23',
+    }));
+  }
+  return `${clocks.get(zone).format(d)} ${zone}`;
 }
+
+const clocks = new Map(); // a formatter per zone
 
 // json shows a JSON value indented, or "—" for null.
 export function json(v) {
