@@ -334,6 +334,24 @@ func holdCancelAnswerUntil(sel, want string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// recordWrites makes the page keep, in window.__writes, each request it
+// sends that is not a GET, as "METHOD path body".
+func recordWrites() chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](`(() => {
+			window.__writes = [];
+			const fetch = window.__fetch || window.fetch;
+			window.__fetch = fetch;
+			window.fetch = (url, opts = {}) => {
+				if ((opts.method || 'GET') !== 'GET') window.__writes.push(opts.method + ' ' + url + ' ' + (opts.body || ''));
+				return fetch(url, opts);
+			};
+			return true;
+		})()`)(ctx, t)
+		return err
+	})
+}
+
 // until waits until the JavaScript condition holds.
 func until(cond string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -770,6 +788,40 @@ func TestConsole(t *testing.T) {
 			textHas("#admin-status", "removed"),
 			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
 		)
+	})
+
+	t.Run("editing a limit sends a merge patch and keeps its budgets", func(t *testing.T) {
+		s.call(http.MethodPut, "/v1/limits/model:keep", adminKey, `{"limit": 20, "rpm": 3000, "tpm": 400000, "adaptive": true}`, http.StatusOK, nil)
+		defer s.call(http.MethodDelete, "/v1/limits/model:keep", adminKey, "", http.StatusNoContent, nil)
+		row := `#main tr[data-key="model:keep"]`
+		tb := tab.in(t)
+		tb.run(
+			show("#/admin"),
+			chromedp.WaitVisible(chromedp.CSS(row)),
+			textHas("#limits-help", "effective limit"),
+			textHas(row+` td[data-label="Tokens per minute"]`, "0 in the last minute"),
+			textHas(row+` td[data-label=Limit]`, "effective "),
+			recordWrites(),
+			chromedp.SetValue(chromedp.CSS(`input[aria-label="Limit of model:keep"]`), "30"),
+			chromedp.SetValue(chromedp.CSS(`input[aria-label="Requests per minute of model:keep"]`), ""),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Save the limit of model:keep"]`)),
+			until(`window.__writes.length > 0`),
+		)
+		if sent := get(tb, chromedp.Evaluate[[]string](`window.__writes`)); !slices.Equal(sent, []string{`PATCH /v1/limits/model%3Akeep {"limit":30,"rpm":null}`}) {
+			t.Fatalf("the console sent %q, want one merge patch of the fields changed", sent)
+		}
+		tb.run(textIs("#admin-status", "Limit of model:keep: limit set to 30, rpm removed."))
+		var l struct {
+			Limits []job.Limit `json:"limits"`
+		}
+		s.call(http.MethodGet, "/v1/limits", adminKey, "", http.StatusOK, &l)
+		i := slices.IndexFunc(l.Limits, func(x job.Limit) bool { return x.Key == "model:keep" })
+		if i < 0 {
+			t.Fatalf("model:keep is gone after the edit: %+v", l.Limits)
+		}
+		if got := l.Limits[i]; got.Limit != job.Some(30) || got.RPM.Set || got.TPM != job.Some(400000) || !got.Adaptive {
+			t.Fatalf("model:keep after Save: %+v; want limit 30, no rpm, tpm and adaptive kept", got)
+		}
 	})
 
 	t.Run("an adaptive key shows its budgets and its hour", func(t *testing.T) {

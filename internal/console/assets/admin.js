@@ -1,7 +1,8 @@
-// Admin (the admin tenant only): concurrency limits, pausing and resuming
-// queues, and retrying every ended job that matches a filter.
+// Admin (the admin tenant only): concurrency limits and upstream budgets,
+// pausing and resuming queues, and retrying every ended job that matches a
+// filter.
 import { call, retryMatching } from './api.js';
-import { h, field, message, replace, select, table } from './dom.js';
+import { h, field, message, replace, select, table, time } from './dom.js';
 
 export function render(root) {
   const status = h('p', { class: 'message', role: 'status', id: 'admin-status' });
@@ -34,34 +35,83 @@ export function render(root) {
             }, x.paused ? 'Resume' : 'Pause')];
         })));
 
-      const key = h('input', { name: 'key', required: true, autocomplete: 'off', placeholder: 'model:gpt-4o' });
-      const n = h('input', { name: 'limit', type: 'number', min: 0, required: true });
-      const add = h('form', { class: 'row', 'aria-label': 'Set a limit' }, field('Key', key), field('Limit', n), h('button', { type: 'submit' }, 'Set limit'));
-      add.addEventListener('submit', (ev) => {
-        ev.preventDefault();
-        act(`Limit of ${key.value} set to ${n.value}.`, 'PUT', `/v1/limits/${encodeURIComponent(key.value)}`, { limit: Number(n.value) });
-      });
-      replace(limits, h('h2', { id: 'limits-title' }, 'Concurrency limits'),
-        l.limits.length === 0 ? h('p', {}, 'No limit is set.') : table(null, ['Key', 'In use', 'Waiting', 'Limit', 'Remove'],
-          l.limits.map((x) => {
-            const input = h('input', { type: 'number', min: 0, value: x.limit, required: true, 'aria-label': `Limit of ${x.key}` });
-            const form = h('form', { class: 'inline' }, input, h('button', { type: 'submit', 'aria-label': `Save the limit of ${x.key}` }, 'Save'));
-            form.addEventListener('submit', (ev) => {
-              ev.preventDefault();
-              act(`Limit of ${x.key} set to ${input.value}.`, 'PUT', `/v1/limits/${encodeURIComponent(x.key)}`, { limit: Number(input.value) });
-            });
-            return [x.key, String(x.in_use), String(x.waiting || 0), form,
-              h('button', {
-                type: 'button', class: 'danger', 'aria-label': `Remove the limit of ${x.key}`,
-                onclick: () => act(`Limit of ${x.key} removed.`, 'DELETE', `/v1/limits/${encodeURIComponent(x.key)}`),
-              }, 'Remove')];
-          })),
-        add);
+      replace(limits, h('h2', { id: 'limits-title' }, 'Limits and budgets'),
+        h('p', { class: 'muted', id: 'limits-help' }, 'Limit is the concurrency you configure. An adaptive key runs at its ',
+          'effective limit instead: cut when the upstream pushes back (429), grown back on successes, never above the configured limit.'),
+        l.limits.length === 0 ? h('p', {}, 'No limit is set.') : table(null,
+          ['Key', 'In use', 'Waiting', 'Limit', 'Requests per minute', 'Tokens per minute', 'Per tenant', 'Adaptive', 'Throttled until', 'Actions'],
+          l.limits.map((x, i) => limitRow(x, `limit-${i}`, act, status)), (i) => ({ 'data-key': l.limits[i].key })),
+        h('p', { class: 'small' }, 'Budgets count per rolling minute, fleet-wide. Per tenant is the most slots one tenant may hold, and its share ',
+          'of the budgets. Save changes only the fields you changed; an emptied field removes that setting.'),
+        addLimit(act));
     } catch (err) {
       message(status, `Could not load: ${err.message}`, 'error');
     }
   }
   refresh();
+}
+
+// The settings of a key a number sets, as the API names them.
+const numbers = [['limit', 'Limit'], ['rpm', 'Requests per minute'], ['tpm', 'Tokens per minute'], ['per_tenant', 'Per tenant']];
+
+// limitRow is a key's cells: what it uses now beside inputs for its
+// settings, and a Save that sends a JSON merge patch of the settings
+// changed (null removes one), so what the form does not touch stays.
+function limitRow(x, form, act, status) {
+  const inputs = Object.fromEntries(numbers.map(([name, label]) => [name, h('input', {
+    type: 'number', min: 0, step: 1, name, form, value: x[name] ?? '', 'aria-label': `${label} of ${x.key}`,
+  })]));
+  const adaptive = h('input', { type: 'checkbox', name: 'adaptive', form, checked: x.adaptive, 'aria-label': `Adaptive ${x.key}` });
+  const save = h('form', { id: form, class: 'actions' },
+    h('button', { type: 'submit', 'aria-label': `Save the limit of ${x.key}` }, 'Save'),
+    h('button', {
+      type: 'button', class: 'danger', 'aria-label': `Remove the limit of ${x.key}`,
+      onclick: () => act(`Limit of ${x.key} removed.`, 'DELETE', `/v1/limits/${encodeURIComponent(x.key)}`),
+    }, 'Remove'));
+  save.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const patch = {};
+    for (const [name] of numbers) {
+      const v = inputs[name].value === '' ? null : Number(inputs[name].value);
+      if (v !== x[name]) patch[name] = v;
+    }
+    if (adaptive.checked !== x.adaptive) patch.adaptive = adaptive.checked;
+    const changes = Object.entries(patch).map(([k, v]) => (v === null ? `${k} removed` : `${k} set to ${v}`));
+    if (changes.length === 0) {
+      message(status, `Limit of ${x.key}: nothing changed.`);
+      return;
+    }
+    act(`Limit of ${x.key}: ${changes.join(', ')}.`, 'PATCH', `/v1/limits/${encodeURIComponent(x.key)}`, patch);
+  });
+  const used = (n) => h('span', { class: 'small' }, `${n ?? 0} in the last minute`);
+  return [x.key, String(x.in_use), String(x.waiting || 0),
+    h('span', { class: 'setting' }, inputs.limit,
+      x.effective_limit === null ? null : h('span', { class: 'small' }, `effective ${x.effective_limit}`)),
+    h('span', { class: 'setting' }, inputs.rpm, x.rpm === null ? null : used(x.requests_last_minute)),
+    h('span', { class: 'setting' }, inputs.tpm, x.tpm === null ? null : used(x.tokens_last_minute)),
+    inputs.per_tenant, adaptive,
+    x.throttled_until ? h('span', { class: 'badge paused' }, time(x.throttled_until)) : '—',
+    save];
+}
+
+// addLimit is the form that sets a key's whole configuration (PUT): the
+// fields left empty are not set.
+function addLimit(act) {
+  const form = h('form', { class: 'row', 'aria-label': 'Set a limit' },
+    field('Key', h('input', { name: 'key', required: true, autocomplete: 'off', placeholder: 'model:gpt-4o' })),
+    numbers.map(([name, label]) => field(label, h('input', { name, type: 'number', min: 0, step: 1 }))),
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'adaptive' }), 'Adaptive'),
+    h('button', { type: 'submit' }, 'Set limit'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const data = new FormData(form);
+    const key = data.get('key').trim();
+    const body = {};
+    for (const [name] of numbers) if (data.get(name) !== '') body[name] = Number(data.get(name));
+    if (data.get('adaptive')) body.adaptive = true;
+    act(`Limit of ${key} set.`, 'PUT', `/v1/limits/${encodeURIComponent(key)}`, body);
+  });
+  return form;
 }
 
 // bulkRetry is the form that sends every ended job matching a filter back
