@@ -490,7 +490,7 @@ func TestConsole(t *testing.T) {
 			textHas("#state", "succeeded"),
 			textIs("#stream-status", "ended"),
 			until(`[...document.querySelectorAll('#attempts tbody tr td:first-child')].map(td => td.textContent).join() === '1,2'`),
-			until(`[...document.querySelectorAll('dd')].some(dd => dd.textContent === '2 of 2')`),
+			until(`[...document.querySelectorAll('dd')].some(dd => dd.textContent === '2 of 2' && dd.previousElementSibling.textContent === 'Attempts spent of allowed')`),
 		)
 		again := s.await(j.ID)
 		if again.Execution == nil || again.Execution.FencingToken <= failed.Execution.FencingToken {
@@ -763,6 +763,42 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
+	t.Run("charts are labelled at a readable size, and times name their zone", func(t *testing.T) {
+		s.await(s.submit(`{"kind": "echo"}`).ID)
+		tb := tab.in(t)
+		chart := `document.querySelector('svg.chart[aria-label^="default, "]')`
+		tb.run(
+			show("#/overview"),
+			until(chart+` !== null`),
+			textIs(`svg.chart[aria-label^="default, "] .chart-title`, "Queue default"),
+		)
+		type drawn struct {
+			Width, Height float64
+			Axes, Ticks   string
+		}
+		got := get(tb, chromedp.Evaluate[drawn](`((c) => {
+			const r = c.getBoundingClientRect();
+			return {Width: r.width, Height: r.height,
+				Axes: [...c.querySelectorAll('.axis-title')].map((t) => t.textContent).join('|'),
+				Ticks: [...c.querySelectorAll('.axis')].map((t) => t.textContent).join('|')};
+		})(`+chart+`)`))
+		if got.Width < 400 || got.Height < 150 {
+			t.Errorf("the finishes chart is %.0f × %.0f px, want at least 400 × 150", got.Width, got.Height)
+		}
+		if got.Axes != "jobs / min|minute (UTC)" {
+			t.Errorf("the axes are titled %q", got.Axes)
+		}
+		for _, tick := range []string{"succeeded", "failed", "|0|"} {
+			if !strings.Contains(got.Ticks, tick) {
+				t.Errorf("the chart's legend and axes read %q: no %q", got.Ticks, tick)
+			}
+		}
+		tb.run(
+			show("#/jobs"),
+			until(`/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/.test(document.querySelector('td[data-label=Created]')?.textContent)`),
+		)
+	})
+
 	t.Run("the admin sets and removes a limit", func(t *testing.T) {
 		tb := tab.in(t)
 		tb.run(
@@ -850,7 +886,7 @@ func TestConsole(t *testing.T) {
 			textHas(`section[aria-labelledby=keys-title] thead`, "Requests / rpm"),
 		)
 		cells := get(tb, chromedp.Evaluate[[]string](`Array.from(`+row+`.cells).map((c) => c.textContent)`))
-		want := map[int]string{3: "1 of 20", 5: "2 / 3000", 6: "620 / 400000", 8: "1 429s"}
+		want := map[int]string{3: "1 of 20", 5: "2 / 3000", 6: "620 / 400000", 8: "1 429s, effective 1"}
 		for i, w := range want {
 			if len(cells) != 9 || !strings.Contains(cells[i], w) {
 				t.Fatalf("model:budget's row %q: want %q in column %d", cells, w, i)
@@ -859,11 +895,13 @@ func TestConsole(t *testing.T) {
 		if !strings.HasPrefix(cells[7], time.Now().UTC().Format("2006-01-02")) {
 			t.Errorf("throttled until %q, want a time", cells[7])
 		}
-		label := get(tb, chromedp.Evaluate[string](row+`.cells[8].querySelector('svg.chart').getAttribute('aria-label')`))
+		chart := `document.querySelector('section[aria-labelledby=hours-title] svg.chart[aria-label^="model:budget, "]')`
+		tb.run(until(chart + ` !== null`))
+		label := get(tb, chromedp.Evaluate[string](chart+`.getAttribute('aria-label')`))
 		if label != "model:budget, last hour: effective limit 1 to 1, 1 last, 1 429s" {
 			t.Errorf("the chart reads %q", label)
 		}
-		if n := get(tb, chromedp.Evaluate[int](row+`.cells[8].querySelectorAll('polyline.effective, rect.series-pushbacks').length`)); n != 2 {
+		if n := get(tb, chromedp.Evaluate[int](chart+`.querySelectorAll('polyline.effective, rect.series-pushbacks:not(.swatch)').length`)); n != 2 {
 			t.Errorf("the chart draws %d of the effective limit's line and the 429s' bar, want both", n)
 		}
 		if os.Getenv("LEASEHOLD_SCREENSHOTS") == "1" {

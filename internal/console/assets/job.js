@@ -68,14 +68,14 @@ export function render(root, id) {
     const w = j.state === 'waiting' ? j.waiting_for : null;
     signalForm.hidden = !w;
     if (w) {
-      waitInfo.textContent = `Waiting for the signal “${w.name}” until ${time(w.until)} (UTC); then it resumes, told that the wait timed out.`;
+      waitInfo.textContent = `Waiting for the signal “${w.name}” until ${time(w.until)}; then it resumes, told that the wait timed out.`;
       if (!signalName.value) signalName.value = w.name;
     }
     const rows = [
       ['Tenant', j.tenant], ['Queue', j.queue], ['Kind', j.kind], ['State', j.state],
-      ['Attempts', `${j.attempt} of ${j.max_attempts}`], ['Priority', String(j.priority)],
+      ['Attempts spent of allowed', `${j.attempt} of ${j.max_attempts}`], ['Priority', String(j.priority)],
       ['Concurrency keys', (j.concurrency_keys || []).join(', ') || '—'],
-      ['Created (UTC)', time(j.created_at)], ['Started', time(j.started_at)], ['Finished', time(j.finished_at)],
+      ['Created', time(j.created_at)], ['Started', time(j.started_at)], ['Finished', time(j.finished_at)],
       ['Cancel requested', j.cancel_requested ? 'yes' : 'no'],
       ['Waiting for', w ? `${w.name} until ${time(w.until)}` : '—'],
       ['Input', h('pre', { id: 'input' }, json(j.input))],
@@ -102,7 +102,7 @@ export function render(root, id) {
       t.error ? h('span', { class: 'wrap' }, t.error) : '—']);
     replace(hook,
       h('p', {}, h('span', { class: 'mono wrap' }, w.url), ' ', badge(w.state), ` ${w.attempts} ${w.attempts === 1 ? 'try' : 'tries'}`),
-      rows.length ? table(null, ['Tried (UTC)', 'Status', 'Error'], rows) : h('p', {}, isTerminal(j.state) ? 'Not tried yet.' : 'Sent when the job ends.'));
+      rows.length ? table(null, ['Tried', 'Status', 'Error'], rows) : h('p', {}, isTerminal(j.state) ? 'Not tried yet.' : 'Sent when the job ends.'));
     clearTimeout(polling);
     if (isTerminal(j.state) && w.state === 'pending' && !stop.signal.aborted) {
       polling = setTimeout(() => call('GET', base).then((fresh) => {
@@ -133,7 +133,7 @@ export function render(root, id) {
         latest && failed && job.error ? h('span', { class: 'wrap' }, `${job.error.code}: ${job.error.message}`) : '—',
       ];
     });
-    replace(attemptList, table(null, ['Attempt', 'Worker', 'Fencing token', 'Started (UTC)', 'Ended', 'Outcome', 'Error'], rows));
+    replace(attemptList, table(null, ['Attempt', 'Worker', 'Fencing token', 'Started', 'Ended', 'Outcome', 'Error'], rows));
   }
 
   function onEvent(e) {

@@ -5,7 +5,7 @@
 // while it is shown.
 import { call, finishes, limitHistory, session } from './api.js';
 import { h, replace, table, message, time } from './dom.js';
-import { bars, meter, trend } from './chart.js';
+import { bars, fit, meter } from './chart.js';
 
 const every = 5000;
 
@@ -18,38 +18,43 @@ export const outcomes = [
 
 export function render(root) {
   const queues = h('section', { 'aria-labelledby': 'queues-title' });
+  const finished = h('section', { 'aria-labelledby': 'finished-title', class: 'charts' });
   const keys = h('section', { 'aria-labelledby': 'keys-title' });
+  const hours = h('section', { 'aria-labelledby': 'hours-title', class: 'charts' });
   const status = h('p', { class: 'message', role: 'status' });
-  root.append(h('h1', {}, 'Overview'), status, queues, keys);
+  root.append(h('h1', {}, 'Overview'), status, queues, finished, keys, hours);
 
   async function refresh() {
     try {
       const [q, l] = await Promise.all([call('GET', '/v1/queues'), call('GET', '/v1/limits')]);
       // The finishes count every tenant's jobs: only the admin reads them.
-      const admin = session.admin();
-      const charts = admin ? await Promise.all(q.queues.map((queue) => finishChart(queue.name))) : [];
+      const charts = session.admin() ? await Promise.all(q.queues.map((queue) => finishChart(queue.name))) : [];
       replace(queues, h('h2', { id: 'queues-title' }, 'Queues'),
         q.queues.length === 0 ? h('p', {}, 'No queue has had a job yet.') : table(null,
-          ['Queue', 'Queued', 'Running', 'Retrying', 'Waiting', 'Paused', admin ? 'Finished per minute, last hour' : null].filter(Boolean),
-          q.queues.map((x, i) => [
+          ['Queue', 'Queued', 'Running', 'Retrying', 'Waiting', 'Paused'],
+          q.queues.map((x) => [
             h('a', { href: `#/jobs?queue=${encodeURIComponent(x.name)}` }, x.name),
             String(x.queued), String(x.running), String(x.retrying), String(x.waiting ?? 0),
             x.paused ? h('span', { class: 'badge paused' }, 'paused') : 'no',
-            admin ? charts[i] : null,
-          ].filter((c) => c !== null))));
-      const trends = await Promise.all(l.limits.map((k) => (k.adaptive ? trendChart(k.key) : null)));
+          ])));
+      replace(finished, charts.length ? [h('h2', { id: 'finished-title' }, 'Jobs finished per minute, last hour'), charts] : null);
+      const adaptive = l.limits.filter((k) => k.adaptive);
+      const trends = await Promise.all(adaptive.map((k) => trendChart(k.key)));
       replace(keys, h('h2', { id: 'keys-title' }, 'Concurrency keys'),
-        l.limits.length === 0 ? h('p', {}, 'No limit is set.') : table(null,
-          ['Key', 'In use / limit, then waiting', 'In use', 'Limit', 'Waiting', 'Requests / rpm', 'Tokens / tpm', 'Throttled until', 'Last hour'],
-          l.limits.map((k, i) => [
+        l.limits.length === 0 ? h('p', {}, 'No limit is set.') : [table(null,
+          ['Key', 'In use / limit, then waiting', 'In use', 'Limit (effective of configured)', 'Waiting', 'Requests / rpm', 'Tokens / tpm', 'Throttled until', 'Last hour'],
+          l.limits.map((k) => [
             k.key,
             keyMeter(k),
             String(k.in_use), limitText(k), String(k.waiting || 0),
             budgetText(k.requests_last_minute, k.rpm),
             budgetText(k.tokens_last_minute, k.tpm),
             k.throttled_until ? h('span', { class: 'badge paused' }, time(k.throttled_until)) : '—',
-            trends[i] || '—',
-          ])));
+            k.adaptive ? trends[adaptive.indexOf(k)].text : '—',
+          ])),
+        h('p', { class: 'small' }, '“3 of 20”: an adaptive key runs 3 at once now (its effective limit), of the 20 configured; ',
+          'it is cut when the upstream pushes back and grows back on successes. Budgets count the last rolling minute.')]);
+      replace(hours, trends.length ? [h('h2', { id: 'hours-title' }, 'Adaptive keys, last hour'), trends.map((x) => x.chart)] : null);
       message(status, '');
     } catch (err) {
       message(status, `Could not load the overview: ${err.message}`, 'error');
@@ -85,20 +90,24 @@ function keyMeter(k) {
 }
 
 // trendChart draws an adaptive key's effective limit and 429s per minute
-// over the last hour.
+// over the last hour, and says it in a few words for the table.
 async function trendChart(key) {
   let columns;
   try {
     columns = await limitHistory(key);
   } catch (err) {
-    return h('span', { class: 'muted' }, `unavailable (${err.message})`);
+    const text = h('span', { class: 'muted' }, `unavailable (${err.message})`);
+    return { text, chart: null };
   }
   const pushbacks = columns.reduce((n, c) => n + c.values.pushbacks, 0);
   const known = columns.filter((c) => c.effective !== null).map((c) => c.effective);
   const range = known.length ? `effective limit ${Math.min(...known)} to ${Math.max(...known)}, ${known[known.length - 1]} last` : 'no settlement';
   const summary = `${key}, last hour: ${range}, ${pushbacks} 429s`;
-  return h('span', { class: 'finishes' }, trend(columns, { width: 180, height: 32, summary }),
-    h('span', { class: 'small' }, `${pushbacks} 429s`));
+  const chart = bars(columns, [{ key: 'pushbacks', name: '429s' }], {
+    width: fit(640), height: 220, title: `Key ${key}`, unit: '429s / min', axis: 'minute (UTC)',
+    summary, labels: 10, line: { values: columns.map((c) => c.effective), name: 'effective limit' },
+  });
+  return { text: `${pushbacks} 429s${known.length ? `, effective ${known[known.length - 1]}` : ''}`, chart };
 }
 
 // finishChart draws one queue's finishes per minute over the last hour.
@@ -107,11 +116,12 @@ async function finishChart(queue) {
   try {
     minutes = await finishes(queue);
   } catch (err) {
-    return h('span', { class: 'muted' }, `unavailable (${err.message})`);
+    return h('p', { class: 'muted' }, `${queue}: unavailable (${err.message})`);
   }
   const total = {};
   for (const m of minutes) for (const o of outcomes) total[o.key] = (total[o.key] || 0) + (m.values[o.key] || 0);
   const summary = `${queue}, last hour: ` + outcomes.map((o) => `${total[o.key] || 0} ${o.name}`).join(', ');
-  return h('span', { class: 'finishes' }, bars(minutes, outcomes, { width: 180, height: 32, summary }),
-    h('span', { class: 'small' }, `${total.succeeded || 0} ok · ${total.failed || 0} failed`));
+  return bars(minutes, outcomes, {
+    width: fit(640), height: 220, title: `Queue ${queue}`, unit: 'jobs / min', axis: 'minute (UTC)', summary, labels: 10,
+  });
 }

@@ -2,7 +2,7 @@
 // a time as a chart, every counter in a table below it.
 import { call, query, session } from './api.js';
 import { h, field, message, select, table } from './dom.js';
-import { bars } from './chart.js';
+import { bars, fit } from './chart.js';
 
 const counters = [
   'jobs_submitted', 'executions_started', 'executions_succeeded', 'executions_failed',
@@ -36,13 +36,14 @@ export function render(root, params) {
     const names = [...new Set([...counters, ...u.days.flatMap((d) => Object.keys(d.counts))])];
     const total = u.days.reduce((n, d) => n + (d.counts[counter] || 0), 0);
     const columns = u.days.map((d) => ({ label: d.date.slice(5), values: { v: d.counts[counter] || 0 } }));
-    const width = Math.max(320, Math.min(1100, 40 + u.days.length * 28));
+    const width = fit(1100); // a label every 48 px at most
     out.append(
       h('h2', {}, `${counter} for ${u.tenant}, ${u.from} to ${u.to}: ${total}`),
-      h('div', { class: 'scroll' }, bars(columns, [{ key: 'v', name: counter }], {
-        width, height: 180, labels: Math.ceil(u.days.length / 12), className: 'panel',
+      bars(columns, [{ key: 'v', name: counter }], {
+        width, height: 240, title: `${counter} per day`, unit: counter.startsWith('llm_') ? 'tokens / day' : 'count / day',
+        axis: 'day (UTC, month-day)', labels: Math.ceil(u.days.length / (width / 48)), className: 'panel',
         summary: `${counter} per day for ${u.tenant}, ${u.from} to ${u.to}: ${total} in all`,
-      })),
+      }),
       table('Every counter, per day', ['Day', ...names],
         u.days.map((d) => [d.date, ...names.map((n) => String(d.counts[n] || 0))])));
   }).catch((err) => message(status, `Could not load usage: ${err.message}`, 'error'));
