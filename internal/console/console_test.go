@@ -916,20 +916,42 @@ func TestConsole(t *testing.T) {
 		}
 	})
 
-	t.Run("every view fits 390 px", func(t *testing.T) {
+	t.Run("no page scrolls sideways at 390 px", func(t *testing.T) {
+		// Content as long as tenants send it: a failed job with an error
+		// and metadata, a schedule with an input, a key with budgets.
+		long := strings.Repeat("abcdefghij", 12)
+		failed := s.await(s.submit(`{"kind": "sleep", "max_attempts": 1, "input": {"duration": "10ms", "tick": "100ms", "fail_attempts": 1}, "metadata": {"conversation": "` + long + `"}}`).ID)
+		s.call(http.MethodPost, "/v1/schedules", adminKey, `{"name": "a-rather-long-schedule-name-for-a-phone", "cron": "*/5 * * * *", "timezone": "America/Argentina/Buenos_Aires", "job": {"kind": "echo", "input": {"note": "`+long+`"}}}`, http.StatusCreated, nil)
+		defer s.call(http.MethodDelete, "/v1/schedules/a-rather-long-schedule-name-for-a-phone", adminKey, "", http.StatusNoContent, nil)
+		s.call(http.MethodPut, "/v1/limits/model:phone", adminKey, `{"limit": 20, "rpm": 3000, "tpm": 400000, "adaptive": true}`, http.StatusOK, nil)
+		defer s.call(http.MethodDelete, "/v1/limits/model:phone", adminKey, "", http.StatusNoContent, nil)
+
 		tb := tab.in(t)
 		tb.run(chromedp.EmulateViewport(390, 844))
 		defer tb.run(chromedp.EmulateViewport(1280, 900))
 		for _, view := range []struct{ hash, ready string }{
-			{"#/overview", "#queues-title"},
-			{"#/jobs", "table"},
-			{"#/schedules", "#schedules-title"},
+			{"#/login", "#key"},
+			{"#/overview", "#keys-title + div table, #keys-title ~ p"},
+			{"#/jobs", "main tbody tr"},
+			{"#/jobs/" + failed.ID, "#attempts tbody tr"},
+			{"#/schedules", "main tbody tr"},
+			{"#/workers", "main tbody tr, #workers-status.error"},
 			{"#/usage", "svg.chart"},
-			{"#/admin", "#limits-title"},
+			{"#/admin", "tr[data-key='model:phone']"},
 		} {
 			tb.run(show(view.hash), chromedp.WaitVisible(chromedp.CSS(view.ready)))
-			if w := get(tb, chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
-				t.Errorf("%s is %d px wide at 390 px", view.hash, w)
+			wide := get(tb, chromedp.Evaluate[[]string](`(() => {
+				const page = document.scrollingElement;
+				const wide = page.scrollWidth > page.clientWidth ? ['the page: ' + page.scrollWidth + ' px'] : [];
+				for (const el of document.querySelectorAll('body *')) {
+					if (el.scrollWidth > el.clientWidth + 1 && ['auto', 'scroll'].includes(getComputedStyle(el).overflowX)) {
+						wide.push(el.tagName.toLowerCase() + '.' + el.className + ': ' + el.scrollWidth + ' px in ' + el.clientWidth);
+					}
+				}
+				return wide;
+			})()`))
+			if len(wide) > 0 {
+				t.Errorf("%s at 390 px scrolls sideways: %q", view.hash, wide)
 			}
 		}
 	})
