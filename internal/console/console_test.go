@@ -659,8 +659,7 @@ func TestConsole(t *testing.T) {
 			chromedp.SetValue(form("input"), `{"source": "crm"}`),
 			chromedp.Click(chromedp.CSS(`#schedule-form button[type=submit]`)),
 			textIs("#schedules-status", "Schedule hourly-sync created."),
-			textHas(`tr[data-name=hourly-sync] td[data-label=Kind]`, "echo"),
-			textIs(`tr[data-name=hourly-sync] td[data-label=Input]`, `{"source":"crm"}`),
+			textIs(`tr[data-name=hourly-sync] td[data-label=Job]`, `echo{"source":"crm"}`),
 			// The next run is shown in the schedule's zone, named.
 			textHas(`tr[data-name=hourly-sync] td[data-label="Next run"]`, ":00:00 Europe/Berlin"),
 			textIs(`tr[data-name=hourly-sync] td[data-label="Last run"]`, "never"),
@@ -673,6 +672,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("a schedule is edited in the console and keeps its history", func(t *testing.T) {
+		defer s.call(http.MethodDelete, "/v1/schedules/hourly-sync", acmeKey, "", http.StatusNoContent, nil)
 		var fired job.Job
 		s.call(http.MethodPost, "/v1/schedules/hourly-sync/trigger", acmeKey, "", http.StatusCreated, &fired)
 		row := `tr[data-name=hourly-sync]`
@@ -680,7 +680,7 @@ func TestConsole(t *testing.T) {
 		tb.run(
 			show("#/schedules"),
 			chromedp.WaitVisible(chromedp.CSS(row+` a[href="#/jobs/`+fired.ID+`"]`)),
-			textHas(row+` td[data-label="Last run"]`, "Europe/Berlin, job "+fired.ID[:8]),
+			textHas(row+` td[data-label="Last run"]`, "Europe/Berlinjob "+fired.ID[:8]),
 			chromedp.Click(chromedp.CSS(`button[aria-label="Edit schedule hourly-sync"]`)),
 			textIs("#schedule-form-title", "Edit schedule hourly-sync"),
 			until(`document.querySelector('#schedule-form [name=name]').readOnly`),
@@ -689,7 +689,7 @@ func TestConsole(t *testing.T) {
 			chromedp.SetValue(chromedp.CSS(`#schedule-form [name=input]`), `{"source": "erp"}`),
 			chromedp.Click(chromedp.CSS(`#schedule-form button[type=submit]`)),
 			textIs("#schedules-status", "Schedule hourly-sync saved."),
-			textIs(row+` td[data-label=Input]`, `{"source":"erp"}`),
+			textIs(row+` td[data-label=Job]`, `echo{"source":"erp"}`),
 			textHas(row+` td[data-label=Cron]`, "30 * * * *"),
 			textIs("#schedule-form-title", "New schedule"),
 		)
@@ -701,7 +701,6 @@ func TestConsole(t *testing.T) {
 		if sch.LastJobID == nil || *sch.LastJobID != fired.ID {
 			t.Fatalf("the edit lost the last job: %v, want %s", sch.LastJobID, fired.ID)
 		}
-		s.call(http.MethodDelete, "/v1/schedules/hourly-sync", acmeKey, "", http.StatusNoContent, nil)
 	})
 
 	tab.login(adminKey, "admin")
@@ -961,23 +960,41 @@ func TestConsole(t *testing.T) {
 	}
 }
 
-// screenshots writes the console as docs/ shows it: a job's page at a
-// desktop and a phone width, and the Schedules page at a desktop width.
+// screenshots writes the console as the README shows it, and the
+// manifest of what the images were made from: the admin's overview, a
+// job's page at a desktop and a phone width, the jobs list with a
+// selection acted on, and the Schedules page.
 func screenshots(tb *tab, s *stack) {
+	var files []string
+	shoot := func(name string, width, height int64, steps ...chromedp.Action[chromedp.Void]) {
+		tb.t.Helper()
+		tb.run(append([]chromedp.Action[chromedp.Void]{chromedp.EmulateViewport(width, height)}, steps...)...)
+		png := get(tb, chromedp.FullScreenshot(100))
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", name), png, 0o644); err != nil {
+			tb.t.Fatal(err)
+		}
+		files = append(files, name)
+	}
+	shoot("console-overview-1280.png", 1280, 900, show("#/overview"), chromedp.WaitVisible(chromedp.CSS("#hours-title")))
+
 	tb.login(acmeKey, "acme")
 	j := s.submit(`{"kind": "llm.chat", "input": {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40}, "metadata": {"conversation": "c-1"}}`)
 	s.await(j.ID)
 	for _, w := range []int64{1280, 390} {
-		tb.run(
-			chromedp.EmulateViewport(w, 1100),
-			show("#/jobs/"+j.ID),
-			textIs("#stream-status", "ended"),
-		)
-		png := get(tb, chromedp.FullScreenshot(100))
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", fmt.Sprintf("console-%d.png", w)), png, 0o644); err != nil {
-			tb.t.Fatal(err)
-		}
+		shoot(fmt.Sprintf("console-%d.png", w), w, 1100, show("#/jobs/"+j.ID), textIs("#stream-status", "ended"))
 	}
+
+	for range 3 {
+		s.submit(`{"kind": "echo", "queue": "bulk"}`)
+	}
+	shoot("console-jobs-1280.png", 1280, 600,
+		show("#/jobs?queue=bulk"),
+		until(`document.querySelectorAll('#main tbody tr').length === 3`),
+		chromedp.Click(chromedp.CSS(`#main tbody tr:first-child input[type=checkbox]`)),
+		chromedp.Click(chromedp.ID("cancel-selected")),
+		textHas("#bulk-summary", "Cancel: 1 of 1 job done."),
+		chromedp.Click(chromedp.CSS(`#main tbody tr:last-child input[type=checkbox]`)),
+	)
 
 	for _, body := range []string{
 		`{"name": "nightly-report", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"kind": "echo", "input": {"report": "daily"}}}`,
@@ -988,15 +1005,11 @@ func screenshots(tb *tab, s *stack) {
 	}
 	s.call(http.MethodPost, "/v1/schedules/refresh-embeddings/pause", acmeKey, "", http.StatusOK, nil)
 	tb.run(
-		chromedp.EmulateViewport(1280, 360),
 		show("#/schedules"),
 		textHas("main table", "weekly-digest"),
 		chromedp.Click(chromedp.CSS(`button[aria-label="Trigger schedule nightly-report"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`main table a[href^="#/jobs/"]`)),
 	)
-	png := get(tb, chromedp.FullScreenshot(100))
-	if err := os.WriteFile(filepath.Join("..", "..", "docs", "console-schedules-1280.png"), png, 0o644); err != nil {
-		tb.t.Fatal(err)
-	}
+	shoot("console-schedules-1280.png", 1280, 600, chromedp.WaitVisible(chromedp.CSS(`main table a[href^="#/jobs/"]`)))
 	tb.run(chromedp.EmulateViewport(1280, 900))
+	writeManifest(tb.t, files)
 }

@@ -96,7 +96,7 @@ function nice(n) {
 // meter draws a concurrency key: in use against its limit, and the jobs
 // waiting for it after them, on one scale, with a mark at the limit.
 export function meter({ inUse, limit, waiting }, summary) {
-  const width = 240;
+  const width = 160;
   const height = 18;
   const scale = Math.max(limit, inUse + waiting, 1);
   const x = (n) => (n / scale) * width;

@@ -42,7 +42,7 @@ export function render(root) {
       const trends = await Promise.all(adaptive.map((k) => trendChart(k.key)));
       replace(keys, h('h2', { id: 'keys-title' }, 'Concurrency keys'),
         l.limits.length === 0 ? h('p', {}, 'No limit is set.') : [table(null,
-          ['Key', 'In use / limit, then waiting', 'In use', 'Limit (effective of configured)', 'Waiting', 'Requests / rpm', 'Tokens / tpm', 'Throttled until', 'Last hour'],
+          ['Key', 'Leases in use, then waiting', 'In use', 'Limit (effective of configured)', 'Waiting', 'Requests / rpm', 'Tokens / tpm', 'Throttled until', 'Last hour'],
           l.limits.map((k) => [
             k.key,
             keyMeter(k),
@@ -104,7 +104,7 @@ async function trendChart(key) {
   const range = known.length ? `effective limit ${Math.min(...known)} to ${Math.max(...known)}, ${known[known.length - 1]} last` : 'no settlement';
   const summary = `${key}, last hour: ${range}, ${pushbacks} 429s`;
   const chart = bars(columns, [{ key: 'pushbacks', name: '429s' }], {
-    width: fit(640), height: 220, title: `Key ${key}`, unit: '429s / min', axis: 'minute (UTC)',
+    width: fit(560), height: 220, title: `Key ${key}`, unit: '429s / min', axis: 'minute (UTC)',
     summary, labels: 10, line: { values: columns.map((c) => c.effective), name: 'effective limit' },
   });
   return { text: `${pushbacks} 429s${known.length ? `, effective ${known[known.length - 1]}` : ''}`, chart };
@@ -122,6 +122,6 @@ async function finishChart(queue) {
   for (const m of minutes) for (const o of outcomes) total[o.key] = (total[o.key] || 0) + (m.values[o.key] || 0);
   const summary = `${queue}, last hour: ` + outcomes.map((o) => `${total[o.key] || 0} ${o.name}`).join(', ');
   return bars(minutes, outcomes, {
-    width: fit(640), height: 220, title: `Queue ${queue}`, unit: 'jobs / min', axis: 'minute (UTC)', summary, labels: 10,
+    width: fit(560), height: 220, title: `Queue ${queue}`, unit: 'jobs / min', axis: 'minute (UTC)', summary, labels: 10,
   });
 }

@@ -26,15 +26,16 @@ export function render(root) {
   async function refresh() {
     try {
       const { schedules } = await call('GET', '/v1/schedules');
-      replace(list, schedules.length === 0 ? h('p', {}, 'No schedule yet: create one below.') :
-        table(null, ['Name', 'Cron', 'Kind', 'Input', 'Next run', 'Last run', 'State', 'Actions'], schedules.map((x) => {
+      // Its cells wrap: the table fits a desktop's width without scrolling.
+      replace(list, schedules.length === 0 ? h('p', {}, 'No schedule yet: create one below.') : h('div', { class: 'wraps' },
+        table(null, ['Name', 'Cron', 'Job', 'Next run', 'Last run', 'State', 'Actions'], schedules.map((x) => {
           const path = `/v1/schedules/${encodeURIComponent(x.name)}`;
           const verb = x.paused ? 'resume' : 'pause';
-          return [x.name, `${x.cron} (${x.timezone})`, x.job.kind,
-            x.job.input == null ? '—' : h('code', { class: 'wrap' }, JSON.stringify(x.job.input)),
+          return [x.name, `${x.cron} (${x.timezone})`,
+            h('span', { class: 'lines' }, h('span', {}, x.job.kind), x.job.input == null ? null : h('code', { class: 'wrap' }, JSON.stringify(x.job.input))),
             time(x.next_run_at, x.timezone),
-            x.last_job_id ? [time(x.last_run_at, x.timezone), ', job ',
-              h('a', { href: `#/jobs/${encodeURIComponent(x.last_job_id)}`, class: 'mono' }, x.last_job_id.slice(0, 8))] : 'never',
+            x.last_job_id ? h('span', { class: 'lines' }, time(x.last_run_at, x.timezone), h('span', {}, 'job ',
+              h('a', { href: `#/jobs/${encodeURIComponent(x.last_job_id)}`, class: 'mono' }, x.last_job_id.slice(0, 8)))) : 'never',
             x.paused ? h('span', { class: 'badge paused' }, 'paused') : (x.overlap === 'skip' ? 'active, skips overlaps' : 'active'),
             h('span', { class: 'actions' },
               h('button', { type: 'button', 'aria-label': `Edit schedule ${x.name}`, onclick: () => form.edit(x) }, 'Edit'),
@@ -50,7 +51,7 @@ export function render(root) {
                 type: 'button', class: 'danger', 'aria-label': `Delete schedule ${x.name}`,
                 onclick: () => act(() => `Schedule ${x.name} deleted.`, 'DELETE', path),
               }, 'Delete'))];
-        }), (i) => ({ 'data-name': schedules[i].name })));
+        }), (i) => ({ 'data-name': schedules[i].name }))));
     } catch (err) {
       message(status, `Could not load: ${err.message}`, 'error');
     }
