@@ -561,6 +561,10 @@ func TestConsole(t *testing.T) {
 		tb.run(
 			chromedp.WaitVisible(chromedp.CSS(row(ids[3]))),
 			textHas(row(ids[0]), "cancelled"),
+			// Selecting a job keeps the focus on its box.
+			chromedp.Click(chromedp.CSS(row(ids[1])+` input[type=checkbox]`)),
+			textIs("#selected-count", "1 selected"),
+			until(`document.activeElement === document.querySelector('`+row(ids[1])+` input[type=checkbox]')`),
 			// One retried, three refused: each job's outcome is listed.
 			chromedp.Click(chromedp.ID("select-all")),
 			textIs("#selected-count", "4 selected"),

@@ -47,6 +47,7 @@ export function render(root, params) {
   let nextCursor = null;
   let drawn = ''; // the page as last drawn: it is drawn again only when it changed
   let reading = false;
+  let acting = false; // a bulk action runs: the buttons wait for it
   const summary = h('section', { id: 'bulk-summary', role: 'status', 'aria-label': 'What the last action did' });
   const count = h('span', { class: 'muted', id: 'selected-count' });
   const buttons = {
@@ -58,7 +59,7 @@ export function render(root, params) {
     type: 'checkbox', id: 'select-all',
     onchange: () => {
       for (const j of jobs) if (all.checked) selected.add(j.id); else selected.delete(j.id);
-      draw();
+      showSelection();
     },
   });
   const toolbar = h('div', { class: 'row actions', role: 'group', 'aria-label': 'Selected jobs' },
@@ -66,16 +67,24 @@ export function render(root, params) {
 
   root.append(h('h1', {}, 'Jobs'), search, filter, status, toolbar, summary, list);
 
-  function draw() {
-    for (const id of selected) if (!jobs.some((j) => j.id === id)) selected.delete(id);
+  // showSelection shows what is selected without drawing the rows again,
+  // so a checkbox keeps the focus.
+  function showSelection() {
     all.checked = jobs.length > 0 && selected.size === jobs.length;
     all.indeterminate = selected.size > 0 && selected.size < jobs.length;
+    for (const box of list.querySelectorAll('tbody input[type=checkbox]')) box.checked = selected.has(box.value);
+    count.textContent = `${selected.size} selected`;
+    for (const b of Object.values(buttons)) b.disabled = acting || selected.size === 0;
+  }
+
+  function draw() {
+    for (const id of selected) if (!jobs.some((j) => j.id === id)) selected.delete(id);
     const rows = jobs.map((j) => [
       h('input', {
-        type: 'checkbox', 'aria-label': `Select job ${j.id}`, checked: selected.has(j.id),
+        type: 'checkbox', value: j.id, 'aria-label': `Select job ${j.id}`,
         onchange: (ev) => {
           if (ev.target.checked) selected.add(j.id); else selected.delete(j.id);
-          draw();
+          showSelection();
         },
       }),
       badge(j.state),
@@ -87,8 +96,7 @@ export function render(root, params) {
     if (params.get('cursor')) nav.append(h('a', { href: `#/jobs${query(filters)}` }, '« First page'));
     if (nextCursor) nav.append(h('a', { href: `#/jobs${query({ ...filters, cursor: nextCursor })}` }, 'Next page »'));
     replace(list, jobs.length === 0 ? h('p', {}, 'No job matches.') : table(null, headings, rows, (i) => ({ 'data-id': jobs[i].id })), nav);
-    count.textContent = `${selected.size} selected`;
-    for (const b of Object.values(buttons)) b.disabled = selected.size === 0;
+    showSelection();
   }
 
   async function refresh() {
@@ -115,7 +123,8 @@ export function render(root, params) {
   // what happened to each.
   async function bulk(verb, action) {
     const ids = jobs.filter((j) => selected.has(j.id)).map((j) => j.id);
-    for (const b of Object.values(buttons)) b.disabled = true;
+    acting = true;
+    showSelection();
     const outcomes = [];
     for (const id of ids) {
       try {
@@ -130,8 +139,9 @@ export function render(root, params) {
         `${verb}: ${done} of ${ids.length} job${ids.length === 1 ? '' : 's'} done${done < ids.length ? `, ${ids.length - done} refused` : ''}.`),
       h('ul', { class: 'outcomes' }, outcomes.map((o) => h('li', { 'data-id': o.id, class: o.ok ? '' : 'refused' },
         h('a', { href: `#/jobs/${encodeURIComponent(o.id)}`, class: 'mono' }, o.id), ` ${o.text}`))));
+    acting = false;
     drawn = '';
-    draw();
+    showSelection();
     refresh();
   }
 
