@@ -736,7 +736,10 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("the admin sees the live workers and what they serve", func(t *testing.T) {
-		ran := s.await(s.submit(`{"kind": "echo"}`).ID)
+		// The admin reads the worker's own name; a tenant would read an
+		// opaque one.
+		var ran job.Job
+		s.call(http.MethodGet, "/v1/jobs/"+s.await(s.submit(`{"kind": "echo"}`).ID).ID, adminKey, "", http.StatusOK, &ran)
 		row := fmt.Sprintf(`#main tr[data-id=%q]`, ran.Execution.Worker)
 		tb := tab.in(t)
 		tb.run(
