@@ -79,10 +79,8 @@ func (l *limits) withShares(keys []string) []string {
 	return out
 }
 
-// shareKey is the key whose slots and budget are tenant's share of key:
-// "<key>@<tenant key>", which no job can name ('@' is not allowed in a
-// concurrency key).
-func shareKey(key, tenant string) string { return key + "@" + tenant }
+// shareKey is the key whose slots and budget are tenant's share of key.
+func shareKey(key, tenant string) string { return keys.ShareKey(key, tenant) }
 
 // cutShareKey returns the key and tenant key of a share key.
 func cutShareKey(key string) (base, tenant string, ok bool) { return strings.Cut(key, "@") }

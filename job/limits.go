@@ -121,6 +121,12 @@ func (l *Limit) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// KeyLimits reads the limits and budgets that apply to keys, exact and
+// wildcard (look a key up with scripts.LimitOf and scripts.Lookup).
+func (s *Store) KeyLimits(ctx context.Context, keys []string) (map[string]int64, map[string]lease.Budget, error) {
+	return s.limitsOf(ctx, keys)
+}
+
 // limitsOf reads the limits and budgets that apply to keys, exact and
 // wildcard, in one round trip: the slices of the two hashes that
 // scripts.Lookup needs for them.

@@ -50,6 +50,8 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	retention := fs.Retention()
 	webhookFlags := fs.Webhooks()
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API that POST /v1/chat/completions forwards to, as the workers' llm.chat, e.g. https://api.openai.com/v1")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the chat completions upstream")
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value), with optional ;rpm=N;tpm=N;adaptive budgets; written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -145,6 +147,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		Webhooks:               webhooks,
 		Queues:                 cli.List(*queues),
 		RedisTimeout:           *redisTimeout,
+		LLM:                    httpapi.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
 		Logger:                 log,
 		MeterProvider:          meters,
 		Metrics:                metrics,

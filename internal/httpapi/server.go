@@ -25,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 	"github.com/leasehold/leasehold/schedule"
@@ -150,6 +151,9 @@ type Config struct {
 	// it; default usage.New(Redis, usage.Config{Prefix: Prefix}). Workers
 	// count executions and tokens in the same counters.
 	Usage *usage.Counters
+	// LLM is the upstream of POST /v1/chat/completions; default none: the
+	// endpoint answers 501.
+	LLM LLMConfig
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the API's instruments (requests, latency, job
@@ -194,6 +198,8 @@ type server struct {
 	metrics      *instruments
 	rateMetrics  *rateInstruments
 	schedules    *schedule.Store
+	leases       *lease.Client
+	llm          LLMConfig
 }
 
 // New returns the API's handler.
@@ -231,6 +237,7 @@ func New(cfg Config) (http.Handler, error) {
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
 		log:          cmp.Or(cfg.Logger, slog.Default()),
+		llm:          cfg.LLM,
 	}
 	if len(s.queues) == 0 {
 		s.queues = []string{job.DefaultQueue}
@@ -262,6 +269,9 @@ func New(cfg Config) (http.Handler, error) {
 		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
+	}
+	if s.leases, err = lease.New(cfg.Redis, lease.Config{Prefix: cfg.Prefix}); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
@@ -295,6 +305,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/queues/{name}/pause", methods{http.MethodPost: s.authed(s.pauseQueue(true))})
 	mux.Handle("/v1/queues/{name}/resume", methods{http.MethodPost: s.authed(s.pauseQueue(false))})
 	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
+	mux.Handle("/v1/chat/completions", methods{http.MethodPost: s.chatCompletions})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
