@@ -14,7 +14,8 @@ import (
 // and tokens per rolling minute, fleet-wide, and whether the key's
 // concurrency adapts to the upstream's pushback. The zero Budget is none.
 // The claims of jobs (package execution) check and reserve it in the same
-// step as a slot; Semaphore.Wait's line counts concurrency only.
+// step as a slot, and so does Semaphore.Wait's line when given it
+// (WaitConfig.Budget).
 type Budget struct {
 	RPM      int64 // executions that may start per rolling minute; 0: no budget
 	TPM      int64 // tokens per rolling minute; 0: no budget
