@@ -587,6 +587,17 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":20,"in_use":0,"effective_limit":2,"rpm":3000,"requests_last_minute":0,"tpm":400000,"tokens_last_minute":0,"adaptive":true,"per_tenant":5,"waiting":0,"throttled_until":null`) {
 			t.Errorf("limits -o json: %s", r.stdout)
 		}
+		// set patches: a new limit keeps the budgets, a budget of 0 and
+		// --adaptive=false remove theirs.
+		s.ok("limits", "set", "model:budget", "30", "--key", adminKey)
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":30,`) ||
+			!strings.Contains(r.stdout, `"tpm":400000,"tokens_last_minute":0,"adaptive":true,"per_tenant":5,`) {
+			t.Errorf("limits after set model:budget 30: %s", r.stdout)
+		}
+		s.ok("limits", "set", "model:budget", "--tpm", "0", "--adaptive=false", "--key", adminKey)
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":30,"in_use":0,"effective_limit":null,"rpm":3000,"requests_last_minute":0,"tpm":null,"tokens_last_minute":null,"adaptive":false,"per_tenant":5,`) {
+			t.Errorf("limits after --tpm 0 --adaptive=false: %s", r.stdout)
+		}
 		s.ok("limits", "rm", "model:budget", "--key", adminKey)
 		s.ok("limits", "rm", "model:cli", "--key", adminKey)
 		if r := s.cli("", "limits", "rm", "model:cli", "--key", adminKey); r.code != 1 {

@@ -599,10 +599,12 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case len(args) > 0 && args[0] == "set":
 		c := newCommand("limits set", stdout, stderr)
-		rpm := c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide")
-		tpm := c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide")
-		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit")
-		perTenant := c.fs.Int64("per-tenant", 0, "the most slots one tenant may hold, and its share of rpm and tpm")
+		budgets := map[string]*int64{
+			"rpm":        c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide (0 removes it)"),
+			"tpm":        c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide (0 removes it)"),
+			"per_tenant": c.fs.Int64("per-tenant", 0, "the most slots one tenant may hold, and its share of rpm and tpm (0 removes it)"),
+		}
+		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit (--adaptive=false turns it off)")
 		pos, err := c.parse(args[1:], -1, "KEY [LIMIT]")
 		if err != nil {
 			return err
@@ -610,6 +612,8 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(pos) < 1 || len(pos) > 2 {
 			return usagef("usage: limits set [flags] KEY [LIMIT]")
 		}
+		// A merge patch: a flag given changes the key, one left out keeps
+		// what the key has.
 		body := map[string]any{}
 		if len(pos) == 2 {
 			n, err := strconv.ParseInt(pos[1], 10, 64)
@@ -618,20 +622,19 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			body["limit"] = n
 		}
-		if *rpm != 0 {
-			body["rpm"] = *rpm
-		}
-		if *tpm != 0 {
-			body["tpm"] = *tpm
-		}
-		if *adaptive {
-			body["adaptive"] = true
-		}
-		if *perTenant != 0 {
-			body["per_tenant"] = *perTenant
-		}
+		c.fs.Visit(func(f *flag.Flag) {
+			name := strings.ReplaceAll(f.Name, "-", "_")
+			switch n, budget := budgets[name]; {
+			case name == "adaptive":
+				body[name] = *adaptive
+			case budget && *n == 0:
+				body[name] = nil
+			case budget:
+				body[name] = *n
+			}
+		})
 		var l job.Limit
-		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
+		if err := c.get(ctx, http.MethodPatch, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
 			return adminOnly(err)
 		}
 		return print([]job.Limit{l})

@@ -300,6 +300,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodGet:    s.authed(s.limitHistory),
 		http.MethodPut:    s.authed(s.putLimit),
+		http.MethodPatch:  s.authed(s.patchLimit),
 		http.MethodDelete: s.authed(s.deleteLimit),
 	})
 	mux.Handle("/v1/schedules", methods{
