@@ -318,6 +318,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.Handle("/ui/", methods{http.MethodGet: serveConsole, http.MethodHead: serveConsole})
+	mux.Handle("/{$}", methods{http.MethodGet: toConsole, http.MethodHead: toConsole})
 	mux.HandleFunc("/", notFound)
 	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
 }

@@ -244,7 +244,7 @@ func (readCloser) Close() error { return nil }
 func TestUnknownRoutesAndMethods(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for _, path := range []string{"/", "/v1", "/v1/", "/v1/jobs/", "/v2/jobs", "/v1/limit", "/v1/limits-x/model:x", "/v1/jobs/x/y/z", "/v1/queues/default", "/metrics"} {
+	for _, path := range []string{"/v1", "/v1/", "/v1/jobs/", "/v2/jobs", "/v1/limit", "/v1/limits-x/model:x", "/v1/jobs/x/y/z", "/v1/queues/default", "/metrics"} {
 		expectProblem(t, f.get(acmeKey, path), 404, "")
 	}
 	cases := []struct{ method, path, allow string }{
