@@ -652,6 +652,14 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("schedules", "get", "nightly", "-o", "json"); !strings.Contains(r.stdout, `"last_job_id":"`+j.ID+`"`) {
 			t.Errorf("get -o json: %s", r.stdout)
 		}
+		// update replaces the spec and keeps the history.
+		if r := s.ok("schedules", "update", "nightly", "30 4 * * *", "sleep", "--input", `{"duration":"1s"}`); !strings.Contains(r.stdout, "30 4 * * *") ||
+			!strings.Contains(r.stdout, "UTC") || !strings.Contains(r.stdout, "allow") || !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "sleep") {
+			t.Errorf("update:\n%s", r.stdout)
+		}
+		if r := s.cli("", "schedules", "update", "absent", "@hourly", "echo"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("update of a schedule that does not exist: exit %d %s", r.code, r.stderr)
+		}
 		if r := s.ok("schedules", "rm", "nightly"); r.stdout != "deleted nightly\n" {
 			t.Errorf("rm: %q", r.stdout)
 		}

@@ -59,7 +59,7 @@ const usage = `usage: leasehold <command> [flags] [args]
   queues                       queue counts (queues pause QUEUE, queues resume QUEUE: admin)
   limits                       concurrency limits (limits set KEY N, limits rm KEY: admin)
   usage                        usage per day (--from, --to, --tenant)
-  schedules                    schedules: ls (--limit, --cursor), create NAME CRON KIND (--timezone, --overlap, --input), get, rm, pause, resume, trigger NAME
+  schedules                    schedules: ls (--limit, --cursor), create and update NAME CRON KIND (--timezone, --overlap, --input), get, rm, pause, resume, trigger NAME
 
 Every command but dev takes --url (default $LEASEHOLD_URL, else http://127.0.0.1:8080),
 --key (default $LEASEHOLD_KEY) and -o table|json; leasehold <command> -h lists its flags.

@@ -309,6 +309,7 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/v1/schedules/{name}", methods{
 		http.MethodGet:    s.authed(s.getSchedule),
+		http.MethodPut:    s.authed(s.updateSchedule),
 		http.MethodDelete: s.authed(s.deleteSchedule),
 	})
 	mux.Handle("/v1/schedules/{name}/pause", methods{http.MethodPost: s.authed(s.pauseSchedule(true))})
