@@ -1,7 +1,9 @@
 package job
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -448,13 +450,71 @@ func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err 
 // state nil). An entry whose value cannot be read (written by hand) is left
 // out, as workers ignore it too.
 func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
+	limits, budgets, err := s.configured(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.measure(ctx, limits, budgets)
+}
+
+// LimitsQuery asks for a page of the configured keys (LimitsPage).
+type LimitsQuery struct {
+	Limit  int    // 1–500; 0 = 50
+	Cursor string // next from the previous page; "" = from the first key
+	// Keep, when not nil, leaves out the keys it is false for before the
+	// page is cut, so that a page is full of keys the caller may see.
+	Keep func(key string) bool
+}
+
+// LimitsPage returns a page of the configured keys, sorted, each as Limits
+// shows it, and the cursor of the next page ("" after the last). Only the
+// page's keys are counted (their leases and budgets), so however many
+// keys are set, one answer stays bounded. A cursor that is not one this
+// package handed out is ErrBadCursor.
+func (s *Store) LimitsPage(ctx context.Context, q LimitsQuery) ([]Limit, string, error) {
+	if q.Limit < 0 || q.Limit > maxListLimit {
+		return nil, "", &ValidationError{Errors: []FieldError{{Field: "limit", Message: fmt.Sprintf("must be between 1 and %d", maxListLimit)}}}
+	}
+	n := cmp.Or(q.Limit, defaultListLimit)
+	var after string
+	if q.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || ValidateLimitKey(string(b)) != nil {
+			return nil, "", ErrBadCursor
+		}
+		after = string(b)
+	}
+	all, budgets, err := s.configured(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	start, _ := slices.BinarySearchFunc(all, after, func(l Limit, key string) int { return strings.Compare(l.Key, key) })
+	var page []Limit
+	next := ""
+	for _, l := range all[start:] {
+		if l.Key == after || q.Keep != nil && !q.Keep(l.Key) {
+			continue
+		}
+		if len(page) == n {
+			next = base64.RawURLEncoding.EncodeToString([]byte(page[n-1].Key))
+			break
+		}
+		page = append(page, l)
+	}
+	limits, err := s.measure(ctx, page, budgets)
+	return limits, next, err
+}
+
+// configured reads every configured key, sorted, with its limit and
+// budgets but nothing measured, and the budgets by key.
+func (s *Store) configured(ctx context.Context) ([]Limit, map[string]lease.Budget, error) {
 	var limitsCmd, budgetsCmd *redis.MapStringStringCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		limitsCmd = p.HGetAll(ctx, s.keys.Limits())
 		budgetsCmd = p.HGetAll(ctx, s.keys.Budgets())
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("job: limits: %w", err)
+		return nil, nil, fmt.Errorf("job: limits: %w", err)
 	}
 	byKey := map[string]*Limit{}
 	for k, v := range limitsCmd.Val() {
@@ -489,8 +549,14 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		limits = append(limits, *byKey[k])
 	}
+	return limits, budgets, nil
+}
+
+// measure fills in what limits' keys hold now: live leases, ready jobs
+// waiting, and budget state (budgets by key, from configured).
+func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]lease.Budget) ([]Limit, error) {
 	if len(limits) == 0 {
-		return limits, nil
+		return []Limit{}, nil
 	}
 	queues, err := s.queues(ctx)
 	if err != nil {

@@ -613,6 +613,42 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("limits reads every page", func(t *testing.T) {
+		// More keys than one page of the API holds (500).
+		call := func(method, path, body string) {
+			req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+adminKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("%s %s: %s", method, path, resp.Status)
+			}
+		}
+		const n = 501
+		for i := range n {
+			call(http.MethodPut, fmt.Sprintf("/v1/limits/page:k%03d", i), `{"limit": 1}`)
+		}
+		r := s.ok("limits", "--key", adminKey)
+		if got := strings.Count(r.stdout, "page:k"); got != n || !strings.Contains(r.stdout, "page:k500") {
+			t.Errorf("limits lists %d of the %d keys", got, n)
+		}
+		var list struct {
+			Limits     []job.Limit `json:"limits"`
+			NextCursor *string     `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(s.ok("limits", "-o", "json", "--key", adminKey).stdout), &list); err != nil ||
+			len(list.Limits) < n || list.NextCursor != nil {
+			t.Errorf("limits -o json: %d keys, next %v, %v; want every key as one listing", len(list.Limits), list.NextCursor, err)
+		}
+		for i := range n {
+			call(http.MethodDelete, fmt.Sprintf("/v1/limits/page:k%03d", i), "")
+		}
+	})
+
 	t.Run("schedules", func(t *testing.T) {
 		r := s.ok("schedules", "create", "nightly", "0 3 * * *", "echo", "--timezone", "Europe/Berlin", "--overlap", "skip", "--input", `{"n":1}`,
 			"--max-attempts", "5", "--metadata", `{"team":"data"}`)

@@ -645,13 +645,40 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive] [--per-tenant P], limits rm KEY)"); err != nil {
 		return err
 	}
-	var list struct {
-		Limits []job.Limit `json:"limits"`
+	// Every page, as one listing: a page is at most 500 keys.
+	var items []json.RawMessage
+	q := url.Values{"limit": {"500"}}
+	for {
+		b, err := c.call(ctx, http.MethodGet, "/v1/limits?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Limits     []json.RawMessage `json:"limits"`
+			NextCursor *string           `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return err
+		}
+		items = append(items, page.Limits...)
+		if page.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *page.NextCursor)
 	}
-	if err := c.get(ctx, http.MethodGet, "/v1/limits", nil, &list); err != nil || c.json() {
-		return err
+	if c.json() {
+		if items == nil {
+			items = []json.RawMessage{}
+		}
+		return json.NewEncoder(stdout).Encode(map[string]any{"limits": items, "next_cursor": nil})
 	}
-	return print(list.Limits)
+	limits := make([]job.Limit, len(items))
+	for i, item := range items {
+		if err := json.Unmarshal(item, &limits[i]); err != nil {
+			return err
+		}
+	}
+	return print(limits)
 }
 
 // optional is a number a key may not use, as a table shows it: "-" for none.

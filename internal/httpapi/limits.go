@@ -13,7 +13,8 @@ import (
 
 // limitList is the body of GET /v1/limits.
 type limitList struct {
-	Limits []job.Limit `json:"limits"`
+	Limits     []job.Limit `json:"limits"`
+	NextCursor *string     `json:"next_cursor"`
 }
 
 // limitBody is the body of PUT and PATCH /v1/limits/{key}: every field
@@ -28,25 +29,30 @@ type limitBody struct {
 	PerTenant int64 `json:"per_tenant"`
 }
 
-// GET /v1/limits: every configured limit with its leases in use. Any
-// tenant may read them, since its jobs wait on them, except another
-// tenant's own key (tenant:<name>), which would show who else uses the
-// service and how much; the admin sees every key.
+// GET /v1/limits: a page of the configured limits with their leases in
+// use, by key (limit, cursor, next_cursor as GET /v1/jobs). Any tenant may
+// read them, since its jobs wait on them, except another tenant's own key
+// (tenant:<name>), which would show who else uses the service and how
+// much; the admin sees every key.
 func (s *server) listLimits(w http.ResponseWriter, r *http.Request, c caller) {
-	ctx, stop := s.redisContext(r.Context(), 0)
-	defer stop()
-	limits, err := s.store.Limits(ctx)
+	q := r.URL.Query()
+	limit, err := queryLimit(q)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if !c.admin {
-		limits = slices.DeleteFunc(limits, func(l job.Limit) bool { return !c.mayRead(l.Key) })
+	ctx, stop := s.redisContext(r.Context(), 0)
+	defer stop()
+	limits, next, err := s.store.LimitsPage(ctx, job.LimitsQuery{Limit: limit, Cursor: q.Get("cursor"), Keep: c.mayRead})
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	if limits == nil {
-		limits = []job.Limit{}
+	page := limitList{Limits: limits}
+	if next != "" {
+		page.NextCursor = &next
 	}
-	writeJSON(w, http.StatusOK, limitList{Limits: limits})
+	writeJSON(w, http.StatusOK, page)
 }
 
 // mayRead reports whether c may see key's limit: any key but another
@@ -165,18 +171,15 @@ func (s *server) readLimit(w http.ResponseWriter, r *http.Request, c caller, pat
 // answerLimit answers a write of key's limit with the key as GET
 // /v1/limits lists it.
 func (s *server) answerLimit(ctx context.Context, w http.ResponseWriter, r *http.Request, key string) {
-	limits, err := s.store.Limits(ctx)
+	limits, _, err := s.store.LimitsPage(ctx, job.LimitsQuery{Limit: 1, Keep: func(k string) bool { return k == key }})
+	if err == nil && len(limits) == 0 {
+		err = errors.New("httpapi: the limit set is not in the listing")
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	for _, l := range limits {
-		if l.Key == key {
-			writeJSON(w, http.StatusOK, l)
-			return
-		}
-	}
-	s.fail(w, r, errors.New("httpapi: the limit set is not in the listing"))
+	writeJSON(w, http.StatusOK, limits[0])
 }
 
 // DELETE /v1/limits/{key...}: remove a limit, admin only: 204, or 404 when

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 )
 
 type limitList struct {
-	Limits []job.Limit `json:"limits"`
+	Limits     []job.Limit `json:"limits"`
+	NextCursor *string     `json:"next_cursor"`
 }
 
 func (f *fixture) limits(key string) []job.Limit {
@@ -39,7 +41,7 @@ func TestLimitsEmpty(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	resp := f.get(acmeKey, "/v1/limits")
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"limits":[]}` {
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"limits":[],"next_cursor":null}` {
 		t.Fatalf("%s %s", resp.Status, resp.body)
 	}
 	if resp := f.get("", "/v1/limits"); resp.StatusCode != http.StatusUnauthorized {
@@ -361,5 +363,61 @@ func TestLimitPatchMerges(t *testing.T) {
 	}
 	if got := current(); got != "limit 7 rpm - tpm - adaptive false per_tenant -" {
 		t.Fatalf("after PUT the key lists %s, want the limit alone", got)
+	}
+}
+
+// GET /v1/limits answers a page at a time (limit 1-500, default 50), by
+// key: walking next_cursor lists every key the caller may see exactly
+// once, in pages full of them; a bad limit or cursor is a 400.
+//
+// Fails when the listing answers every key at once.
+func TestLimitsListIsPaged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var want []string
+	for i := range 60 {
+		key := fmt.Sprintf("model:k%02d", i)
+		if resp := f.putLimit(adminKey, key, `{"limit": 1}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put %s: %s %s", key, resp.Status, resp.body)
+		}
+		want = append(want, key)
+	}
+	for _, key := range []string{"tenant:acme", "tenant:globex"} {
+		if resp := f.putLimit(adminKey, key, `{"limit": 1}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put %s: %s %s", key, resp.Status, resp.body)
+		}
+	}
+	// walk follows next_cursor from the first page, asked with q.
+	walk := func(key string, q url.Values) (keys []string, sizes []int) {
+		t.Helper()
+		for {
+			resp := f.get(key, "/v1/limits?"+q.Encode())
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /v1/limits?%s: %s %s", q.Encode(), resp.Status, resp.body)
+			}
+			page := decode[limitList](t, resp)
+			sizes = append(sizes, len(page.Limits))
+			for _, l := range page.Limits {
+				keys = append(keys, l.Key)
+			}
+			if page.NextCursor == nil {
+				return keys, sizes
+			}
+			q.Set("cursor", *page.NextCursor)
+		}
+	}
+	// acme sees its own key and not globex's, and its pages are full.
+	keys, sizes := walk(acmeKey, url.Values{})
+	if !slices.Equal(keys, append(slices.Clone(want), "tenant:acme")) || !slices.Equal(sizes, []int{50, 11}) {
+		t.Fatalf("acme's pages (default limit): sizes %v, keys %v", sizes, keys)
+	}
+	keys, sizes = walk(adminKey, url.Values{"limit": {"25"}})
+	if !slices.Equal(keys, append(slices.Clone(want), "tenant:acme", "tenant:globex")) || !slices.Equal(sizes, []int{25, 25, 12}) {
+		t.Fatalf("the admin's pages of 25: sizes %v, keys %v", sizes, keys)
+	}
+	for _, c := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=501", "limit"}, {"limit=x", "limit"}, {"cursor=%25%25", "cursor"},
+	} {
+		expectProblem(t, f.get(adminKey, "/v1/limits?"+c.query), http.StatusBadRequest, c.field)
 	}
 }
