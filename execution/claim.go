@@ -310,8 +310,8 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *waits, r *res
 
 // peeking is a peek queued on a pipeline (peekIn).
 type peeking struct {
-	look  int
 	keys  []string
+	args  []any
 	cmd   *redis.Cmd
 	ahead map[string]*redis.StringSliceCmd
 }
@@ -320,8 +320,8 @@ type peeking struct {
 // due work, and the reads of the first per jobs of lanes (readLanes).
 func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lanes []string, per int,
 	blocked *waits) *peeking {
-	pk := &peeking{look: look, keys: q.peekKeys()}
-	pk.cmd = peekScript.EvalSha(ctx, pipe, pk.keys, look, dueBatch)
+	pk := &peeking{keys: q.peekKeys(), args: append([]any{look, dueBatch}, q.kinds...)}
+	pk.cmd = peekScript.EvalSha(ctx, pipe, pk.keys, pk.args...)
 	if len(lanes) > 0 {
 		pk.ahead = q.readLanes(ctx, pipe, lanes, per, blocked)
 	}
@@ -331,7 +331,7 @@ func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lane
 // peekResult returns what pk found, once its pipeline has run.
 func (q *queue) peekResult(ctx context.Context, pk *peeking) (peeked, error) {
 	p := peeked{ahead: pk.ahead, read: time.Now()}
-	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, pk.keys, pk.look, dueBatch).Slice()
+	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, pk.keys, pk.args...).Slice()
 	if err != nil {
 		return p, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -537,7 +537,7 @@ type scriptArgs struct {
 // documents: change the two together.
 func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scriptArgs {
 	n, r := len(pl.ids), len(pl.retired)
-	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+2), argv: make([]any, 0, 8+3*n+1+r+1)}
+	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+2), argv: make([]any, 0, 8+4*n+1+r+1)}
 	// KEYS[1..8], ARGV[1..8]
 	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
@@ -549,12 +549,15 @@ func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, hel
 		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, pl.lanes[i]))
 		a.argv = append(a.argv, id)
 	}
-	// ARGV[9+n .. 8+2n], ARGV[9+2n .. 8+3n]
+	// ARGV[9+n .. 8+2n], ARGV[9+2n .. 8+3n], ARGV[9+3n .. 8+4n]
 	for _, id := range execIDs {
 		a.argv = append(a.argv, id)
 	}
 	for _, h := range held {
 		a.argv = append(a.argv, h)
+	}
+	for _, lane := range pl.lanes {
+		a.argv = append(a.argv, lane)
 	}
 	// KEYS[4+3n+5j .. 8+3n+5j] of retired job j (1..r); ARGV r, then the r ids
 	for j, id := range pl.retired {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -43,7 +44,7 @@ type Execution struct {
 	attempt int
 	token   fencing.Token
 	keys    []string  // concurrency keys, each holding a lease while this runs
-	lane    string    // the keys as the job stores them: its lane (see internal/scripts/fair.lua)
+	lane    string    // the lane it was claimed from (see internal/scripts/fair.lua)
 	granted time.Time // when its leases were asked for: they were granted after, so its trust window counts from it
 	q       *queue
 	trace   execTrace
@@ -102,6 +103,16 @@ func (e *Execution) ReportTokens(n int64) {
 // tokens is what the execution reported it spent, -1 when it reported
 // nothing (its estimate stands).
 func (e *Execution) tokens() int64 { return e.spent.Load() - 1 }
+
+// home is the lane e's job waits in when it is queued again: its own
+// kind's, also for a job claimed from a lane written before kinds were
+// part of lanes (the keys alone).
+func (e *Execution) home() string {
+	if scripts.LaneKind(e.lane) == "" {
+		return scripts.Lane(e.Kind, e.lane)
+	}
+	return e.lane
+}
 
 // Token is the execution's fencing token: pass it to every downstream write
 // (fencing.SetHeader) so a store can refuse this execution once a newer one

@@ -194,7 +194,7 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, b
 	byKey = map[string]int64{}
 	for lane, n := range scripts.LaneCounts(fair.Val()) {
 		ready += n
-		for _, k := range laneKeys(lane) {
+		for _, k := range scripts.LaneKeys(lane) {
 			byKey[k] += n
 		}
 	}
@@ -270,7 +270,7 @@ func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool,
 // their concurrency keys; lanes are the jobs' keys as stored.
 func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []string) {
 	for _, lane := range lanes {
-		for _, k := range laneKeys(lane) {
+		for _, k := range scripts.LaneKeys(lane) {
 			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", k)))
 		}
 	}

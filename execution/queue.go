@@ -23,7 +23,7 @@ import (
 )
 
 var (
-	peekScript       = scripts.Load("execution_peek.lua")
+	peekScript       = scripts.Load("execution_peek.lua", "fair.lua")
 	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
 	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
@@ -92,6 +92,20 @@ type queue struct {
 	// acked is whether its client waits for replicas (see confirmation):
 	// 0 not known yet, 1 it does, 2 it does not.
 	acked atomic.Int32
+	// kinds are the kinds the worker serves, as the peek script takes
+	// them, and serves the same as a set: a claim looks at no lane of
+	// another kind and takes no job of one (see serves). Set before the
+	// worker claims.
+	kinds  []any
+	served map[string]bool
+}
+
+// serves says whether the worker serves the jobs of lane: those of its
+// kinds, and of a lane written before kinds were part of lanes, whose
+// jobs may be of any kind ("": its kind is not known).
+func (q *queue) serves(lane string) bool {
+	kind := scripts.LaneKind(lane)
+	return kind == "" || q.served[kind]
 }
 
 // waiting says whether q's client waits for replicas, asking once.
@@ -571,8 +585,8 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 	byLane := map[string][]int{}
 	var order []string
 	for i, lane := range lanes {
-		if lane == "" {
-			continue // the job is gone
+		if lane == "" || !q.serves(lane) {
+			continue // the job is gone, or of a kind another worker serves
 		}
 		if _, ok := byLane[lane]; !ok {
 			order = append(order, lane)
@@ -660,7 +674,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 	// A candidate not asked for whose tenant a key of its refused waits too.
 	r.full = r.fullFor(asked, execIDs, ckeys)
 	for i := range lanes {
-		if r.held[i] == "" && lanes[i] != "" && len(r.full) > 0 && waitsToo(r.full, ckeys[i]) {
+		if r.held[i] == "" && lanes[i] != "" && q.serves(lanes[i]) && len(r.full) > 0 && waitsToo(r.full, ckeys[i]) {
 			r.held[i] = "0"
 		}
 	}
@@ -693,15 +707,7 @@ func (q *queue) lanesGrantAll(lanes []string) bool {
 
 // keysOf returns the keys a job of lane holds slots of: its concurrency
 // keys and their share keys (limits.withShares).
-func (q *queue) keysOf(lane string) []string { return q.limits.withShares(laneKeys(lane)) }
-
-// laneKeys returns the concurrency keys of lane, the JSON array the submit
-// script writes as a job's concurrency_keys (nil for "", a job gone).
-func laneKeys(lane string) []string {
-	var keys []string
-	_ = json.Unmarshal([]byte(lane), &keys)
-	return keys
-}
+func (q *queue) keysOf(lane string) []string { return q.limits.withShares(scripts.LaneKeys(lane)) }
 
 // readCosts reads, in one round trip, the estimated tokens of the
 // candidates asked for whose keys have a tpm budget (none: no round trip).
@@ -849,11 +855,11 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 			}
 		}
 	}
-	laneOf := make([]*redis.StringCmd, len(due))
+	laneOf := make([]*redis.SliceCmd, len(due))
 	if len(due) > 0 || len(missed) > 0 {
 		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range due {
-				laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+				laneOf[i] = p.HMGet(ctx, q.keys.Job(q.name, id), "kind", "concurrency_keys")
 			}
 			for lane, cmd := range q.readLanes(ctx, p, missed, perLaneOf(want, heads, blocked), blocked) {
 				if ahead == nil {
@@ -871,7 +877,13 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 	for i, id := range due {
 		seen[id] = true
 		ids = append(ids, id)
-		lanes = append(lanes, laneOf[i].Val())
+		f := laneOf[i].Val()
+		kind, _ := f[0].(string)
+		keys, _ := f[1].(string)
+		if keys == "" {
+			kind = "" // the job is gone: no lane
+		}
+		lanes = append(lanes, scripts.Lane(kind, keys))
 	}
 	if want == 0 {
 		return ids, lanes, nil // the reaper claims nothing
@@ -992,7 +1004,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 	}
 	for _, f := range fs {
 		id := f.e.JobID
-		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
+		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.home()))
 	}
 	b.keys = append(b.keys, day, q.keys.QueueWebhooks(q.name))
 	for _, f := range fs {

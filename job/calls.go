@@ -53,7 +53,7 @@ func (c submitCall) layout(ks keys.Space) scriptArgs {
 		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
 			ks.JobFolded(q, id))
 		a.argv = append(a.argv,
-			id, n.Kind, n.Priority, n.MaxAttempts, p.lane, []byte(n.Input), []byte(n.Metadata),
+			id, n.Kind, n.Priority, n.MaxAttempts, p.keys, []byte(n.Input), []byte(n.Metadata),
 			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace, nonce(p),
 			n.Schedule, cost(p.tokens), n.Webhook.url(), flag(p.replay()))
 	}

@@ -27,7 +27,7 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			s, j := packedStore(t, b.Client)
-			q, lane := j.Queue, `["tenant:acme"]`
+			q, lane := j.Queue, j.Kind+`["tenant:acme"]`
 			hash, folded := s.keys.Job(q, j.ID), s.keys.JobFolded(q, j.ID)
 			for i, c := range []struct {
 				name    string
@@ -94,7 +94,7 @@ func TestAnotherTenantLeavesAPackedJobPacked(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s, j := packedStore(t, testenv.Redis(t).Client(t))
-	q, lane := j.Queue, `["tenant:acme"]`
+	q, lane := j.Queue, j.Kind+`["tenant:acme"]`
 	hash := s.keys.Job(q, j.ID)
 	for _, c := range []struct {
 		name   string

@@ -482,19 +482,21 @@ func (s *Store) withQueue(ctx context.Context, id string, read func(queue string
 }
 
 // laneOf returns the queue of job id, the owner the scripts match the
-// job's tenant against (ownerOf) and the job's lane: its concurrency keys as
-// stored, which a script on the job takes through KEYS. A job's keys never
+// job's tenant against (ownerOf) and the job's lane (scripts.Lane), which a
+// script on the job takes through KEYS. A job's kind and keys never
 // change, so reading them first races with nothing.
 func (s *Store) laneOf(ctx context.Context, tenant, id string, admin bool) (queue, owner, lane string, err error) {
 	if owner, err = ownerOf(tenant, admin); err != nil {
 		return "", "", "", err
 	}
 	queue, err = s.withQueue(ctx, id, func(queue string) (bool, error) {
-		f, err := s.hashFields(ctx, owner, queue, id, "concurrency_keys")
+		f, err := s.hashFields(ctx, owner, queue, id, "concurrency_keys", "kind")
 		if err != nil {
 			return false, fmt.Errorf("job: %s: %w", id, err)
 		}
-		lane, _ = f[0].(string)
+		keys, _ := f[0].(string)
+		kind, _ := f[1].(string)
+		lane = scripts.Lane(kind, keys)
 		return f[0] != nil, nil
 	})
 	return queue, owner, lane, err

@@ -157,7 +157,8 @@ type submitting struct {
 	idem    string
 	rules   *keyRules
 	tokens  int64  // its estimated tokens (Submission.Tokens)
-	lane    string // its concurrency keys as JSON: its lane (fair.lua)
+	keys    string // its concurrency keys as JSON, as the job stores them
+	lane    string // its kind and keys: its lane (fair.lua)
 	trace   string // its submit span's traceparent ("" untraced)
 	fresh   string // the id this request made up
 	id      string // the job's: fresh, or the one its idempotency key stands for
@@ -215,8 +216,8 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			return
 		}
 		p.tokens = p.n.Tokens()
-		lane, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
-		p.lane = string(lane)
+		keys, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
+		p.keys, p.lane = string(keys), scripts.Lane(p.n.Kind, string(keys))
 		prepared[i] = p
 	})
 	var ruled []string // keys whose rules an item needs

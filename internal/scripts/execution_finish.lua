@@ -97,20 +97,21 @@ for i = 1, n do
       -- again now, with the error of its last attempt.
       next = 'queued'
       fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
-      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', 'kind')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
-      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
+      fair_push(fair, ready, KEYS[6 + 3 * i], fair_lane(g[4], g[2]), id, tonumber(g[1] or '0'), tx.now)
     elseif outcome == 'waiting' then
       fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
       local sig = 'sig:' .. wait_for
-      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes')
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes',
+        'kind')
       err = g[3] or ''
       if g[4] then
         next = 'queued'
         redis.call('HDEL', job, sig)
         signal_take(fields, g[5], g[6], #g[4])
         fields[#fields + 1], fields[#fields + 2] = 'signal', signal_json(wait_for, g[4], false)
-        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
+        fair_push(fair, ready, KEYS[6 + 3 * i], fair_lane(g[7], g[2]), id, tonumber(g[1] or '0'), tx.now)
       else
         next = 'waiting'
         local untl = int(tx.now + tonumber(wait_ms))

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 )
@@ -59,9 +60,28 @@ func Lookup[V any](m map[string]V, key string) (V, bool) {
 	return zero, false
 }
 
+// Lane is the lane (fair.lua's fair_lane) of a job of kind whose
+// concurrency keys, as the job stores them, are keys (a JSON array): the
+// kind, then the keys.
+func Lane(kind, keys string) string { return kind + keys }
+
+// LaneKind is the kind of lane's jobs: "" for a lane written before kinds
+// were part of lanes, whose jobs may be of any kind (fair.lua's fair_kind).
+func LaneKind(lane string) string {
+	kind, _, _ := strings.Cut(lane, "[")
+	return kind
+}
+
+// LaneKeys is the concurrency keys of lane's jobs (nil for "", a job
+// gone).
+func LaneKeys(lane string) []string {
+	var keys []string
+	_ = json.Unmarshal([]byte(lane[len(LaneKind(lane)):]), &keys) // written by the submit script: always an array
+	return keys
+}
+
 // LaneCounts reads a queue's fair hash (fair.lua), where field "#<lane>"
-// counts a lane's ready jobs, into lane → ready jobs. A lane is its jobs'
-// concurrency keys as a JSON array.
+// counts a lane's ready jobs, into lane → ready jobs.
 func LaneCounts(fair map[string]string) map[string]int64 {
 	out := map[string]int64{}
 	for field, v := range fair {
