@@ -351,6 +351,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	svc.start(bgCtx, serviceHeartbeats, w.heartbeats)
 	svc.start(bgCtx, serviceFinisher, w.finisher)
+	svc.start(bgCtx, serviceRegistry, w.publish)
 	svc.start(ctx, serviceReaper, w.reaper.Run)
 	if w.watcher != nil {
 		svc.start(bgCtx, serviceCancelWatcher, w.watcher.Run)
