@@ -142,6 +142,11 @@ type Job struct {
 	// WaitingFor is the signal a waiting job waits for, and until when;
 	// nil in every other state.
 	WaitingFor *WaitingFor `json:"waiting_for"`
+	// BlockedBy says why a queued job does not run: no live worker of its
+	// queue serves its kind. The store leaves it nil: the API computes it
+	// where it shows one job (GET /v1/jobs/{id}), and the JSON leaves it
+	// out when nil.
+	BlockedBy *BlockedBy `json:"blocked_by,omitempty"`
 
 	Timeout time.Duration `json:"-"` // per execution
 	MaxWait time.Duration `json:"-"` // 0 = unlimited
@@ -214,22 +219,33 @@ func (w WaitingFor) MarshalJSON() ([]byte, error) {
 	}{plain(w), stamp(w.Until)})
 }
 
+// BlockedBy is why a queued job does not run.
+type BlockedBy struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+}
+
 // WithOpaqueWorker is j with its execution's worker (a host name and pid)
-// replaced by the name a tenant sees: a keyed hash under key, which no
-// tenant knows, stable for one worker and key, including the tenant so
-// that two tenants cannot match their workers up.
+// replaced by the name its tenant sees (OpaqueWorker).
 func (j Job) WithOpaqueWorker(key []byte) Job {
 	if j.Execution == nil || j.Execution.Worker == "" {
 		return j
 	}
 	e := *j.Execution
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(j.Tenant))
-	mac.Write([]byte{0})
-	mac.Write([]byte(e.Worker))
-	e.Worker = "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
+	e.Worker = OpaqueWorker(key, j.Tenant, e.Worker)
 	j.Execution = &e
 	return j
+}
+
+// OpaqueWorker is the name tenant sees for worker: a keyed hash under
+// key, which no tenant knows, stable for one worker and key, including
+// the tenant so that two tenants cannot match their workers up.
+func OpaqueWorker(key []byte, tenant, worker string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(tenant))
+	mac.Write([]byte{0})
+	mac.Write([]byte(worker))
+	return "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.

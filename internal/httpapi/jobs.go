@@ -210,6 +210,9 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c caller) {
 			s.streams.give(c.tenant)
 		}
 	}
+	if err == nil {
+		j.BlockedBy, err = s.blockedBy(r.Context(), j)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -194,6 +194,7 @@ type server struct {
 	metrics      *instruments
 	rateMetrics  *rateInstruments
 	schedules    *schedule.Store
+	serving      serving // the kinds live workers serve, for blocked_by
 }
 
 // New returns the API's handler.
@@ -296,6 +297,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/queues/{name}/resume", methods{http.MethodPost: s.authed(s.pauseQueue(false))})
 	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
+	mux.Handle("/v1/workers", methods{http.MethodGet: s.authed(s.listWorkers)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodGet:    s.authed(s.limitHistory),
