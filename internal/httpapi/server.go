@@ -109,6 +109,10 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
+	// Kinds, when set, are the kinds the API accepts jobs of; a submission
+	// (a batch's item, a schedule's job) of another is refused (400).
+	// Default none: any kind.
+	Kinds []string
 	// TenantMaxJobs caps each tenant's jobs not ended (queued, running,
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
@@ -185,6 +189,7 @@ type server struct {
 	notifyAllow  kinds.NotifyAllow
 	webhooks     webhook.Policy
 	queues       []string
+	kinds        []string
 	tenantCap    int64
 	tenantQuota  int64 // Config.TenantMaxRetainedBytes
 	bodyTimeout  time.Duration
@@ -223,6 +228,7 @@ func New(cfg Config) (http.Handler, error) {
 		notifyAllow:  cfg.NotifyAllow,
 		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
+		kinds:        cfg.Kinds,
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      newSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams), 0, errTooManyStreams, nil),
@@ -238,6 +244,11 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	for _, q := range s.queues {
 		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	for _, k := range s.kinds {
+		if err := job.ValidateKind(k); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}

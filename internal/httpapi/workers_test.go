@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +106,29 @@ func TestQueuedJobOfAKindNoWorkerServesShowsBlockedBy(t *testing.T) {
 		t.Fatalf("the gamma job succeeded at attempt %d, want 1", done.Attempt)
 	}
 	close(release)
+}
+
+// With Config.Kinds (LEASEHOLD_KINDS) a job of another kind is refused
+// with a 400 naming kind, at submit, as a batch's item and as a
+// schedule's job, and nothing is written; a listed kind is accepted.
+//
+// Fails when an unlisted kind is accepted anywhere a job is submitted.
+func TestKindsRefuseAnUnlistedKind(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *httpapi.Config) { c.Kinds = []string{"echo", "sleep"} })
+	expectProblem(t, f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: `{"kind": "ehco"}`}),
+		http.StatusBadRequest, "kind")
+	entries := f.batch(acmeKey, `{"kind": "echo"}`, `{"kind": "ehco"}`)
+	if got := statuses(entries); !slices.Equal(got, []int{http.StatusCreated, http.StatusBadRequest}) ||
+		!strings.Contains(string(entries[1].Problem), `"kind"`) {
+		t.Fatalf("batch: %v, %s", got, entries[1].Problem)
+	}
+	expectProblem(t, f.postBody(acmeKey, "/v1/schedules", `{"name": "a", "cron": "@hourly", "job": {"kind": "ehco"}}`),
+		http.StatusBadRequest, "job.kind")
+	if n := len(f.list(acmeKey)); n != 1 {
+		t.Fatalf("%d jobs, want the batch's one valid item", n)
+	}
+	if resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey, body: `{"kind": "echo"}`}); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a listed kind: %s %s", resp.Status, resp.body)
+	}
 }
