@@ -8,19 +8,28 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
 )
 
 // TestTypeScriptSDK builds the TypeScript SDK (sdk/typescript) as its users
 // do, runs its own tests (node --test) against this system's API and
-// worker, and installs the package npm pack makes into a fresh project,
-// which then submits a job with it.
+// worker, whose kinds sdk.* its handler tests serve on a port chosen here,
+// and installs the package npm pack makes into a fresh project, which then
+// submits a job with it.
 func TestTypeScriptSDK(t *testing.T) {
 	t.Parallel()
 	const adminKey = "e2e-admin-key-0123456789abcdef"
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newSystem(t,
-		"LEASEHOLD_LIMITS=sdk:gate=1",
+		"LEASEHOLD_LIMITS=sdk:gate=1,sdk:metered=;tpm=1000000",
+		"LEASEHOLD_HANDLERS="+sdkHandlers(port, "sdk.agent", "sdk.pushback", "sdk.cancel", "sdk.fail"),
 		"LEASEHOLD_QUEUES=default,sdk-list,sdk-admin",
 		"LEASEHOLD_API_KEYS=acme:e2e-key-0123456789abcdef,admin:"+adminKey,
 	)
@@ -30,6 +39,7 @@ func TestTypeScriptSDK(t *testing.T) {
 		"LEASEHOLD_URL="+s.base,
 		"LEASEHOLD_KEY="+s.key,
 		"LEASEHOLD_ADMIN_KEY="+adminKey,
+		"LEASEHOLD_HANDLER_PORT="+strconv.Itoa(port),
 	)
 	ctx, stop := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer stop()
