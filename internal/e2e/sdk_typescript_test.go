@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestTypeScriptSDK builds the TypeScript SDK (sdk/typescript) as its users
@@ -34,7 +35,6 @@ func TestTypeScriptSDK(t *testing.T) {
 		"LEASEHOLD_API_KEYS=acme:e2e-key-0123456789abcdef,admin:"+adminKey,
 	)
 	s.start("worker")
-	dir := repoPath("sdk", "typescript")
 	env := append(slices.Clone(s.env),
 		"LEASEHOLD_URL="+s.base,
 		"LEASEHOLD_KEY="+s.key,
@@ -55,10 +55,6 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 		return stdout.Bytes()
 	}
-	// npm ci builds the package too: its prepare script runs tsc.
-	run(dir, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-	t.Logf("npm test:\n%s", run(dir, "npm", "test"))
-
 	tmp := t.TempDir()
 	var packed []struct {
 		Filename string `json:"filename"`
@@ -66,9 +62,14 @@ func TestTypeScriptSDK(t *testing.T) {
 			Path string `json:"path"`
 		} `json:"files"`
 	}
-	if err := json.Unmarshal(run(dir, "npm", "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
-		t.Fatalf("npm pack --json: %v, %d packages", err, len(packed))
-	}
+	testenv.WithTypeScriptSDK(t, func(dir string) {
+		// npm ci builds the package too: its prepare script runs tsc.
+		run(dir, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
+		t.Logf("npm test:\n%s", run(dir, "npm", "test"))
+		if err := json.Unmarshal(run(dir, "npm", "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
+			t.Fatalf("npm pack --json: %v, %d packages", err, len(packed))
+		}
+	})
 	var files []string
 	for _, f := range packed[0].Files {
 		files = append(files, f.Path)
