@@ -26,6 +26,12 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	ns := testenv.StartNATS(t)
 	f := newFixtureOn(t, rs.Client(t), ns.Conn(t))
+	// Keys are labelled by their limits: model:m and model:h have one.
+	for _, key := range []string{"model:m", "model:h"} {
+		if err := f.store.SetLimit(t.Context(), key, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })

@@ -149,6 +149,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // can see was stored.
 type BusyError struct {
 	Key string
+	// Label is the limit or budget that applies to Key, as metrics name
+	// it (scripts.Label): Key, or its prefix's wildcard.
+	Label string
 	// RetryAfter is when the key's earliest lease expires: the soonest a
 	// slot frees up if its holder is gone; a holder that finishes frees
 	// one sooner.

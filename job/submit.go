@@ -735,6 +735,7 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 	for _, k := range keys {
 		l := scripts.LimitOf(r.limits, k)
 		b, budgeted := scripts.Lookup(r.budgets, k)
+		label := scripts.Label(r.limits, r.budgets, k)
 		if budgeted {
 			var reading lease.BudgetReading
 			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -753,9 +754,9 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 			}
 			switch {
 			case !st.ThrottledUntil.IsZero():
-				return &BusyError{Key: k, RetryAfter: time.Until(st.ThrottledUntil)}
+				return &BusyError{Key: k, Label: label, RetryAfter: time.Until(st.ThrottledUntil)}
 			case b.RPM > 0 && st.Requests >= b.RPM, b.TPM > 0 && st.Tokens+min(tokens, b.TPM) > b.TPM:
-				return &BusyError{Key: k, RetryAfter: time.Second}
+				return &BusyError{Key: k, Label: label, RetryAfter: time.Second}
 			case b.Adaptive:
 				l = effectiveLimit(st.Effective, limit)
 			}
@@ -768,7 +769,7 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 			return fmt.Errorf("job: room in %s: %w", k, err)
 		}
 		if !ok {
-			return &BusyError{Key: k, RetryAfter: wait}
+			return &BusyError{Key: k, Label: label, RetryAfter: wait}
 		}
 	}
 	return nil
