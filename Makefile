@@ -52,7 +52,8 @@ test/race: ## Run the tests three times over with the race detector, to shake ou
 REDOCLY := @redocly/cli@2.77.0
 
 .PHONY: lint
-lint: lint/binaries ## No tracked executable binary, go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/openapi.yaml.
+lint: lint/binaries ## No tracked executable binary, go.mod as go mod tidy writes it, go vet, a pinned staticcheck, and a pinned OpenAPI linter on docs/openapi.yaml.
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	npx --yes $(REDOCLY) lint --format=stylish docs/openapi.yaml

@@ -110,7 +110,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	for _, q := range w.cfg.Queues {
 		in.byQueue[q] = newQueueAttrs(q)
 	}
-	var errs [13]error
+	var errs [15]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...))
@@ -141,11 +141,11 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
 	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
 		metric.WithDescription("How long the job the next claim takes (the first of the lane whose turn comes first) has been ready."))
-	keyWaiting, errs[11] = m.Int64ObservableGauge("leasehold.queue.key.waiting", metric.WithUnit("{job}"),
+	keyWaiting, errs[13] = m.Int64ObservableGauge("leasehold.queue.key.waiting", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs ready to run in the queue that name the concurrency key (every job names its tenant:<t> key), read from the same counts as the depth."))
 	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
 		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
-	utilization, errs[12] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
+	utilization, errs[14] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
 		metric.WithDescription("This worker's running executions over its concurrency: the autoscaler's measure of busy workers, whose CPU stays idle while they wait on upstreams."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err

@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -176,7 +175,6 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
-	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
@@ -213,7 +211,6 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
-		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
