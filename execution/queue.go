@@ -29,7 +29,6 @@ var (
 	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
 	checkpointScript = scripts.Load("execution_checkpoint.lua")
-	unbandScript     = scripts.Load("fair_unband.lua", "fair.lua")
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
