@@ -95,14 +95,14 @@ type Store struct {
 	usageTTL  time.Duration // Config.UsageRetention
 	limited   bool          // Config.OnlyLimitedKeys
 	leases    *lease.Client
-	submit    *redis.Script
-	cancel    *redis.Script
-	retry     *redis.Script
-	delete    *redis.Script
-	signal    *redis.Script
-	follow    *redis.Script
-	unpack    *redis.Script
-	unlock    *redis.Script
+	submit    *scripts.Script
+	cancel    *scripts.Script
+	retry     *scripts.Script
+	delete    *scripts.Script
+	signal    *scripts.Script
+	follow    *scripts.Script
+	unpack    *scripts.Script
+	unlock    *scripts.Script
 	tracer    trace.Tracer
 	queueSet  *queueSet
 }

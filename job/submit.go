@@ -482,7 +482,7 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	if len(calls) == 1 { // every single submit: nothing to overlap
 		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))
 	}
-	laid := make(chan scriptArgs, len(calls))
+	laid := make(chan scripts.Args, len(calls))
 	go func() {
 		for _, c := range calls {
 			laid <- c.layout(s.keys)
