@@ -70,7 +70,11 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	// Store reads and writes jobs; default job.NewStore(Redis,
+	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
+	// given here should set OnlyLimitedKeys too: without it a tenant's
+	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
