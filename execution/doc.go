@@ -93,10 +93,7 @@
 // A worker claims only jobs of the kinds it has handlers for: the peek
 // passes over the lanes of other kinds (a lane's name starts with its
 // kind), so workers of different kinds share a queue and no attempt is
-// spent on a kind a worker lacks. A job of a lane written before kinds
-// were part of lanes may still reach a worker without its handler, which
-// fails that attempt with the unknown_kind code and queues it again in its
-// kind's lane. Each worker publishes itself, with its heartbeat, in the
+// spent on a kind a worker lacks. Each worker publishes itself, with its heartbeat, in the
 // registry of live workers (registry.go, LiveWorkers).
 //
 // An upstream's refusal for capacity is pushback: Pushback(err, wait) goes

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -103,16 +102,6 @@ func (e *Execution) ReportTokens(n int64) {
 // tokens is what the execution reported it spent, -1 when it reported
 // nothing (its estimate stands).
 func (e *Execution) tokens() int64 { return e.spent.Load() - 1 }
-
-// home is the lane e's job waits in when it is queued again: its own
-// kind's, also for a job claimed from a lane written before kinds were
-// part of lanes (the keys alone).
-func (e *Execution) home() string {
-	if scripts.LaneKind(e.lane) == "" {
-		return scripts.Lane(e.Kind, e.lane)
-	}
-	return e.lane
-}
 
 // Token is the execution's fencing token: pass it to every downstream write
 // (fencing.SetHeader) so a store can refuse this execution once a newer one

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
 )
@@ -91,40 +88,5 @@ func TestJobOfAKindNoWorkerServesWaitsForOne(t *testing.T) {
 	f.startWorker(t, execution.Config{}, map[string]execution.Handler{"gamma": echo})
 	if j := f.waitState(t, lonely.ID, 10*time.Second, job.StateSucceeded, job.StateFailed); j.State != job.StateSucceeded || j.Attempt != 1 {
 		t.Fatalf("the gamma job %s at attempt %d, want succeeded at its first", j.State, j.Attempt)
-	}
-}
-
-// A job waiting in a lane written before kinds were part of lanes (its
-// name the keys alone) is claimed as before: upgraded workers serve such
-// lanes, whatever their jobs' kinds.
-//
-// Fails when a claim passes over such a lane, or takes its job under the
-// lane of its kind, which holds no such job.
-func TestJobInALaneWithoutItsKindIsClaimed(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	ctx := t.Context()
-	j := f.submit(t, job.Submission{Kind: "alpha"})
-	ks, q := keys.New(f.prefix), job.DefaultQueue
-	old, now := `["tenant:acme"]`, `alpha["tenant:acme"]`
-	score := f.rdb.ZScore(ctx, ks.QueueReady(q), now).Val()
-	place := f.rdb.ZScore(ctx, ks.QueueLane(q, now), j.ID).Val()
-	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, ks.QueueLane(q, now))
-		p.ZRem(ctx, ks.QueueReady(q), now)
-		p.HDel(ctx, ks.QueueFair(q), "#"+now)
-		p.ZAdd(ctx, ks.QueueLane(q, old), redis.Z{Score: place, Member: j.ID})
-		p.ZAdd(ctx, ks.QueueReady(q), redis.Z{Score: score, Member: old})
-		p.HSet(ctx, ks.QueueFair(q), "#"+old, 1)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	f.startWorker(t, execution.Config{}, map[string]execution.Handler{"alpha": echo})
-	if done := f.waitState(t, j.ID, 10*time.Second, job.StateSucceeded, job.StateFailed); done.State != job.StateSucceeded || done.Attempt != 1 {
-		t.Fatalf("%s at attempt %d, want succeeded at its first", done.State, done.Attempt)
-	}
-	if n := f.rdb.Exists(ctx, ks.QueueLane(q, old), ks.QueueLane(q, now)).Val(); n != 0 {
-		t.Fatalf("%d lanes left, want none", n)
 	}
 }

@@ -378,7 +378,9 @@ type stateData struct {
 	// in eventFields' order ("" for none); nil in events written before
 	// state events carried them.
 	Job []string `json:"job"`
-	// Wait is what a move to waiting waits for: wait_for, wait_until.
+	// Wait is what a move to waiting waits for: wait_for, wait_until,
+	// then the checkpoint saved before it ("" for none; absent in events
+	// written before waiting events carried it).
 	Wait []string `json:"wait"`
 }
 
@@ -391,8 +393,10 @@ var eventFields = scripts.EventFields
 // it is now: e's state, attempt, max_attempts (which only a retry changes)
 // and the fields moves change, with the fields that never change from j. result is j's for a succeeded job, and
 // none at any other state: only the move to succeeded writes it, and
-// nothing leaves succeeded. An event written before state events carried
-// their fields shows j in the event's state and attempt.
+// nothing leaves succeeded. checkpoint is the one a waiting event holds
+// (saved before the wait), and none at the other events. An event written
+// before state events carried their fields shows j in the event's state
+// and attempt.
 func (j Job) At(e Event) (Job, error) {
 	var d stateData
 	var err error
@@ -404,12 +408,15 @@ func (j Job) At(e Event) (Job, error) {
 	}
 	j.State, j.Attempt = d.State, d.Attempt
 	j.Checkpoint, j.WaitingFor = nil, nil
-	if len(d.Wait) == 2 {
+	if len(d.Wait) >= 2 {
 		ms, err := strconv.ParseInt(d.Wait[1], 10, 64)
 		if err != nil {
 			return Job{}, fmt.Errorf("job: state event %s: wait: %w", e.ID, err)
 		}
 		j.WaitingFor = &WaitingFor{Name: d.Wait[0], Until: time.UnixMilli(ms).UTC()}
+	}
+	if len(d.Wait) == 3 && d.Wait[2] != "" {
+		j.Checkpoint = json.RawMessage(d.Wait[2])
 	}
 	if j.retries != "" {
 		if j.MaxAttempts, err = maxAttemptsAt(j.MaxAttempts, j.retries, e.ID); err != nil {

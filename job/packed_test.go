@@ -32,7 +32,7 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			for i, c := range []struct {
 				name    string
 				call    layouter
-				script  *redis.Script
+				script  *scripts.Script
 				outcome string
 			}{
 				{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "acme", retention: s.retention}, s.cancel, "unchanged"},
@@ -99,7 +99,7 @@ func TestAnotherTenantLeavesAPackedJobPacked(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		call   layouter
-		script *redis.Script
+		script *scripts.Script
 	}{
 		{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "other", retention: s.retention}, s.cancel},
 		{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "other", name: "go", data: []byte("null")}, s.signal},

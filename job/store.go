@@ -95,14 +95,14 @@ type Store struct {
 	usageTTL  time.Duration // Config.UsageRetention
 	limited   bool          // Config.OnlyLimitedKeys
 	leases    *lease.Client
-	submit    *redis.Script
-	cancel    *redis.Script
-	retry     *redis.Script
-	delete    *redis.Script
-	signal    *redis.Script
-	follow    *redis.Script
-	unpack    *redis.Script
-	unlock    *redis.Script
+	submit    *scripts.Script
+	cancel    *scripts.Script
+	retry     *scripts.Script
+	delete    *scripts.Script
+	signal    *scripts.Script
+	follow    *scripts.Script
+	unpack    *scripts.Script
+	unlock    *scripts.Script
 	tracer    trace.Tracer
 	queueSet  *queueSet
 }
@@ -149,6 +149,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // can see was stored.
 type BusyError struct {
 	Key string
+	// Label is the limit or budget that applies to Key, as metrics name
+	// it (scripts.Label): Key, or its prefix's wildcard.
+	Label string
 	// RetryAfter is when the key's earliest lease expires: the soonest a
 	// slot frees up if its holder is gone; a holder that finishes frees
 	// one sooner.

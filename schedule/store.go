@@ -77,12 +77,12 @@ type Store struct {
 	nc      *nats.Conn
 	tracer  trace.Tracer
 	max     int
-	create  *redis.Script
-	tenants *redis.Script
-	due     *redis.Script
-	advance *redis.Script
-	pause   *redis.Script
-	delete  *redis.Script
+	create  *scripts.Script
+	tenants *scripts.Script
+	due     *scripts.Script
+	advance *scripts.Script
+	pause   *scripts.Script
+	delete  *scripts.Script
 }
 
 // NewStore returns a Store on rdb.

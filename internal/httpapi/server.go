@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -71,7 +70,11 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	// Store reads and writes jobs; default job.NewStore(Redis,
+	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
+	// given here should set OnlyLimitedKeys too: without it a tenant's
+	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
@@ -180,7 +183,6 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
-	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
@@ -219,7 +221,6 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
-		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,

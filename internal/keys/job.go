@@ -107,11 +107,6 @@ func (s Space) QueueRetained(queue, tenant string) string {
 	return s.key("q:"+queue, "retained:"+tenant)
 }
 
-// QueueAllJobs indexed every job in a queue by creation time, in versions
-// before issue 23's waypoint (docs/operations.md): the reaper drains what
-// they left.
-func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }
-
 // QueueWebhooks is a queue's webhook outbox: the sorted set of the
 // deliveries of its jobs' ends still to be tried (member
 // "<tenant>/<job id>", score when the next try is due, in Redis-clock

@@ -23,7 +23,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local top = {}
 if want > 0 then
-  local served = {[''] = true} -- a lane of before kinds were part of lanes: any kind
+  local served = {}
   for i = 3, #ARGV do
     served[ARGV[i]] = true
   end

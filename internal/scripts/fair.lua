@@ -45,9 +45,7 @@ local function fair_int(x) return string.format('%d', x) end -- as transition.lu
 -- array) are keys. scripts.Lane in Go is the same.
 local function fair_lane(kind, keys) return kind .. keys end
 
--- fair_kind is the kind of lane's jobs: "" for a lane a version before
--- kinds were part of lanes wrote (its name is the keys alone), whose jobs
--- may be of any kind.
+-- fair_kind is the kind of lane's jobs: the name up to its keys.
 local function fair_kind(lane) return string.match(lane, '^[^%[]*') end
 
 -- fair_start is the virtual start a ready score holds. Scores written
