@@ -639,9 +639,7 @@ func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
 	out := map[string]int64{}
 	for _, f := range fairs {
 		for lane, n := range scripts.LaneCounts(f.Val()) {
-			var keys []string
-			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
-			for _, k := range keys {
+			for _, k := range scripts.LaneKeys(lane) {
 				out[k] += n
 			}
 		}

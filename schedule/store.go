@@ -77,13 +77,13 @@ type Store struct {
 	nc      *nats.Conn
 	tracer  trace.Tracer
 	max     int
-	create  *redis.Script
-	tenants *redis.Script
-	due     *redis.Script
-	advance *redis.Script
-	pause   *redis.Script
-	update  *redis.Script
-	delete  *redis.Script
+	create  *scripts.Script
+	tenants *scripts.Script
+	due     *scripts.Script
+	advance *scripts.Script
+	pause   *scripts.Script
+	update  *scripts.Script
+	delete  *scripts.Script
 }
 
 // NewStore returns a Store on rdb.

@@ -552,6 +552,13 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("queues"); strings.Join(strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]), " ") != "QUEUE QUEUED RUNNING RETRYING WAITING PAUSED" {
 			t.Errorf("queues columns:\n%s", r.stdout)
 		}
+		if r := s.ok("workers", "--key", adminKey); strings.Join(strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]), " ") != "ID HOST QUEUES KINDS RUNNING STARTED HEARTBEAT" ||
+			!strings.Contains(r.stdout, "default,slow") || !strings.Contains(r.stdout, "echo") {
+			t.Errorf("workers:\n%s", r.stdout)
+		}
+		if r := s.ok("workers", "-o", "json"); !strings.HasPrefix(r.stdout, `{"workers":[`) {
+			t.Errorf("workers -o json as a tenant running nothing: %s", r.stdout)
+		}
 		for _, admin := range [][]string{{"queues", "pause", "slow"}, {"limits", "set", "model:x", "1"}, {"limits", "rm", "model:x"}} {
 			if r := s.cli("", admin...); r.code != 1 || !strings.Contains(r.stderr, "this command needs the admin key") {
 				t.Errorf("%v as acme: exit %d %s", admin, r.code, r.stderr)

@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -71,7 +70,11 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	// Store reads and writes jobs; default job.NewStore(Redis,
+	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
+	// given here should set OnlyLimitedKeys too: without it a tenant's
+	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
@@ -109,6 +112,10 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
+	// Kinds, when set, are the kinds the API accepts jobs of; a submission
+	// (a batch's item, a schedule's job) of another is refused (400).
+	// Default none: any kind.
+	Kinds []string
 	// TenantMaxJobs caps each tenant's jobs not ended (queued, running,
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
@@ -176,7 +183,6 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
-	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
@@ -185,6 +191,7 @@ type server struct {
 	notifyAllow  kinds.NotifyAllow
 	webhooks     webhook.Policy
 	queues       []string
+	kinds        []string
 	tenantCap    int64
 	tenantQuota  int64 // Config.TenantMaxRetainedBytes
 	bodyTimeout  time.Duration
@@ -194,6 +201,7 @@ type server struct {
 	metrics      *instruments
 	rateMetrics  *rateInstruments
 	schedules    *schedule.Store
+	serving      serving // the kinds live workers serve, for blocked_by
 }
 
 // New returns the API's handler.
@@ -213,7 +221,6 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
-		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
@@ -222,6 +229,7 @@ func New(cfg Config) (http.Handler, error) {
 		notifyAllow:  cfg.NotifyAllow,
 		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
+		kinds:        cfg.Kinds,
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      newSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams), 0, errTooManyStreams, nil),
@@ -237,6 +245,11 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	for _, q := range s.queues {
 		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	for _, k := range s.kinds {
+		if err := job.ValidateKind(k); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -296,6 +309,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/queues/{name}/resume", methods{http.MethodPost: s.authed(s.pauseQueue(false))})
 	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
+	mux.Handle("/v1/workers", methods{http.MethodGet: s.authed(s.listWorkers)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodGet:    s.authed(s.limitHistory),

@@ -379,3 +379,18 @@ func (l listBody) ids() []string {
 	}
 	return ids
 }
+
+// A refused concurrency key is named in the message, so that a client
+// sending many keys learns which one to drop.
+func TestSubmitRefusalNamesTheKey(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, key := range []string{"tenant:globex", "tenant:globex:batch"} {
+		resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
+			body: `{"kind": "echo", "concurrency_keys": ["tenant:acme", "` + key + `"]}`})
+		p := expectProblem(t, resp, 400, "concurrency_keys[1]")
+		if !slices.ContainsFunc(p.Errors, func(e job.FieldError) bool { return strings.Contains(e.Message, key) }) {
+			t.Errorf("refusal of %s does not name it: %s", key, resp.body)
+		}
+	}
+}
