@@ -43,6 +43,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rate := fs.Rate("submissions and schedule fires")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
+	accepted := fs.String("kinds", "LEASEHOLD_KINDS", "", "comma-separated kinds the API accepts jobs of; another is a 400 (default: any kind)")
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
 	tenantMaxRetained := fs.Int("tenant-max-retained-bytes", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES", 0, "bytes each tenant's jobs Redis keeps (not ended, and ended within the retention) over the accepted queues; past it a submission gets 429 (default 0: no quota)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended (queued, running, retrying, waiting) over the accepted queues; over it a submission gets 429 (default 0: no cap)")
@@ -146,6 +147,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		NotifyAllow:            notifyAllow,
 		Webhooks:               webhooks,
 		Queues:                 cli.List(*queues),
+		Kinds:                  cli.List(*accepted),
 		RedisTimeout:           *redisTimeout,
 		LLM:                    httpapi.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
 		Logger:                 log,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -638,6 +639,31 @@ func TestConsole(t *testing.T) {
 			textHas("#admin-status", "removed"),
 			chromedp.WaitNotPresent(chromedp.CSS(`button[aria-label="Remove the limit of model:console"]`)),
 		)
+	})
+
+	t.Run("editing a limit keeps its budgets", func(t *testing.T) {
+		s.call(http.MethodPut, "/v1/limits/model:edit", adminKey, `{"limit": 20, "rpm": 3000, "tpm": 400000, "adaptive": true, "per_tenant": 5}`, http.StatusOK, nil)
+		defer s.call(http.MethodDelete, "/v1/limits/model:edit", adminKey, "", http.StatusNoContent, nil)
+		tb := tab.in(t)
+		tb.run(
+			show("#/admin"),
+			chromedp.WaitVisible(chromedp.CSS(`input[aria-label="Limit of model:edit"]`)),
+			chromedp.SetValue(chromedp.CSS(`input[aria-label="Limit of model:edit"]`), "30"),
+			chromedp.Click(chromedp.CSS(`button[aria-label="Save the limit of model:edit"]`)),
+			textHas("#admin-status", "set to 30"),
+		)
+		var l struct {
+			Limits []job.Limit `json:"limits"`
+		}
+		s.call(http.MethodGet, "/v1/limits", adminKey, "", http.StatusOK, &l)
+		i := slices.IndexFunc(l.Limits, func(x job.Limit) bool { return x.Key == "model:edit" })
+		if i < 0 {
+			t.Fatalf("model:edit is gone after the edit: %+v", l.Limits)
+		}
+		if got := l.Limits[i]; got.Limit != job.Some(30) || got.RPM != job.Some(3000) || got.TPM != job.Some(400000) ||
+			!got.Adaptive || got.PerTenant != job.Some(5) {
+			t.Fatalf("model:edit after the console's Save: %+v; want limit 30 with its budgets kept", got)
+		}
 	})
 
 	t.Run("an adaptive key shows its budgets and its hour", func(t *testing.T) {

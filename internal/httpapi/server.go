@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -72,7 +71,11 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	// Store reads and writes jobs; default job.NewStore(Redis,
+	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
+	// given here should set OnlyLimitedKeys too: without it a tenant's
+	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
@@ -110,6 +113,10 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
+	// Kinds, when set, are the kinds the API accepts jobs of; a submission
+	// (a batch's item, a schedule's job) of another is refused (400).
+	// Default none: any kind.
+	Kinds []string
 	// TenantMaxJobs caps each tenant's jobs not ended (queued, running,
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
@@ -180,7 +187,6 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
-	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
@@ -189,6 +195,7 @@ type server struct {
 	notifyAllow  kinds.NotifyAllow
 	webhooks     webhook.Policy
 	queues       []string
+	kinds        []string
 	tenantCap    int64
 	tenantQuota  int64 // Config.TenantMaxRetainedBytes
 	bodyTimeout  time.Duration
@@ -200,6 +207,7 @@ type server struct {
 	schedules    *schedule.Store
 	leases       *lease.Client
 	llm          LLMConfig
+	serving      serving // the kinds live workers serve, for blocked_by
 }
 
 // New returns the API's handler.
@@ -219,7 +227,6 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
-		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
@@ -228,6 +235,7 @@ func New(cfg Config) (http.Handler, error) {
 		notifyAllow:  cfg.NotifyAllow,
 		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
+		kinds:        cfg.Kinds,
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      newSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams), 0, errTooManyStreams, nil),
@@ -244,6 +252,11 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	for _, q := range s.queues {
 		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	for _, k := range s.kinds {
+		if err := job.ValidateKind(k); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -307,10 +320,12 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
 	mux.Handle("/v1/chat/completions", methods{http.MethodPost: s.chatCompletions})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
+	mux.Handle("/v1/workers", methods{http.MethodGet: s.authed(s.listWorkers)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodGet:    s.authed(s.limitHistory),
 		http.MethodPut:    s.authed(s.putLimit),
+		http.MethodPatch:  s.authed(s.patchLimit),
 		http.MethodDelete: s.authed(s.deleteLimit),
 	})
 	mux.Handle("/v1/schedules", methods{
@@ -319,6 +334,7 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/v1/schedules/{name}", methods{
 		http.MethodGet:    s.authed(s.getSchedule),
+		http.MethodPut:    s.authed(s.updateSchedule),
 		http.MethodDelete: s.authed(s.deleteSchedule),
 	})
 	mux.Handle("/v1/schedules/{name}/pause", methods{http.MethodPost: s.authed(s.pauseSchedule(true))})
@@ -328,6 +344,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.Handle("/ui/", methods{http.MethodGet: serveConsole, http.MethodHead: serveConsole})
+	mux.Handle("/{$}", methods{http.MethodGet: toConsole, http.MethodHead: toConsole})
 	mux.HandleFunc("/", notFound)
 	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
 }

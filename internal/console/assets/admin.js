@@ -1,6 +1,6 @@
 // Admin (the admin tenant only): concurrency limits, pausing and resuming
 // queues, and retrying every ended job that matches a filter.
-import { call, retryMatching } from './api.js';
+import { allLimits, call, retryMatching } from './api.js';
 import { h, field, message, replace, select, table } from './dom.js';
 
 export function render(root) {
@@ -21,7 +21,7 @@ export function render(root) {
 
   async function refresh() {
     try {
-      const [q, l] = await Promise.all([call('GET', '/v1/queues'), call('GET', '/v1/limits')]);
+      const [q, l] = await Promise.all([call('GET', '/v1/queues'), allLimits()]);
       replace(queues, h('h2', { id: 'aq-title' }, 'Queues'), table(null, ['Queue', 'Queued', 'Running', 'State', 'Action'],
         q.queues.map((x) => {
           const verb = x.paused ? 'resume' : 'pause';
@@ -39,7 +39,7 @@ export function render(root) {
       const add = h('form', { class: 'row', 'aria-label': 'Set a limit' }, field('Key', key), field('Limit', n), h('button', { type: 'submit' }, 'Set limit'));
       add.addEventListener('submit', (ev) => {
         ev.preventDefault();
-        act(`Limit of ${key.value} set to ${n.value}.`, 'PUT', `/v1/limits/${encodeURIComponent(key.value)}`, { limit: Number(n.value) });
+        act(`Limit of ${key.value} set to ${n.value}.`, 'PATCH', `/v1/limits/${encodeURIComponent(key.value)}`, { limit: Number(n.value) });
       });
       replace(limits, h('h2', { id: 'limits-title' }, 'Concurrency limits'),
         l.limits.length === 0 ? h('p', {}, 'No limit is set.') : table(null, ['Key', 'In use', 'Waiting', 'Limit', 'Remove'],
@@ -48,7 +48,7 @@ export function render(root) {
             const form = h('form', { class: 'inline' }, input, h('button', { type: 'submit', 'aria-label': `Save the limit of ${x.key}` }, 'Save'));
             form.addEventListener('submit', (ev) => {
               ev.preventDefault();
-              act(`Limit of ${x.key} set to ${input.value}.`, 'PUT', `/v1/limits/${encodeURIComponent(x.key)}`, { limit: Number(input.value) });
+              act(`Limit of ${x.key} set to ${input.value}.`, 'PATCH', `/v1/limits/${encodeURIComponent(x.key)}`, { limit: Number(input.value) });
             });
             return [x.key, String(x.in_use), String(x.waiting || 0), form,
               h('button', {
