@@ -82,7 +82,8 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		}
 		wcfg.Usage = counters
 	}
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, TracerProvider: wcfg.TracerProvider, UsageRetention: wcfg.Usage.Retention()})
+	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: wcfg.Retention, TracerProvider: wcfg.TracerProvider,
+		UsageRetention: wcfg.Usage.Retention()})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
@@ -147,4 +148,32 @@ func TestClientSubmitsABatch(t *testing.T) {
 		}
 		return j.State == job.StateSucceeded && string(j.Result) == `{"n":1}`
 	}, "the batch's job never succeeded")
+}
+
+// A job the Client cancels before it runs is kept for the worker's
+// retention, as a job its worker ends is, not for the default.
+func TestClientCancelKeepsTheConfiguredRetention(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client(t)
+	prefix := testenv.Prefix(t)
+	const retention = 48 * time.Hour // at least the idempotency TTL; the default is 7 days
+	c, err := leasehold.NewClient(rdb, leasehold.Config{Worker: execution.Config{Prefix: prefix, Retention: retention}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.Submit(t.Context(), "acme", job.Submission{Kind: "echo", Delay: job.Duration(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if j, err = c.Cancel(t.Context(), "acme", j.ID); err != nil || j.State != job.StateCancelled {
+		t.Fatalf("cancel: %+v, %v", j, err)
+	}
+	ms, err := rdb.ZScore(t.Context(), keys.New(prefix).QueueRetired(j.Queue), j.ID).Result()
+	if err != nil {
+		t.Fatalf("the cancelled job is not among the queue's retired jobs: %v", err)
+	}
+	if until := time.UnixMilli(int64(ms)); until.Before(before.Add(retention-time.Minute)) || until.After(time.Now().Add(retention+time.Minute)) {
+		t.Errorf("the cancelled job is kept until %v, want %v after the cancel", until, retention)
+	}
 }

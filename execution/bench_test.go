@@ -541,7 +541,7 @@ func BenchmarkThroughputFloor(b *testing.B) {
 		submitAll(b, store, jobs, func(int) job.Submission { return job.Submission{Kind: "noop"} })
 		rewriteAOF(b, rdb)
 		ks, q := keys.New(prefix), job.DefaultQueue
-		lane := ks.QueueLane(q, `["tenant:bench"]`)
+		lane := ks.QueueLane(q, `noop["tenant:bench"]`)
 		fixed := []string{ks.QueueLeases(q), ks.QueueRetired(q)}
 		redisCPU := testenv.RedisCPU(b, rdb)
 		start := time.Now()

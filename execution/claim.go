@@ -311,8 +311,7 @@ func (q *queue) peek(ctx context.Context, want, look int, blocked *waits, r *res
 // peeking is a peek queued on a pipeline (peekIn).
 type peeking struct {
 	look  int
-	keys  []string
-	cmd   *redis.Cmd
+	run   *scripts.Queued
 	ahead map[string]*redis.StringSliceCmd
 }
 
@@ -320,8 +319,7 @@ type peeking struct {
 // due work, and the reads of the first per jobs of lanes (readLanes).
 func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lanes []string, per int,
 	blocked *waits) *peeking {
-	pk := &peeking{look: look, keys: q.peekKeys()}
-	pk.cmd = peekScript.EvalSha(ctx, pipe, pk.keys, look, dueBatch)
+	pk := &peeking{look: look, run: peekScript.In(ctx, pipe, q.rdb, scripts.Args{Keys: q.peekKeys(), Argv: append([]any{look, dueBatch}, q.kinds...)})}
 	if len(lanes) > 0 {
 		pk.ahead = q.readLanes(ctx, pipe, lanes, per, blocked)
 	}
@@ -331,7 +329,7 @@ func (q *queue) peekIn(ctx context.Context, pipe redis.Pipeliner, look int, lane
 // peekResult returns what pk found, once its pipeline has run.
 func (q *queue) peekResult(ctx context.Context, pk *peeking) (peeked, error) {
 	p := peeked{ahead: pk.ahead, read: time.Now()}
-	reply, err := reloaded(ctx, q.rdb, peekScript, pk.cmd, pk.keys, pk.look, dueBatch).Slice()
+	reply, err := pk.run.Reply(ctx).Slice()
 	if err != nil {
 		return p, fmt.Errorf("peek %s: %w", q.name, err)
 	}
@@ -393,7 +391,7 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, te
 // for the reaper's, which has none. A fused claim (next not nil) takes the
 // slots r left for its round trip, before the script, and reads next
 // after it.
-func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, next *nextPeek) (res claimReply, conf *confirmation, err error) {
+func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, next *nextPeek) (res claimReply, conf *confirmation, err error) {
 	// go-redis resends the script when a connection drops before the reply;
 	// the script recognises its own earlier claims by their execution ids.
 	var raw []any
@@ -401,19 +399,19 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 	switch {
 	case next != nil:
 		var acquiring *lease.Acquiring
-		var cmd *redis.Cmd
+		var run *scripts.Queued
 		_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			if len(r.later) > 0 {
 				acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, r.later)
 			}
-			cmd = claimScript.EvalSha(ctx, pipe, args.keys, args.argv...)
+			run = claimScript.In(ctx, pipe, q.rdb, args)
 			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)
 			return nil
 		})
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			next.read = nil // read before the script, loaded again below, took its jobs
+		if run.Lost() {
+			next.read = nil // read before the script, run again below, took its jobs
 		}
-		raw, err = reloaded(ctx, q.rdb, claimScript, cmd, args.keys, args.argv...).Slice()
+		raw, err = run.Reply(ctx).Slice()
 		if acquiring != nil {
 			// Keys without a limit grant every ask: only an error refuses
 			// one, and the jobs claimed without it must not start (slotted).
@@ -427,13 +425,13 @@ func (q *queue) commit(ctx context.Context, args scriptArgs, r *reservation, nex
 				conf.close()
 			}
 			conf = &confirmation{conn: c.Conn()}
-			raw, err = claimScript.Run(replicas.Defer(ctx, &conf.owed), conf.conn, args.keys, args.argv...).Slice()
+			raw, err = claimScript.RunArgs(replicas.Defer(ctx, &conf.owed), conf.conn, args).Slice()
 			if _, reply := errors.AsType[redis.Error](err); err == nil || reply {
 				break
 			}
 		}
 	default:
-		raw, err = claimScript.Run(replicas.Ack(ctx), q.rdb, args.keys, args.argv...).Slice()
+		raw, err = claimScript.RunArgs(replicas.Ack(ctx), q.rdb, args).Slice()
 	}
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
@@ -522,53 +520,49 @@ func (q *queue) peekKeys() []string {
 		q.keys.QueueDeadlines(q.name), q.keys.QueueRetired(q.name)}
 }
 
-// scriptArgs is one script run's KEYS and ARGV, as a layout function
-// (newClaimArgs, newFoldArgs, newHeartbeatArgs) lays them out.
-type scriptArgs struct {
-	keys []string
-	argv []any
-}
-
 // newClaimArgs lays out the claim script's KEYS and ARGV for a claim of
 // want jobs for worker (want 0 and no worker: the reaper's) of pl's
 // candidates, which run under execIDs if claimed, each holding its keys'
 // slots as held says (reservation.held). It is the one place in Go that
 // knows that layout, which the header of internal/scripts/execution_claim.lua
 // documents: change the two together.
-func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scriptArgs {
+func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scripts.Args {
 	n, r := len(pl.ids), len(pl.retired)
-	a := scriptArgs{keys: make([]string, 0, 8+3*n+5*r+2), argv: make([]any, 0, 8+3*n+1+r+1)}
+	a := scripts.Args{Keys: make([]string, 0, 8+3*n+5*r+2), Argv: make([]any, 0, 8+4*n+1+r+1)}
 	// KEYS[1..8], ARGV[1..8]
-	a.keys = append(a.keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
+	a.Keys = append(a.Keys, q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name), q.keys.QueueLeases(q.name),
 		q.keys.QueueDeadlines(q.name), q.keys.QueueFence(q.name), q.keys.QueueFair(q.name),
 		q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name))
-	a.argv = append(a.argv, want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
+	a.Argv = append(a.Argv, want, q.ttl.Milliseconds(), worker, q.retention.Milliseconds(), scripts.EventsMaxLen,
 		q.backoff(1).Milliseconds(), pl.due, n)
 	// KEYS[6+3i], KEYS[7+3i], KEYS[8+3i] and ARGV[8+i] of candidate i (1..n)
 	for i, id := range pl.ids {
-		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, pl.lanes[i]))
-		a.argv = append(a.argv, id)
+		a.Keys = append(a.Keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, pl.lanes[i]))
+		a.Argv = append(a.Argv, id)
 	}
-	// ARGV[9+n .. 8+2n], ARGV[9+2n .. 8+3n]
+	// ARGV[9+n .. 8+2n], ARGV[9+2n .. 8+3n], ARGV[9+3n .. 8+4n]
 	for _, id := range execIDs {
-		a.argv = append(a.argv, id)
+		a.Argv = append(a.Argv, id)
 	}
 	for _, h := range held {
-		a.argv = append(a.argv, h)
+		a.Argv = append(a.Argv, h)
+	}
+	for _, lane := range pl.lanes {
+		a.Argv = append(a.Argv, lane)
 	}
 	// KEYS[4+3n+5j .. 8+3n+5j] of retired job j (1..r); ARGV r, then the r ids
 	for j, id := range pl.retired {
-		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
+		a.Keys = append(a.Keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id),
 			q.keys.QueueTenantJobs(q.name, pl.tenants[j]), q.keys.JobFolded(q.name, id),
 			q.keys.QueueRetained(q.name, pl.tenants[j]))
 	}
-	a.argv = append(a.argv, r)
+	a.Argv = append(a.Argv, r)
 	for _, id := range pl.retired {
-		a.argv = append(a.argv, id)
+		a.Argv = append(a.Argv, id)
 	}
 	// KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[#ARGV]
 	day, drop := q.usageDay()
-	a.keys = append(a.keys, day, q.keys.QueueWebhooks(q.name))
-	a.argv = append(a.argv, drop)
+	a.Keys = append(a.Keys, day, q.keys.QueueWebhooks(q.name))
+	a.Argv = append(a.Argv, drop)
 	return a
 }

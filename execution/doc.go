@@ -88,8 +88,13 @@
 //
 // A handler returns a result (stored as JSON) or an error. Errors are
 // retried with backoff up to the job's max_attempts unless wrapped with
-// Permanent. A panic fails the attempt; a kind no handler serves fails it
-// with the unknown_kind code.
+// Permanent. A panic fails the attempt.
+//
+// A worker claims only jobs of the kinds it has handlers for: the peek
+// passes over the lanes of other kinds (a lane's name starts with its
+// kind), so workers of different kinds share a queue and no attempt is
+// spent on a kind a worker lacks. Each worker publishes itself, with its heartbeat, in the
+// registry of live workers (registry.go, LiveWorkers).
 //
 // An upstream's refusal for capacity is pushback: Pushback(err, wait) goes
 // back to the queue without spending an attempt, and cuts and throttles

@@ -78,7 +78,7 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 	}
 	ids = append(ids, later...)
 	args := q.newFoldArgs(last, upto, after, ids)
-	reply, err := foldScript.Run(ctx, q.rdb, args.keys, args.argv...).StringSlice()
+	reply, err := foldScript.RunArgs(ctx, q.rdb, args).StringSlice()
 	if err == nil && len(reply) == 0 {
 		err = errors.New("an empty reply")
 	}
@@ -117,15 +117,15 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 // over is looked at again. It is the one place in Go that knows that
 // layout, which the header of internal/scripts/job_fold.lua documents:
 // change the two together.
-func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) scriptArgs {
-	a := scriptArgs{keys: make([]string, 0, 3+3*len(ids)), argv: make([]any, 0, 3+len(ids))}
+func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) scripts.Args {
+	a := scripts.Args{Keys: make([]string, 0, 3+3*len(ids)), Argv: make([]any, 0, 3+len(ids))}
 	// KEYS[1..3], ARGV[1..3]
-	a.keys = append(a.keys, q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name), q.keys.QueueFoldLater(q.name))
-	a.argv = append(a.argv, last, upto, again.Milliseconds())
+	a.Keys = append(a.Keys, q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name), q.keys.QueueFoldLater(q.name))
+	a.Argv = append(a.Argv, last, upto, again.Milliseconds())
 	// KEYS[3i+1 .. 3i+3] and ARGV[3+i] of job i (1..n)
 	for _, id := range ids {
-		a.keys = append(a.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
-		a.argv = append(a.argv, id)
+		a.Keys = append(a.Keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.JobFolded(q.name, id))
+		a.Argv = append(a.Argv, id)
 	}
 	return a
 }
@@ -165,7 +165,7 @@ func (q *queue) pack(ctx context.Context, ids []string) error {
 		return nil
 	}
 	args := q.newPackArgs(jobs)
-	if err := packScript.Run(ctx, q.rdb, args.keys, args.argv...).Err(); err != nil {
+	if err := packScript.RunArgs(ctx, q.rdb, args).Err(); err != nil {
 		return fmt.Errorf("pack %s: %w", q.name, err)
 	}
 	return nil
@@ -182,17 +182,17 @@ type packing struct {
 // newPackArgs lays out the pack script's KEYS and ARGV for jobs: the one
 // place in Go that knows that layout, which the header of
 // internal/scripts/job_pack.lua documents: change the two together.
-func (q *queue) newPackArgs(jobs []packing) scriptArgs {
-	var a scriptArgs
+func (q *queue) newPackArgs(jobs []packing) scripts.Args {
+	var a scripts.Args
 	for _, j := range jobs {
 		// KEYS[2i - 1], KEYS[2i]; then m, the m strings of its hash, its
 		// folded key and its packed value
-		a.keys = append(a.keys, q.keys.Job(q.name, j.id), q.keys.JobFolded(q.name, j.id))
-		a.argv = append(a.argv, 2*len(j.hash))
+		a.Keys = append(a.Keys, q.keys.Job(q.name, j.id), q.keys.JobFolded(q.name, j.id))
+		a.Argv = append(a.Argv, 2*len(j.hash))
 		for name, value := range j.hash {
-			a.argv = append(a.argv, name, value)
+			a.Argv = append(a.Argv, name, value)
 		}
-		a.argv = append(a.argv, j.folded, j.value)
+		a.Argv = append(a.Argv, j.folded, j.value)
 	}
 	return a
 }

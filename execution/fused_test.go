@@ -51,7 +51,7 @@ func (l *tripLog) add(cmds []redis.Cmder) {
 		name := cmd.Name()
 		if name == "evalsha" && len(args) > 3 {
 			switch {
-			case args[1] == execution.PeekScript.Hash() && args[len(args)-2] != int64(0) && args[len(args)-2] != 0:
+			case args[1] == execution.PeekScript.Hash() && args[8] != int64(0) && args[8] != 0:
 				name = "peek" // a claim's: the reaper's asks for 0 lanes
 			case args[1] == execution.ClaimScript.Hash():
 				name = "claim"

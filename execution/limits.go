@@ -79,10 +79,31 @@ func (l *limits) withShares(keys []string) []string {
 	return out
 }
 
-// shareKey is the key whose slots and budget are tenant's share of key:
-// "<key>@<tenant key>", which no job can name ('@' is not allowed in a
-// concurrency key).
-func shareKey(key, tenant string) string { return key + "@" + tenant }
+// label is key's value of a metric's key label (scripts.Label); false
+// for a share key, whose executions and tokens its key counts already.
+func (l *limits) label(key string) (string, bool) {
+	if _, _, share := cutShareKey(key); share {
+		return "", false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return scripts.Label(l.m, l.budgets, key), true
+}
+
+// labels returns the labels of keys (label), each once: a job that names
+// two keys of one label counts once under it.
+func (l *limits) labels(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if label, ok := l.label(k); ok && !slices.Contains(out, label) {
+			out = append(out, label)
+		}
+	}
+	return out
+}
+
+// shareKey is the key whose slots and budget are tenant's share of key.
+func shareKey(key, tenant string) string { return keys.ShareKey(key, tenant) }
 
 // cutShareKey returns the key and tenant key of a share key.
 func cutShareKey(key string) (base, tenant string, ok bool) { return strings.Cut(key, "@") }

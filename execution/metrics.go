@@ -48,6 +48,12 @@ var (
 //	leasehold_worker_settlements_total{key, outcome}            counter: executions' ends settled in a budgeted key (ok, pushback, other, failed)
 //	leasehold_worker_tokens_total{key, kind}                    counter: tokens settled in a key's tpm budget: reserved (estimates), spent (actual usage)
 //
+// key is not the concurrency key itself but the limit or budget that
+// applies to it (scripts.Label): the key, the wildcard that matched it
+// ("model:*"), or "other" for a key nothing configures, so that the keys
+// a tenant makes up add no series; a job or execution counts once per
+// label, and a share key's settlements are its key's.
+//
 // The queue gauges describe the queue, not the worker: every worker of a
 // queue reports the same value (aggregate with max). path is "nats" (the
 // message) or "flag" (the state in Redis: the watcher's poll of the flag or
@@ -59,6 +65,7 @@ var (
 type metrics struct {
 	rdb    redis.UniversalClient
 	prefix string
+	limits *limits // the worker's: what labels a key
 	// byQueue holds each queue's attribute sets, built once: a set built
 	// at each recording costs allocations, for every execution.
 	byQueue map[string]queueAttrs
@@ -99,11 +106,11 @@ func newQueueAttrs(queue string) queueAttrs {
 
 func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	m := mp.Meter(meterName)
-	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix, byQueue: map[string]queueAttrs{}}
+	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix, limits: w.limits, byQueue: map[string]queueAttrs{}}
 	for _, q := range w.cfg.Queues {
 		in.byQueue[q] = newQueueAttrs(q)
 	}
-	var errs [13]error
+	var errs [15]error
 	in.claim, errs[0] = m.Float64Histogram("leasehold.worker.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time one claim takes (its peek and claim scripts), whether it claims anything or not."),
 		metric.WithExplicitBucketBoundaries(claimBuckets...))
@@ -134,11 +141,11 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		metric.WithDescription("Jobs ready to run in the queue, waiting for a worker or a concurrency key."))
 	age, errs[8] = m.Float64ObservableGauge("leasehold.queue.oldest.age", metric.WithUnit("s"),
 		metric.WithDescription("How long the job the next claim takes (the first of the lane whose turn comes first) has been ready."))
-	keyWaiting, errs[11] = m.Int64ObservableGauge("leasehold.queue.key.waiting", metric.WithUnit("{job}"),
+	keyWaiting, errs[13] = m.Int64ObservableGauge("leasehold.queue.key.waiting", metric.WithUnit("{job}"),
 		metric.WithDescription("Jobs ready to run in the queue that name the concurrency key (every job names its tenant:<t> key), read from the same counts as the depth."))
 	inFlight, errs[9] = m.Int64ObservableGauge("leasehold.worker.executions.in_flight", metric.WithUnit("{execution}"),
 		metric.WithDescription("This worker's running executions, per concurrency key they hold (from the worker's own running set)."))
-	utilization, errs[12] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
+	utilization, errs[14] = m.Float64ObservableGauge("leasehold.worker.utilization", metric.WithUnit("1"),
 		metric.WithDescription("This worker's running executions over its concurrency: the autoscaler's measure of busy workers, whose CPU stays idle while they wait on upstreams."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
@@ -153,7 +160,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 		o.ObserveFloat64(utilization, float64(busy)/float64(w.cfg.Concurrency))
 		var errs []error
 		for _, q := range w.queues {
-			ready, oldest, byKey, err := q.depth(ctx)
+			ready, oldest, byLabel, err := q.depth(ctx, w.limits)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -161,8 +168,8 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 			attrs := metric.WithAttributes(attribute.String("queue", q.name))
 			o.ObserveInt64(depth, ready, attrs)
 			o.ObserveFloat64(age, oldest.Seconds(), attrs)
-			for key, n := range byKey {
-				o.ObserveInt64(keyWaiting, n, metric.WithAttributes(attribute.String("queue", q.name), attribute.String("key", key)))
+			for label, n := range byLabel {
+				o.ObserveInt64(keyWaiting, n, metric.WithAttributes(attribute.String("queue", q.name), attribute.String("key", label)))
 			}
 		}
 		return errors.Join(errs...)
@@ -171,15 +178,16 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 }
 
 // depth reads how many jobs are ready (the sum of the lanes' counts in the
-// fair hash, see internal/scripts/fair.lua), how many of them name each
-// concurrency key (a lane is one set of keys), and how long the first job of
+// fair hash, see internal/scripts/fair.lua), how many of them name a
+// concurrency key of each label (l.label; a lane is one set of keys), and
+// how long the first job of
 // the lane at the head of the ready set, the job the next claim takes, has
 // been ready, in three round trips whatever the queue's size. A ready
 // job's newest event is
 // the "queued" one that made it ready (nothing else writes to a job that
 // does not run), and its id (a stream id) is that moment on Redis's clock; the
 // age is taken on Redis's clock too. A delayed job counts from its submit.
-func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, byKey map[string]int64, err error) {
+func (q *queue) depth(ctx context.Context, l *limits) (ready int64, oldest time.Duration, byLabel map[string]int64, err error) {
 	ctx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
 	var fair *redis.MapStringStringCmd
@@ -191,19 +199,19 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, b
 	}); err != nil {
 		return 0, 0, nil, err
 	}
-	byKey = map[string]int64{}
+	byLabel = map[string]int64{}
 	for lane, n := range scripts.LaneCounts(fair.Val()) {
 		ready += n
-		for _, k := range laneKeys(lane) {
-			byKey[k] += n
+		for _, label := range l.labels(scripts.LaneKeys(lane)) {
+			byLabel[label] += n
 		}
 	}
 	if len(head.Val()) == 0 {
-		return ready, 0, byKey, nil
+		return ready, 0, byLabel, nil
 	}
 	first, err := q.rdb.ZRange(ctx, q.keys.QueueLane(q.name, head.Val()[0]), 0, 0).Result()
 	if err != nil || len(first) == 0 {
-		return ready, 0, byKey, err // the lane emptied meanwhile
+		return ready, 0, byLabel, err // the lane emptied meanwhile
 	}
 	var last *redis.XMessageSliceCmd
 	var states *redis.StringCmd
@@ -229,18 +237,19 @@ func (q *queue) depth(ctx context.Context) (ready int64, oldest time.Duration, b
 		}
 	}
 	if at == 0 {
-		return ready, 0, byKey, nil // the job ended and its events expired meanwhile
+		return ready, 0, byLabel, nil // the job ended and its events expired meanwhile
 	}
-	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), byKey, nil
+	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), byLabel, nil
 }
 
-// observeKeys counts the running executions per concurrency key.
+// observeKeys counts the running executions that hold a concurrency key
+// of each label (limits.labels).
 func (w *Worker) observeKeys(observe func(key string, n int64)) {
 	counts := map[string]int64{}
 	w.mu.Lock()
 	for e := range w.running {
-		for _, k := range e.keys {
-			counts[k]++
+		for _, label := range w.limits.labels(e.keys) {
+			counts[label]++
 		}
 	}
 	w.mu.Unlock()
@@ -266,12 +275,12 @@ func (m *metrics) reapedLeases(ctx context.Context, queue string, byReaper bool,
 	m.reaped.Add(ctx, int64(n), metric.WithAttributes(attribute.String("queue", queue), attribute.String("by", by)))
 }
 
-// expiredJobs counts the jobs a claim expired at max_wait, once for each of
-// their concurrency keys; lanes are the jobs' keys as stored.
+// expiredJobs counts the jobs a claim expired at max_wait, once for each
+// label of their concurrency keys; lanes are the jobs' keys as stored.
 func (m *metrics) expiredJobs(ctx context.Context, queue string, lanes []string) {
 	for _, lane := range lanes {
-		for _, k := range laneKeys(lane) {
-			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", k)))
+		for _, label := range m.limits.labels(scripts.LaneKeys(lane)) {
+			m.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("queue", queue), attribute.String("key", label)))
 		}
 	}
 }
@@ -325,10 +334,14 @@ func (w *Worker) cancelFired(id, via string) {
 }
 
 // settled records a settlement of key, which has budget b: its outcomes and
-// its tokens. (The keys' effective limits and windows are the API's
-// gauges, read from Redis.)
+// its tokens, under key's label (a share key's are its key's). (The keys'
+// effective limits and windows are the API's gauges, read from Redis.)
 func (m *metrics) settled(ctx context.Context, key string, b lease.Budget, ss []lease.Settlement, err error) {
-	k := attribute.String("key", key)
+	label, ok := m.limits.label(key)
+	if !ok {
+		return
+	}
+	k := attribute.String("key", label)
 	if err != nil {
 		m.settlements.Add(ctx, int64(len(ss)), metric.WithAttributes(k, attribute.String("outcome", "failed")))
 		return

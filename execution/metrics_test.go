@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -26,6 +28,12 @@ func TestWorkerMetricsSeeAWorkload(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	ns := testenv.StartNATS(t)
 	f := newFixtureOn(t, rs.Client(t), ns.Conn(t))
+	// Keys are labelled by their limits: model:m and model:h have one.
+	for _, key := range []string{"model:m", "model:h"} {
+		if err := f.store.SetLimit(t.Context(), key, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
@@ -349,4 +357,41 @@ func histogram(t *testing.T, rm metricdata.ResourceMetrics, name string, attrs .
 		}
 	}
 	return out
+}
+
+// failingMeter fails to create the instruments it names, as an SDK refusing
+// an instrument would.
+type failingMeter struct {
+	noop.Meter
+	names map[string]bool
+}
+
+var errInstrument = errors.New("instrument refused")
+
+func (m failingMeter) Int64Counter(name string, opts ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	if m.names[name] {
+		return nil, errInstrument
+	}
+	return m.Meter.Int64Counter(name, opts...)
+}
+
+type failingMeterProvider struct {
+	noop.MeterProvider
+	meter failingMeter
+}
+
+func (p failingMeterProvider) Meter(string, ...metric.MeterOption) metric.Meter { return p.meter }
+
+// TestNewWorkerReportsEveryInstrumentError checks that a worker whose meter
+// refuses any one of its counters is not built, whichever counter it is.
+func TestNewWorkerReportsEveryInstrumentError(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t).Client(t)
+	for _, name := range []string{"leasehold.worker.executions", "leasehold.worker.settlements", "leasehold.worker.tokens"} {
+		mp := failingMeterProvider{meter: failingMeter{names: map[string]bool{name: true}}}
+		_, err := execution.NewWorker(rdb, execution.Config{Prefix: testenv.Prefix(t), MeterProvider: mp})
+		if !errors.Is(err, errInstrument) {
+			t.Errorf("meter refusing %s: NewWorker error %v, want %v", name, err, errInstrument)
+		}
+	}
 }

@@ -44,7 +44,7 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 		p := read()
 		c.change()
 		args := q.newPackArgs([]packing{p})
-		if n, err := packScript.Run(ctx, f.rdb, args.keys, args.argv...).Int(); err != nil || n != 0 {
+		if n, err := packScript.RunArgs(ctx, f.rdb, args).Int(); err != nil || n != 0 {
 			t.Fatalf("%s since read: %d packed, %v; want 0", c.name, n, err)
 		}
 		if f.rdb.Exists(ctx, hash).Val() != 1 || scripts.IsPacked([]byte(f.rdb.Get(ctx, folded).Val())) {

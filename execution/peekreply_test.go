@@ -63,7 +63,7 @@ func TestPeekReplyOnRedis(t *testing.T) {
 	f.due(q.keys.QueueRetired(q.name), ended)
 	f.submit("globex", job.Submission{})
 
-	res, err := peekScript.Run(t.Context(), f.rdb, q.peekKeys(), 10, dueBatch).Slice()
+	res, err := peekScript.Run(t.Context(), f.rdb, q.peekKeys(), 10, dueBatch, "noop").Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

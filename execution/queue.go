@@ -23,13 +23,12 @@ import (
 )
 
 var (
-	peekScript       = scripts.Load("execution_peek.lua")
+	peekScript       = scripts.Load("execution_peek.lua", "fair.lua")
 	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
 	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
 	checkpointScript = scripts.Load("execution_checkpoint.lua")
-	unbandScript     = scripts.Load("fair_unband.lua", "fair.lua")
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
@@ -92,7 +91,17 @@ type queue struct {
 	// acked is whether its client waits for replicas (see confirmation):
 	// 0 not known yet, 1 it does, 2 it does not.
 	acked atomic.Int32
+	// kinds are the kinds the worker serves, as the peek script takes
+	// them, and serves the same as a set: a claim looks at no lane of
+	// another kind and takes no job of one (see serves). Set before the
+	// worker claims.
+	kinds  []any
+	served map[string]bool
 }
+
+// serves says whether the worker serves the jobs of lane: those of its
+// kinds.
+func (q *queue) serves(lane string) bool { return q.served[scripts.LaneKind(lane)] }
 
 // waiting says whether q's client waits for replicas, asking once.
 func (q *queue) waiting(ctx context.Context) bool {
@@ -571,8 +580,8 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 	byLane := map[string][]int{}
 	var order []string
 	for i, lane := range lanes {
-		if lane == "" {
-			continue // the job is gone
+		if lane == "" || !q.serves(lane) {
+			continue // the job is gone, or of a kind another worker serves
 		}
 		if _, ok := byLane[lane]; !ok {
 			order = append(order, lane)
@@ -660,7 +669,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 	// A candidate not asked for whose tenant a key of its refused waits too.
 	r.full = r.fullFor(asked, execIDs, ckeys)
 	for i := range lanes {
-		if r.held[i] == "" && lanes[i] != "" && len(r.full) > 0 && waitsToo(r.full, ckeys[i]) {
+		if r.held[i] == "" && lanes[i] != "" && q.serves(lanes[i]) && len(r.full) > 0 && waitsToo(r.full, ckeys[i]) {
 			r.held[i] = "0"
 		}
 	}
@@ -693,15 +702,7 @@ func (q *queue) lanesGrantAll(lanes []string) bool {
 
 // keysOf returns the keys a job of lane holds slots of: its concurrency
 // keys and their share keys (limits.withShares).
-func (q *queue) keysOf(lane string) []string { return q.limits.withShares(laneKeys(lane)) }
-
-// laneKeys returns the concurrency keys of lane, the JSON array the submit
-// script writes as a job's concurrency_keys (nil for "", a job gone).
-func laneKeys(lane string) []string {
-	var keys []string
-	_ = json.Unmarshal([]byte(lane), &keys)
-	return keys
-}
+func (q *queue) keysOf(lane string) []string { return q.limits.withShares(scripts.LaneKeys(lane)) }
 
 // readCosts reads, in one round trip, the estimated tokens of the
 // candidates asked for whose keys have a tpm budget (none: no round trip).
@@ -759,25 +760,24 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 	if len(held) == 0 {
 		return nil
 	}
-	settles := map[string]*redis.Cmd{}
-	unused := map[string][]lease.Settlement{}
+	var settles []*lease.Settling
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, ids := range held {
 			ss := make([]lease.Settlement, len(ids))
 			for i, id := range ids {
 				ss[i] = lease.Settlement{Holder: id, Outcome: lease.OutcomeUnused, Tokens: -1}
 			}
-			if cmd := q.releaseIn(ctx, p, key, ss); cmd != nil {
-				settles[key], unused[key] = cmd, ss
+			if s := q.releaseIn(ctx, p, key, ss); s != nil {
+				settles = append(settles, s)
 			}
 		}
 		return nil
 	})
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if scripts.NoScript(err) {
 		err = nil // a settlement Redis lost the script of is sent again below
 	}
-	for key, cmd := range settles {
-		_, serr := q.leases.Settled(ctx, cmd, key, int(q.limits.of(key)), q.limits.budgetOf(key), unused[key])
+	for _, s := range settles {
+		_, serr := s.Settled(ctx)
 		err = errors.Join(err, serr)
 	}
 	return err
@@ -785,8 +785,8 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 
 // releaseIn queues on p the end of holders' slots of key: a plain release,
 // or, for a key with a budget, a settlement of what each reserved. It
-// returns the settlement's command, nil for a plain release.
-func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []lease.Settlement) *redis.Cmd {
+// returns the settlement, nil for a plain release.
+func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []lease.Settlement) *lease.Settling {
 	b := q.limits.budgetOf(key)
 	if b.IsZero() {
 		holders := make([]string, len(ss))
@@ -797,17 +797,6 @@ func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss
 		return nil
 	}
 	return q.leases.SettleIn(ctx, p, key, int(q.limits.of(key)), b, ss)
-}
-
-// reloaded returns cmd, script's EVALSHA sent in a pipeline (go-redis
-// falls back to EVAL only outside one), or, when Redis had lost its script
-// cache (a restart), script run again with Run, which loads it.
-func reloaded(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, cmd *redis.Cmd,
-	keys []string, args ...any) *redis.Cmd {
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		return script.Run(ctx, rdb, keys, args...)
-	}
-	return cmd
 }
 
 // perLane is how many jobs of each of n lanes a claim of want reads: enough
@@ -849,11 +838,11 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 			}
 		}
 	}
-	laneOf := make([]*redis.StringCmd, len(due))
+	laneOf := make([]*redis.SliceCmd, len(due))
 	if len(due) > 0 || len(missed) > 0 {
 		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, id := range due {
-				laneOf[i] = p.HGet(ctx, q.keys.Job(q.name, id), "concurrency_keys")
+				laneOf[i] = p.HMGet(ctx, q.keys.Job(q.name, id), "kind", "concurrency_keys")
 			}
 			for lane, cmd := range q.readLanes(ctx, p, missed, perLaneOf(want, heads, blocked), blocked) {
 				if ahead == nil {
@@ -871,7 +860,13 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 	for i, id := range due {
 		seen[id] = true
 		ids = append(ids, id)
-		lanes = append(lanes, laneOf[i].Val())
+		f := laneOf[i].Val()
+		kind, _ := f[0].(string)
+		keys, _ := f[1].(string)
+		if keys == "" {
+			kind = "" // the job is gone: no lane
+		}
+		lanes = append(lanes, scripts.Lane(kind, keys))
 	}
 	if want == 0 {
 		return ids, lanes, nil // the reaper claims nothing
@@ -892,15 +887,15 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 // renewal of execs' leases. It is the one place in Go that knows that
 // layout, which the header of internal/scripts/execution_heartbeat.lua
 // documents: change the two together.
-func (q *queue) newHeartbeatArgs(execs []*Execution) scriptArgs {
-	a := scriptArgs{keys: make([]string, 0, 1+len(execs)), argv: make([]any, 0, 1+3*len(execs))}
+func (q *queue) newHeartbeatArgs(execs []*Execution) scripts.Args {
+	a := scripts.Args{Keys: make([]string, 0, 1+len(execs)), Argv: make([]any, 0, 1+3*len(execs))}
 	// KEYS[1], ARGV[1]
-	a.keys = append(a.keys, q.keys.QueueLeases(q.name))
-	a.argv = append(a.argv, q.ttl.Milliseconds())
+	a.Keys = append(a.Keys, q.keys.QueueLeases(q.name))
+	a.Argv = append(a.Argv, q.ttl.Milliseconds())
 	// KEYS[1+i] and ARGV[3i-1 .. 3i+1] of execution i (1..n)
 	for _, e := range execs {
-		a.keys = append(a.keys, q.keys.Job(q.name, e.JobID))
-		a.argv = append(a.argv, e.JobID, e.token.String(), e.ID)
+		a.Keys = append(a.Keys, q.keys.Job(q.name, e.JobID))
+		a.Argv = append(a.Argv, e.JobID, e.token.String(), e.ID)
 	}
 	return a
 }
@@ -927,7 +922,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 		}
 	}
 	args := q.newHeartbeatArgs(execs)
-	res, err := heartbeatScript.Run(ctx, q.rdb, args.keys, args.argv...).Int64Slice()
+	res, err := heartbeatScript.RunArgs(ctx, q.rdb, args).Int64Slice()
 	if err == nil && len(res) != len(execs) {
 		err = fmt.Errorf("%d values in the reply, want %d", len(res), len(execs))
 	}
@@ -976,25 +971,26 @@ type finishing struct {
 
 // finishBatch is the finishes of one queue, written by one finish script.
 type finishBatch struct {
-	fs   []*finishing
-	keys []string
-	args []any
-	cmd  *redis.Cmd
+	fs  []*finishing
+	a   scripts.Args
+	run *scripts.Queued
 }
 
 func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 	day, drop := q.usageDay()
 	b := &finishBatch{
 		fs: fs,
-		keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
-			q.keys.QueueFair(q.name), q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name)},
-		args: []any{q.retention.Milliseconds(), scripts.EventsMaxLen, len(fs), drop},
+		a: scripts.Args{
+			Keys: []string{q.keys.QueueLeases(q.name), q.keys.QueueReady(q.name), q.keys.QueueScheduled(q.name),
+				q.keys.QueueFair(q.name), q.keys.QueueStats(q.name), q.keys.QueueRetired(q.name)},
+			Argv: []any{q.retention.Milliseconds(), scripts.EventsMaxLen, len(fs), drop},
+		},
 	}
 	for _, f := range fs {
 		id := f.e.JobID
-		b.keys = append(b.keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
+		b.a.Keys = append(b.a.Keys, q.keys.Job(q.name, id), q.keys.JobEvents(q.name, id), q.keys.QueueLane(q.name, f.e.lane))
 	}
-	b.keys = append(b.keys, day, q.keys.QueueWebhooks(q.name))
+	b.a.Keys = append(b.a.Keys, day, q.keys.QueueWebhooks(q.name))
 	for _, f := range fs {
 		var errJSON []byte
 		if f.o.err != nil {
@@ -1013,7 +1009,7 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 		if w := f.o.wait; w != nil {
 			waitFor, waitMS = w.For, w.Timeout.Milliseconds()
 		}
-		b.args = append(b.args, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
+		b.a.Argv = append(b.a.Argv, f.e.JobID, f.e.token.String(), f.e.attempt, string(f.o.state), f.o.result, errJSON, retry,
 			backoff.Milliseconds(), f.e.traceparent(), f.e.ID, waitFor, waitMS)
 	}
 	return b
@@ -1057,12 +1053,12 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 		q   *queue
 		key string
 		ss  []lease.Settlement
-		cmd *redis.Cmd
+		run *lease.Settling
 	}
 	var settlings []*settling
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, b := range batches {
-			b.cmd = finishScript.EvalSha(ctx, p, b.keys, b.args...)
+			b.run = finishScript.In(ctx, p, rdb, b.a)
 		}
 		for q, fs := range byQueue {
 			held := map[string][]lease.Settlement{}
@@ -1072,8 +1068,8 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 				}
 			}
 			for k, ss := range held {
-				if cmd := q.releaseIn(ctx, p, k, ss); cmd != nil {
-					settlings = append(settlings, &settling{q, k, ss, cmd})
+				if run := q.releaseIn(ctx, p, k, ss); run != nil {
+					settlings = append(settlings, &settling{q, k, ss, run})
 				}
 			}
 		}
@@ -1083,16 +1079,11 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 		// A settlement lost leaves the estimates standing until the window
 		// forgets them, and the slots to expire with their TTL.
 		b := s.q.limits.budgetOf(s.key)
-		_, err := s.q.leases.Settled(ctx, s.cmd, s.key, int(s.q.limits.of(s.key)), b, s.ss)
+		_, err := s.run.Settled(ctx)
 		s.q.metrics.settled(ctx, s.key, b, s.ss, err)
 	}
 	for _, b := range batches {
-		b.cmd = reloaded(ctx, rdb, finishScript, b.cmd, b.keys, b.args...)
-		err := b.cmd.Err()
-		var states []string
-		if err == nil {
-			states, err = b.cmd.StringSlice()
-		}
+		states, err := b.run.Reply(ctx).StringSlice()
 		if err == nil && len(states) != len(b.fs) {
 			err = fmt.Errorf("%d states in the reply, want %d", len(states), len(b.fs))
 		}

@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +34,8 @@ func newQueueFixture(t *testing.T, cfg Config) *queueFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.Handle("noop", func(context.Context, *Execution) (any, error) { return nil, nil })
+	w.serveKinds()
 	return &queueFixture{t: t, rdb: rdb, store: store, w: w, q: w.queues[0]}
 }
 

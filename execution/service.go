@@ -20,6 +20,7 @@ const (
 	serviceReaper        = "reaper"         // Reaper.Run: the queues' due work and folds
 	serviceCancelWatcher = "cancel watcher" // cancel.Watcher.Run: fast cancels over NATS
 	serviceLimits        = "limits"         // Worker.keepLimits: refreshes the limits and paused queues
+	serviceRegistry      = "registry"       // Worker.publish: the worker's entry in the registry of live workers
 )
 
 // services runs a worker's services, each on a goroutine of its own, and

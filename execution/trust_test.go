@@ -2,6 +2,7 @@ package execution_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,32 +15,49 @@ import (
 	"github.com/leasehold/leasehold/job"
 )
 
-// slowClaim holds every claim script (its first key is a queue's ready
-// set) for delay before sending it, while on: a worker paused between
-// taking its candidates' key slots and the job. It counts the claims held.
+// slowClaim holds every run of the claim script for delay before sending
+// it, alone or in a pipeline, while on: a worker paused between taking its
+// candidates' key slots and the job. It counts the claims held.
 type slowClaim struct {
 	delay time.Duration
 	on    *atomic.Bool
 	held  *atomic.Int32
 }
 
+// claimRun reports whether cmd runs the claim script: its first key is a
+// queue's ready set, and it has the claim's eight keys or more (the peek,
+// whose first key is the ready set too, has five).
+func claimRun(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 4 {
+		return false
+	}
+	n, _ := args[2].(int)
+	key, _ := args[3].(string)
+	return n >= 8 && strings.HasSuffix(key, ":ready")
+}
+
+func (h slowClaim) hold(cmds ...redis.Cmder) {
+	if h.on.Load() && slices.ContainsFunc(cmds, claimRun) {
+		time.Sleep(h.delay)
+		h.held.Add(1)
+	}
+}
+
 func (slowClaim) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h slowClaim) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := cmd.Name(); h.on.Load() && (name == "evalsha" || name == "eval") && len(args) > 3 {
-			if key, _ := args[3].(string); strings.HasSuffix(key, ":ready") {
-				time.Sleep(h.delay)
-				h.held.Add(1)
-			}
-		}
+		h.hold(cmd)
 		return next(ctx, cmd)
 	}
 }
 
-func (slowClaim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h slowClaim) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.hold(cmds...)
+		return next(ctx, cmds)
+	}
 }
 
 // A claim slower than the lease TTL never runs its handler: the trust

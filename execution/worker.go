@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -312,14 +314,31 @@ func (w *Worker) Running() int {
 // asks for.
 func (w *Worker) HandBack() { w.handBackOnce.Do(func() { close(w.handBack) }) }
 
-// Handle registers h for jobs of kind. Call it before Run.
+// Handle registers h for jobs of kind. Call it before Run: the worker
+// claims jobs of the kinds it has handlers for, and no others.
 func (w *Worker) Handle(kind string, h Handler) { w.handlers[kind] = h }
+
+// Kinds are the kinds the worker serves, sorted.
+func (w *Worker) Kinds() []string { return slices.Sorted(maps.Keys(w.handlers)) }
+
+// serveKinds tells the queues the kinds their claims take: those of the
+// handlers registered.
+func (w *Worker) serveKinds() {
+	kinds := w.Kinds()
+	for _, q := range w.queues {
+		q.kinds, q.served = make([]any, len(kinds)), make(map[string]bool, len(kinds))
+		for i, k := range kinds {
+			q.kinds[i], q.served[k] = k, true
+		}
+	}
+}
 
 // Run claims and runs jobs until ctx is done. Then it stops claiming at once,
 // lets running executions finish for ShutdownGrace, cancels the rest with
 // ErrShutdown and hands their jobs back to their queues, and returns when
 // every execution has ended.
 func (w *Worker) Run(ctx context.Context) error {
+	w.serveKinds()
 	// Handlers run under workCtx, which outlives ctx by the grace period.
 	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer stopWork(nil)
@@ -332,6 +351,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	svc.start(bgCtx, serviceHeartbeats, w.heartbeats)
 	svc.start(bgCtx, serviceFinisher, w.finisher)
+	svc.start(bgCtx, serviceRegistry, w.publish)
 	svc.start(ctx, serviceReaper, w.reaper.Run)
 	if w.watcher != nil {
 		svc.start(bgCtx, serviceCancelWatcher, w.watcher.Run)
@@ -723,7 +743,7 @@ func (w *Worker) limited(e *Execution) bool {
 func (w *Worker) call(ctx context.Context, e *Execution) (result any, err error) {
 	h, ok := w.handlers[e.Kind]
 	if !ok {
-		return nil, &job.Error{Code: job.CodeUnknownKind, Message: fmt.Sprintf("no handler for kind %q on worker %s", e.Kind, w.cfg.ID)}
+		return nil, &job.Error{Code: job.CodeUnknownKind, Message: fmt.Sprintf("no handler for kind %q", e.Kind)}
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -113,17 +113,6 @@ func TestPanicFailsTheAttempt(t *testing.T) {
 	}
 }
 
-func TestUnknownKindFailsWithItsCode(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	f.startWorker(t, execution.Config{}, nil)
-	j := f.submit(t, job.Submission{Kind: "nobody.serves.this", MaxAttempts: 2})
-	done := f.waitState(t, j.ID, 10*time.Second, job.StateFailed)
-	if errCode(done) != job.CodeUnknownKind || done.Attempt != 2 {
-		t.Fatalf("attempt %d error %+v, want unknown_kind after 2 attempts", done.Attempt, done.Error)
-	}
-}
-
 func TestTimeoutCancelsHandlerWithDeadlineExceeded(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -67,7 +67,7 @@ func (s *Store) Admit(ctx context.Context, resource string, token Token) error {
 
 // fence runs a fenced_*.lua script, whose reply is {1, token} when accepted
 // and {0, highest} when the token is stale.
-func (s *Store) fence(ctx context.Context, op string, script *redis.Script, resource string, token Token, args ...any) error {
+func (s *Store) fence(ctx context.Context, op string, script *scripts.Script, resource string, token Token, args ...any) error {
 	reply, err := script.Run(ctx, s.rdb, []string{s.keys.Fenced(resource)}, append([]any{token.String()}, args...)...).Slice()
 	if err != nil {
 		return fmt.Errorf("fencing: %s %q: %w", op, resource, err)

@@ -116,7 +116,7 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 						ids = append(ids, r.Job.ID)
 					}
 				}
-				lane := fx.rdb.ZRange(ctx, fx.keys.QueueLane(queue, `["tenant:acme"]`), 0, -1).Val()
+				lane := fx.rdb.ZRange(ctx, fx.keys.QueueLane(queue, `echo["tenant:acme"]`), 0, -1).Val()
 				if !reflect.DeepEqual(lane, ids) {
 					t.Errorf("the lane holds %d jobs in another order than the items' %d", len(lane), len(ids))
 				}

@@ -23,12 +23,6 @@ import (
 // argument goes. The header of the script (internal/scripts/job_*.lua)
 // documents the same layout: change the two together.
 
-// scriptArgs is one run's KEYS and ARGV.
-type scriptArgs struct {
-	keys []string
-	argv []any
-}
-
 // submitCall creates items, all of queue, for tenant (job_submit.lua),
 // counted on the usage day of at, kept usageTTL after it. room is how
 // many of the tenant's jobs not ended queue may hold before the first item
@@ -41,19 +35,19 @@ type submitCall struct {
 	items                      []*submitting
 }
 
-func (c submitCall) layout(ks keys.Space) scriptArgs {
+func (c submitCall) layout(ks keys.Space) scripts.Args {
 	q := c.queue
-	a := scriptArgs{keys: make([]string, 0, 8+5*len(c.items)), argv: make([]any, 0, 5+17*len(c.items))}
-	a.keys = append(a.keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
+	a := scripts.Args{Keys: make([]string, 0, 8+5*len(c.items)), Argv: make([]any, 0, 5+17*len(c.items))}
+	a.Keys = append(a.Keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
 		ks.QueueFair(q), ks.QueueStats(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at),
 		ks.QueueRetained(q, c.tenant))
-	a.argv = append(a.argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli(), c.quota)
+	a.Argv = append(a.Argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli(), c.quota)
 	for _, p := range c.items {
 		n, id := p.n, p.id
-		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
+		a.Keys = append(a.Keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
 			ks.JobFolded(q, id))
-		a.argv = append(a.argv,
-			id, n.Kind, n.Priority, n.MaxAttempts, p.lane, []byte(n.Input), []byte(n.Metadata),
+		a.Argv = append(a.Argv,
+			id, n.Kind, n.Priority, n.MaxAttempts, p.keys, []byte(n.Input), []byte(n.Metadata),
 			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace, nonce(p),
 			n.Schedule, cost(p.tokens), n.Webhook.url(), flag(p.replay()))
 	}
@@ -113,13 +107,13 @@ type cancelCall struct {
 	retention              time.Duration
 }
 
-func (c cancelCall) layout(ks keys.Space) scriptArgs {
+func (c cancelCall) layout(ks keys.Space) scripts.Args {
 	q, id := c.queue, c.id
-	return scriptArgs{
-		keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
+	return scripts.Args{
+		Keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
 			ks.QueueStats(q), ks.JobEvents(q, id), ks.QueueFair(q), ks.QueueLane(q, c.lane), ks.QueueRetired(q),
 			ks.QueueWebhooks(q), ks.JobFolded(q, id)},
-		argv: []any{c.owner, c.retention.Milliseconds(), scripts.EventsMaxLen, id},
+		Argv: []any{c.owner, c.retention.Milliseconds(), scripts.EventsMaxLen, id},
 	}
 }
 
@@ -130,12 +124,12 @@ type signalCall struct {
 	data                         []byte
 }
 
-func (c signalCall) layout(ks keys.Space) scriptArgs {
+func (c signalCall) layout(ks keys.Space) scripts.Args {
 	q, id := c.queue, c.id
-	return scriptArgs{
-		keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueStats(q),
+	return scripts.Args{
+		Keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueStats(q),
 			ks.JobEvents(q, id), ks.QueueFair(q), ks.QueueLane(q, c.lane), ks.QueueRetired(q), ks.JobFolded(q, id)},
-		argv: []any{c.owner, c.name, c.data, scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes, id},
+		Argv: []any{c.owner, c.name, c.data, scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes, id},
 	}
 }
 
@@ -149,20 +143,20 @@ type retryCall struct {
 	records      bool
 }
 
-func (c retryCall) layout(ks keys.Space) scriptArgs {
+func (c retryCall) layout(ks keys.Space) scripts.Args {
 	q := c.queue
 	room := "" // no cap
 	if c.room > 0 {
 		room = strconv.FormatInt(c.room, 10)
 	}
-	a := scriptArgs{
-		keys: append(make([]string, 0, 5+4*len(c.ids)),
+	a := scripts.Args{
+		Keys: append(make([]string, 0, 5+4*len(c.ids)),
 			ks.QueueReady(q), ks.QueueFair(q), ks.QueueStats(q), ks.QueueRetired(q), ks.QueueDeadlines(q)),
-		argv: append(make([]any, 0, 4+len(c.ids)), c.owner, scripts.EventsMaxLen, flag(c.records), room),
+		Argv: append(make([]any, 0, 4+len(c.ids)), c.owner, scripts.EventsMaxLen, flag(c.records), room),
 	}
 	for i, id := range c.ids {
-		a.keys = append(a.keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, c.lanes[i]), ks.JobFolded(q, id))
-		a.argv = append(a.argv, id)
+		a.Keys = append(a.Keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, c.lanes[i]), ks.JobFolded(q, id))
+		a.Argv = append(a.Argv, id)
 	}
 	return a
 }
@@ -174,20 +168,20 @@ type deleteCall struct {
 	idemTTL                  time.Duration
 }
 
-func (c deleteCall) layout(ks keys.Space) scriptArgs {
+func (c deleteCall) layout(ks keys.Space) scripts.Args {
 	q, id := c.queue, c.id
-	return scriptArgs{
-		keys: []string{ks.Job(q, id), ks.JobEvents(q, id), ks.QueueRetired(q), ks.QueueTenantJobs(q, c.tenant),
+	return scripts.Args{
+		Keys: []string{ks.Job(q, id), ks.JobEvents(q, id), ks.QueueRetired(q), ks.QueueTenantJobs(q, c.tenant),
 			ks.JobDeleted(q, id), ks.JobFolded(q, id), ks.QueueRetained(q, c.tenant)},
-		argv: []any{id, c.owner, c.idemTTL.Milliseconds()},
+		Argv: []any{id, c.owner, c.idemTTL.Milliseconds()},
 	}
 }
 
 // followCall gives job id of queue its stream (job_follow.lua).
 type followCall struct{ queue, id string }
 
-func (c followCall) layout(ks keys.Space) scriptArgs {
-	return scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobEvents(c.queue, c.id)}}
+func (c followCall) layout(ks keys.Space) scripts.Args {
+	return scripts.Args{Keys: []string{ks.Job(c.queue, c.id), ks.JobEvents(c.queue, c.id)}}
 }
 
 // unpackCall writes job id of queue back as it was before it was packed,
@@ -200,21 +194,21 @@ type unpackCall struct {
 	repack    time.Time
 }
 
-func (c unpackCall) layout(ks keys.Space) scriptArgs {
-	a := scriptArgs{keys: []string{ks.Job(c.queue, c.id), ks.JobFolded(c.queue, c.id), ks.QueueFoldLater(c.queue)},
-		argv: make([]any, 0, 4+2*len(c.p.Hash))}
-	a.argv = append(a.argv, c.value, []byte(c.p.Folded), c.id, c.repack.UnixMilli())
+func (c unpackCall) layout(ks keys.Space) scripts.Args {
+	a := scripts.Args{Keys: []string{ks.Job(c.queue, c.id), ks.JobFolded(c.queue, c.id), ks.QueueFoldLater(c.queue)},
+		Argv: make([]any, 0, 4+2*len(c.p.Hash))}
+	a.Argv = append(a.Argv, c.value, []byte(c.p.Folded), c.id, c.repack.UnixMilli())
 	for _, name := range slices.Sorted(maps.Keys(c.p.Hash)) {
-		a.argv = append(a.argv, name, c.p.Hash[name])
+		a.Argv = append(a.Argv, name, c.p.Hash[name])
 	}
 	return a
 }
 
 // layouter is a params struct of a script call.
-type layouter interface{ layout(keys.Space) scriptArgs }
+type layouter interface{ layout(keys.Space) scripts.Args }
 
 // run runs script with the KEYS and ARGV c lays out (runArgs).
-func (s *Store) run(ctx context.Context, script *redis.Script, c layouter) *redis.Cmd {
+func (s *Store) run(ctx context.Context, script *scripts.Script, c layouter) *redis.Cmd {
 	return s.runArgs(ctx, script, c.layout(s.keys))
 }
 
@@ -226,18 +220,18 @@ const unpackTries = 3
 // runArgs runs script with a. A script that finds packed jobs where it
 // needs their fields (scripts.PackedKeys) has written nothing: they are
 // unpacked, and it runs again.
-func (s *Store) runArgs(ctx context.Context, script *redis.Script, a scriptArgs) *redis.Cmd {
+func (s *Store) runArgs(ctx context.Context, script *scripts.Script, a scripts.Args) *redis.Cmd {
 	for try := 1; ; try++ {
-		cmd := script.Run(ctx, s.rdb, a.keys, a.argv...)
+		cmd := script.RunArgs(ctx, s.rdb, a)
 		at, packed := scripts.PackedKeys(cmd.Err())
 		if !packed || try == unpackTries {
 			return cmd
 		}
 		for _, k := range at {
-			if k[0] > len(a.keys) {
+			if k[0] > len(a.Keys) {
 				return cmd
 			}
-			queue, id, ok := s.keys.JobOf(a.keys[k[0]-1])
+			queue, id, ok := s.keys.JobOf(a.Keys[k[0]-1])
 			if !ok {
 				return cmd
 			}

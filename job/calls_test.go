@@ -37,13 +37,13 @@ func TestScriptCallsLayOutWhatTheirScriptsRead(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a := c.call.layout(ks)
-			if len(a.keys) != c.keys || len(a.argv) != c.argv {
-				t.Fatalf("%d KEYS and %d ARGV, want %d and %d", len(a.keys), len(a.argv), c.keys, c.argv)
+			if len(a.Keys) != c.keys || len(a.Argv) != c.argv {
+				t.Fatalf("%d KEYS and %d ARGV, want %d and %d", len(a.Keys), len(a.Argv), c.keys, c.argv)
 			}
-			if got := a.keys[c.key-1]; got != c.keyWant {
+			if got := a.Keys[c.key-1]; got != c.keyWant {
 				t.Errorf("KEYS[%d] = %q, want %q", c.key, got, c.keyWant)
 			}
-			if got := fmt.Sprint(a.argv[c.arg-1]); got != c.argWant {
+			if got := fmt.Sprint(a.Argv[c.arg-1]); got != c.argWant {
 				t.Errorf("ARGV[%d] = %q, want %q", c.arg, got, c.argWant)
 			}
 		})

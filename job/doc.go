@@ -164,7 +164,10 @@
 // the create script on each queue's items, 100 items a run, run after run
 // (per run of consecutive items of one queue under a cap, so each is
 // counted after the ones before it); each run's jobs are answered while
-// Redis creates the next run's (SubmitBatchEach).
+// Redis creates the next run's (SubmitBatchEach). A run that fails leaves
+// its items unanswered (UnansweredError), not refused: it may have run,
+// so their records stay, and a retry with the key finds or creates the
+// job, once.
 //
 // Retention must be at least the idempotency TTL: a retry must never find
 // the record but not the job, or it would create the job a second time.

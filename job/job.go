@@ -142,6 +142,11 @@ type Job struct {
 	// WaitingFor is the signal a waiting job waits for, and until when;
 	// nil in every other state.
 	WaitingFor *WaitingFor `json:"waiting_for"`
+	// BlockedBy says why a queued job does not run: no live worker of its
+	// queue serves its kind. The store leaves it nil: the API computes it
+	// where it shows one job (GET /v1/jobs/{id}), and the JSON leaves it
+	// out when nil.
+	BlockedBy *BlockedBy `json:"blocked_by,omitempty"`
 
 	Timeout time.Duration `json:"-"` // per execution
 	MaxWait time.Duration `json:"-"` // 0 = unlimited
@@ -214,22 +219,33 @@ func (w WaitingFor) MarshalJSON() ([]byte, error) {
 	}{plain(w), stamp(w.Until)})
 }
 
+// BlockedBy is why a queued job does not run.
+type BlockedBy struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+}
+
 // WithOpaqueWorker is j with its execution's worker (a host name and pid)
-// replaced by the name a tenant sees: a keyed hash under key, which no
-// tenant knows, stable for one worker and key, including the tenant so
-// that two tenants cannot match their workers up.
+// replaced by the name its tenant sees (OpaqueWorker).
 func (j Job) WithOpaqueWorker(key []byte) Job {
 	if j.Execution == nil || j.Execution.Worker == "" {
 		return j
 	}
 	e := *j.Execution
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(j.Tenant))
-	mac.Write([]byte{0})
-	mac.Write([]byte(e.Worker))
-	e.Worker = "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
+	e.Worker = OpaqueWorker(key, j.Tenant, e.Worker)
 	j.Execution = &e
 	return j
+}
+
+// OpaqueWorker is the name tenant sees for worker: a keyed hash under
+// key, which no tenant knows, stable for one worker and key, including
+// the tenant so that two tenants cannot match their workers up.
+func OpaqueWorker(key []byte, tenant, worker string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(tenant))
+	mac.Write([]byte{0})
+	mac.Write([]byte(worker))
+	return "worker-" + hex.EncodeToString(mac.Sum(nil)[:6])
 }
 
 // stamp is a time as the API writes it: RFC 3339, milliseconds, UTC.
@@ -362,7 +378,9 @@ type stateData struct {
 	// in eventFields' order ("" for none); nil in events written before
 	// state events carried them.
 	Job []string `json:"job"`
-	// Wait is what a move to waiting waits for: wait_for, wait_until.
+	// Wait is what a move to waiting waits for: wait_for, wait_until,
+	// then the checkpoint saved before it ("" for none; absent in events
+	// written before waiting events carried it).
 	Wait []string `json:"wait"`
 }
 
@@ -375,8 +393,10 @@ var eventFields = scripts.EventFields
 // it is now: e's state, attempt, max_attempts (which only a retry changes)
 // and the fields moves change, with the fields that never change from j. result is j's for a succeeded job, and
 // none at any other state: only the move to succeeded writes it, and
-// nothing leaves succeeded. An event written before state events carried
-// their fields shows j in the event's state and attempt.
+// nothing leaves succeeded. checkpoint is the one a waiting event holds
+// (saved before the wait), and none at the other events. An event written
+// before state events carried their fields shows j in the event's state
+// and attempt.
 func (j Job) At(e Event) (Job, error) {
 	var d stateData
 	var err error
@@ -388,12 +408,15 @@ func (j Job) At(e Event) (Job, error) {
 	}
 	j.State, j.Attempt = d.State, d.Attempt
 	j.Checkpoint, j.WaitingFor = nil, nil
-	if len(d.Wait) == 2 {
+	if len(d.Wait) >= 2 {
 		ms, err := strconv.ParseInt(d.Wait[1], 10, 64)
 		if err != nil {
 			return Job{}, fmt.Errorf("job: state event %s: wait: %w", e.ID, err)
 		}
 		j.WaitingFor = &WaitingFor{Name: d.Wait[0], Until: time.UnixMilli(ms).UTC()}
+	}
+	if len(d.Wait) == 3 && d.Wait[2] != "" {
+		j.Checkpoint = json.RawMessage(d.Wait[2])
 	}
 	if j.retries != "" {
 		if j.MaxAttempts, err = maxAttemptsAt(j.MaxAttempts, j.retries, e.ID); err != nil {

@@ -1,7 +1,9 @@
 package job
 
 import (
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +121,12 @@ func (l *Limit) UnmarshalJSON(b []byte) error {
 		l.ThrottledUntil = *v.ThrottledUntil
 	}
 	return nil
+}
+
+// KeyLimits reads the limits and budgets that apply to keys, exact and
+// wildcard (look a key up with scripts.LimitOf and scripts.Lookup).
+func (s *Store) KeyLimits(ctx context.Context, keys []string) (map[string]int64, map[string]lease.Budget, error) {
+	return s.limitsOf(ctx, keys)
 }
 
 // limitsOf reads the limits and budgets that apply to keys, exact and
@@ -288,8 +296,61 @@ func (s *Store) SetLimit(ctx context.Context, key string, n int64) error {
 // at their next refresh, within a few seconds; lowering a limit never stops
 // a running execution, new claims wait until fewer hold the key.
 func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error {
+	if err := checkLimit(key, kl); err != nil {
+		return err
+	}
+	if _, _, err := s.setLimit(ctx, key, fieldsOf(kl), nil); err != nil {
+		return fmt.Errorf("job: set limit %s: %w", key, err)
+	}
+	return nil
+}
+
+// limitFields are a key's values in the limits and budgets hashes, as
+// limit_set.lua reads and writes them: "" for none.
+type limitFields struct{ limit, budget string }
+
+// fieldsOf returns kl as the hashes hold it.
+func fieldsOf(kl KeyLimit) limitFields {
+	var f limitFields
+	if kl.Limit != nil {
+		f.limit = strconv.FormatInt(*kl.Limit, 10)
+	}
+	if kl.Budget != (lease.Budget{}) {
+		f.budget = kl.Budget.String()
+	}
+	return f
+}
+
+// setLimit writes to as key's fields ("" removes each) in one script
+// (limit_set.lua), and returns how many of the two it removed. Given was,
+// it writes only if the key's fields are still was, and otherwise writes
+// nothing and reports stale.
+func (s *Store) setLimit(ctx context.Context, key string, to limitFields, was *limitFields) (removed int64, stale bool, err error) {
+	args := []any{key, to.limit, to.budget}
+	if was != nil {
+		args = append(args, was.limit, was.budget)
+	}
+	n, err := setLimitScript.Run(ctx, s.rdb, []string{s.keys.Limits(), s.keys.Budgets()}, args...).Int64()
+	if err != nil {
+		return 0, false, err
+	}
+	return max(n, 0), n < 0, nil
+}
+
+// checkKey checks a key a limit is set on: a ValidationError naming key,
+// or nil.
+func checkKey(key string) error {
 	if err := ValidateLimitKey(key); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "key", Message: err.Error()}}}
+	}
+	return nil
+}
+
+// checkLimit checks kl as the configuration of key: a ValidationError
+// naming the field at fault, or nil.
+func checkLimit(key string, kl KeyLimit) error {
+	if err := checkKey(key); err != nil {
+		return err
 	}
 	if err := kl.checkPerTenant(); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "per_tenant", Message: err.Error()}}}
@@ -297,29 +358,92 @@ func (s *Store) SetKeyLimit(ctx context.Context, key string, kl KeyLimit) error 
 	if err := kl.validate(); err != nil {
 		return &ValidationError{Errors: []FieldError{{Field: "limit", Message: err.Error()}}}
 	}
-	var limit, budget string
-	if kl.Limit != nil {
-		limit = strconv.FormatInt(*kl.Limit, 10)
-	}
-	if kl.Budget != (lease.Budget{}) {
-		budget = kl.Budget.String()
-	}
-	if _, err := s.setLimit(ctx, key, limit, budget); err != nil {
-		return fmt.Errorf("job: set limit %s: %w", key, err)
-	}
 	return nil
 }
 
-// setLimit sets key's limit and budgets ("" removes each) in one script
-// (limit_set.lua), and returns how many of the two it removed.
-func (s *Store) setLimit(ctx context.Context, key, limit, budget string) (int64, error) {
-	return setLimitScript.Run(ctx, s.rdb, []string{s.keys.Limits(), s.keys.Budgets()}, key, limit, budget).Int64()
+// LimitPatch is a JSON merge patch of a key's configuration
+// (PatchKeyLimit): a field left nil stays as it is, one not Set (null)
+// is removed, one Set replaces the key's.
+type LimitPatch struct {
+	Limit, RPM, TPM, PerTenant *Optional
+	Adaptive                   *bool // false removes it too
+}
+
+// apply returns kl changed as p says.
+func (p LimitPatch) apply(kl KeyLimit) KeyLimit {
+	if p.Limit != nil {
+		kl.Limit = nil
+		if p.Limit.Set {
+			n := p.Limit.Value
+			kl.Limit = &n
+		}
+	}
+	for _, f := range []struct {
+		to *int64
+		o  *Optional
+	}{{&kl.Budget.RPM, p.RPM}, {&kl.Budget.TPM, p.TPM}, {&kl.Budget.PerTenant, p.PerTenant}} {
+		if f.o != nil {
+			*f.to = f.o.Value // 0 when not Set: a budget of 0 is none
+		}
+	}
+	if p.Adaptive != nil {
+		kl.Budget.Adaptive = *p.Adaptive
+	}
+	return kl
+}
+
+// maxSwaps is how many times PatchKeyLimit reads a key again that others
+// changed between its read and its write.
+const maxSwaps = 10
+
+// PatchKeyLimit changes what key allows as p says and keeps what p leaves
+// out (SetKeyLimit replaces it whole; a key with nothing configured is
+// patched from nothing), and returns the configuration it set. The result
+// is checked as SetKeyLimit's, and one that would leave nothing is a
+// ValidationError naming limit. The merge is written only if the key is
+// still as read (limit_set.lua's compare-and-set), else read again: a concurrent change of
+// another field is kept.
+func (s *Store) PatchKeyLimit(ctx context.Context, key string, p LimitPatch) (KeyLimit, error) {
+	if err := checkKey(key); err != nil {
+		return KeyLimit{}, err
+	}
+	for range maxSwaps {
+		var limit, budget *redis.StringCmd
+		if _, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			limit = pl.HGet(ctx, s.keys.Limits(), key)
+			budget = pl.HGet(ctx, s.keys.Budgets(), key)
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return KeyLimit{}, fmt.Errorf("job: patch limit %s: %w", key, err)
+		}
+		var was KeyLimit
+		if n, ok := parseLimitValue(limit.Val()); ok {
+			was.Limit = &n
+		}
+		was.Budget, _ = lease.ParseBudget(budget.Val()) // one written by hand is none, as workers take it
+		kl := p.apply(was)
+		if kl.Limit == nil && kl.Budget == (lease.Budget{}) {
+			return KeyLimit{}, &ValidationError{Errors: []FieldError{{Field: "limit",
+				Message: "the patch would leave no limit and no budget: delete the key's limit instead"}}}
+		}
+		if err := checkLimit(key, kl); err != nil {
+			return KeyLimit{}, err
+		}
+		_, stale, err := s.setLimit(ctx, key, fieldsOf(kl), &limitFields{limit.Val(), budget.Val()})
+		if err != nil {
+			return KeyLimit{}, fmt.Errorf("job: patch limit %s: %w", key, err)
+		}
+		if !stale {
+			return kl, nil
+		}
+	}
+	return KeyLimit{}, fmt.Errorf("job: patch limit %s: changed by others %d times while it was patched", key, maxSwaps)
 }
 
 // DeleteLimit removes key's limit and budgets, so the key is unlimited (or
 // falls back to its prefix's wildcard). It reports whether there was one.
 func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err error) {
-	removed, err := s.setLimit(ctx, key, "", "")
+	removed, _, err := s.setLimit(ctx, key, limitFields{}, nil)
 	if err != nil {
 		return false, fmt.Errorf("job: delete limit %s: %w", key, err)
 	}
@@ -332,13 +456,71 @@ func (s *Store) DeleteLimit(ctx context.Context, key string) (existed bool, err 
 // state nil). An entry whose value cannot be read (written by hand) is left
 // out, as workers ignore it too.
 func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
+	limits, budgets, err := s.configured(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.measure(ctx, limits, budgets)
+}
+
+// LimitsQuery asks for a page of the configured keys (LimitsPage).
+type LimitsQuery struct {
+	Limit  int    // 1–500; 0 = 50
+	Cursor string // next from the previous page; "" = from the first key
+	// Keep, when not nil, leaves out the keys it is false for before the
+	// page is cut, so that a page is full of keys the caller may see.
+	Keep func(key string) bool
+}
+
+// LimitsPage returns a page of the configured keys, sorted, each as Limits
+// shows it, and the cursor of the next page ("" after the last). Only the
+// page's keys are counted (their leases and budgets), so however many
+// keys are set, one answer stays bounded. A cursor that is not one this
+// package handed out is ErrBadCursor.
+func (s *Store) LimitsPage(ctx context.Context, q LimitsQuery) ([]Limit, string, error) {
+	if q.Limit < 0 || q.Limit > maxListLimit {
+		return nil, "", &ValidationError{Errors: []FieldError{{Field: "limit", Message: fmt.Sprintf("must be between 1 and %d", maxListLimit)}}}
+	}
+	n := cmp.Or(q.Limit, defaultListLimit)
+	var after string
+	if q.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || ValidateLimitKey(string(b)) != nil {
+			return nil, "", ErrBadCursor
+		}
+		after = string(b)
+	}
+	all, budgets, err := s.configured(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	start, _ := slices.BinarySearchFunc(all, after, func(l Limit, key string) int { return strings.Compare(l.Key, key) })
+	var page []Limit
+	next := ""
+	for _, l := range all[start:] {
+		if l.Key == after || q.Keep != nil && !q.Keep(l.Key) {
+			continue
+		}
+		if len(page) == n {
+			next = base64.RawURLEncoding.EncodeToString([]byte(page[n-1].Key))
+			break
+		}
+		page = append(page, l)
+	}
+	limits, err := s.measure(ctx, page, budgets)
+	return limits, next, err
+}
+
+// configured reads every configured key, sorted, with its limit and
+// budgets but nothing measured, and the budgets by key.
+func (s *Store) configured(ctx context.Context) ([]Limit, map[string]lease.Budget, error) {
 	var limitsCmd, budgetsCmd *redis.MapStringStringCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		limitsCmd = p.HGetAll(ctx, s.keys.Limits())
 		budgetsCmd = p.HGetAll(ctx, s.keys.Budgets())
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("job: limits: %w", err)
+		return nil, nil, fmt.Errorf("job: limits: %w", err)
 	}
 	byKey := map[string]*Limit{}
 	for k, v := range limitsCmd.Val() {
@@ -373,8 +555,14 @@ func (s *Store) Limits(ctx context.Context) ([]Limit, error) {
 	for _, k := range slices.Sorted(maps.Keys(byKey)) {
 		limits = append(limits, *byKey[k])
 	}
+	return limits, budgets, nil
+}
+
+// measure fills in what limits' keys hold now: live leases, ready jobs
+// waiting, and budget state (budgets by key, from configured).
+func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]lease.Budget) ([]Limit, error) {
 	if len(limits) == 0 {
-		return limits, nil
+		return []Limit{}, nil
 	}
 	queues, err := s.queues(ctx)
 	if err != nil {
@@ -457,9 +645,7 @@ func waitingByKey(fairs []*redis.MapStringStringCmd) map[string]int64 {
 	out := map[string]int64{}
 	for _, f := range fairs {
 		for lane, n := range scripts.LaneCounts(f.Val()) {
-			var keys []string
-			_ = json.Unmarshal([]byte(lane), &keys) // written by the submit script: always an array
-			for _, k := range keys {
+			for _, k := range scripts.LaneKeys(lane) {
 				out[k] += n
 			}
 		}

@@ -3,7 +3,9 @@ package job_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +213,62 @@ func TestLimitsWaitingCountsReadyJobs(t *testing.T) {
 		want := []job.Limit{{Key: "model:a", Limit: job.Some(1), Waiting: 4}, {Key: "tenant:*", Limit: job.Some(5)}}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("Limits = %+v, want %+v", got, want)
+		}
+	})
+}
+
+// LimitsPage walks the configured keys by key, a page at a time: every key
+// exactly once, pages full of the keys Keep leaves in, the next cursor
+// empty after the last; a cursor or limit out of bounds is refused.
+func TestLimitsPage(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+		ctx := context.Background()
+		var want []string
+		for i := range 7 {
+			key := fmt.Sprintf("model:m%d", i)
+			if err := fx.store.SetLimit(ctx, key, int64(i)); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, key)
+		}
+		for _, key := range []string{"tenant:acme", "tenant:globex"} {
+			if err := fx.store.SetLimit(ctx, key, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		notGlobex := func(key string) bool { return key != "tenant:globex" }
+		want = append(want, "tenant:acme")
+		var got []string
+		q := job.LimitsQuery{Limit: 3, Keep: notGlobex}
+		for pages := 1; ; pages++ {
+			page, next, err := fx.store.LimitsPage(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next != "" && len(page) != 3 || len(page) > 3 {
+				t.Fatalf("page %d holds %d keys, next %q: want 3 before the last", pages, len(page), next)
+			}
+			for _, l := range page {
+				got = append(got, l.Key)
+			}
+			if next == "" {
+				break
+			}
+			q.Cursor = next
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("paging listed %v, want %v", got, want)
+		}
+		if page, next, err := fx.store.LimitsPage(ctx, job.LimitsQuery{}); err != nil || len(page) != 9 || next != "" {
+			t.Fatalf("default page: %d keys, next %q, %v; want all 9 and no next", len(page), next, err)
+		}
+		if _, _, err := fx.store.LimitsPage(ctx, job.LimitsQuery{Cursor: "%%%"}); !errors.Is(err, job.ErrBadCursor) {
+			t.Errorf("bad cursor: %v", err)
+		}
+		var invalid *job.ValidationError
+		if _, _, err := fx.store.LimitsPage(ctx, job.LimitsQuery{Limit: 501}); !errors.As(err, &invalid) || invalid.Errors[0].Field != "limit" {
+			t.Errorf("limit 501: %v", err)
 		}
 	})
 }

@@ -27,12 +27,12 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			s, j := packedStore(t, b.Client)
-			q, lane := j.Queue, `["tenant:acme"]`
+			q, lane := j.Queue, j.Kind+`["tenant:acme"]`
 			hash, folded := s.keys.Job(q, j.ID), s.keys.JobFolded(q, j.ID)
 			for i, c := range []struct {
 				name    string
 				call    layouter
-				script  *redis.Script
+				script  *scripts.Script
 				outcome string
 			}{
 				{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "acme", retention: s.retention}, s.cancel, "unchanged"},
@@ -94,12 +94,12 @@ func TestAnotherTenantLeavesAPackedJobPacked(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s, j := packedStore(t, testenv.Redis(t).Client(t))
-	q, lane := j.Queue, `["tenant:acme"]`
+	q, lane := j.Queue, j.Kind+`["tenant:acme"]`
 	hash := s.keys.Job(q, j.ID)
 	for _, c := range []struct {
 		name   string
 		call   layouter
-		script *redis.Script
+		script *scripts.Script
 	}{
 		{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "other", retention: s.retention}, s.cancel},
 		{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "other", name: "go", data: []byte("null")}, s.signal},

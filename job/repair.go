@@ -54,14 +54,16 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 	if err != nil {
 		return Job{}, err
 	}
-	// The script takes the job's lane through KEYS; a job's keys and
+	// The script takes the job's lane through KEYS; a job's kind, keys and
 	// tenant never change, so reading them first races with nothing.
-	f, err := s.hashFields(ctx, owner, queue, id, "state", "concurrency_keys", "tenant")
+	f, err := s.hashFields(ctx, owner, queue, id, "state", "concurrency_keys", "tenant", "kind")
 	if err != nil {
 		return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
 	}
 	state, _ := f[0].(string)
-	lane, _ := f[1].(string)
+	keys, _ := f[1].(string)
+	kind, _ := f[3].(string)
+	lane := scripts.Lane(kind, keys)
 	if state == "" || (owner != "" && f[2] != owner) {
 		return Job{}, ErrNotFound
 	}
@@ -477,7 +479,8 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		tenant, _ := v[0].(string)
 		state, _ := v[1].(string)
 		kind, _ := v[2].(string)
-		lane, _ := v[3].(string)
+		keys, _ := v[3].(string)
+		lane := scripts.Lane(kind, keys)
 		finished, _ := v[4].(string)
 		ended, err := strconv.ParseInt(finished, 10, 64)
 		if err != nil || ended > asOf || state != string(f.State) || (f.Tenant != "" && tenant != f.Tenant) || (f.Kind != "" && kind != f.Kind) {

@@ -20,7 +20,7 @@ import (
 func (fx fixture) end(t testing.TB, j job.Job, end job.State) {
 	t.Helper()
 	ctx := t.Context()
-	fx.rdb.ZRem(ctx, fx.keys.QueueLane(j.Queue, `["tenant:`+j.Tenant+`"]`), j.ID)
+	fx.rdb.ZRem(ctx, fx.keys.QueueLane(j.Queue, j.Kind+`["tenant:`+j.Tenant+`"]`), j.ID)
 	fx.rdb.ZRem(ctx, fx.keys.QueueDeadlines(j.Queue), j.ID)
 	fx.setState(t, j, job.StateQueued, end)
 	fx.rdb.HSet(ctx, fx.keys.Job(j.Queue, j.ID), "finished_at", time.Now().UnixMilli(), "attempt", 3)
@@ -57,11 +57,11 @@ func TestRetry(t *testing.T) {
 				if err := fx.rdb.ZScore(ctx, fx.keys.QueueDeadlines(q), j.ID).Err(); err != nil {
 					t.Errorf("max_wait not armed again: %v", err)
 				}
-				lane := fx.rdb.ZRange(ctx, fx.keys.QueueLane(q, `["tenant:acme"]`), 0, -1).Val()
+				lane := fx.rdb.ZRange(ctx, fx.keys.QueueLane(q, `echo["tenant:acme"]`), 0, -1).Val()
 				if !slices.Contains(lane, j.ID) {
 					t.Errorf("not back in its lane: %v", lane)
 				}
-				if fx.rdb.ZScore(ctx, fx.keys.QueueReady(q), `["tenant:acme"]`).Err() != nil {
+				if fx.rdb.ZScore(ctx, fx.keys.QueueReady(q), `echo["tenant:acme"]`).Err() != nil {
 					t.Error("its lane is not ready")
 				}
 				if n := fx.rdb.Exists(ctx, fx.keys.CancelFlag(j.ID)).Val(); n != 0 && end == job.StateCancelled {
@@ -83,7 +83,7 @@ func TestRetry(t *testing.T) {
 				if want := bump(statsBefore, "queued/acme", +1); !mapsEqual(fx.stats(t, q), want) {
 					t.Errorf("stats after a refused retry %v, want %v", fx.stats(t, q), want)
 				}
-				fx.rdb.ZRem(ctx, fx.keys.QueueLane(q, `["tenant:acme"]`), j.ID) // out of the next subtests' way
+				fx.rdb.ZRem(ctx, fx.keys.QueueLane(q, `echo["tenant:acme"]`), j.ID) // out of the next subtests' way
 			})
 		}
 		for _, state := range []job.State{job.StateSucceeded, job.StateRunning, job.StateRetrying} {
@@ -136,7 +136,7 @@ func TestRetriesAddTheOriginalMaxAttempts(t *testing.T) {
 				t.Errorf("retry after %d attempts spent: attempt %d of %d, want %d of %d", spent, got.Attempt, got.MaxAttempts, spent, spent+2)
 			}
 			want = append(want, spent+2)
-			fx.rdb.ZRem(ctx, fx.keys.QueueLane(j.Queue, `["tenant:acme"]`), j.ID)
+			fx.rdb.ZRem(ctx, fx.keys.QueueLane(j.Queue, `echo["tenant:acme"]`), j.ID)
 			j = got
 		}
 		evs, err := fx.store.Events(ctx, "acme", j.ID, false, "", 0)

@@ -95,14 +95,14 @@ type Store struct {
 	usageTTL  time.Duration // Config.UsageRetention
 	limited   bool          // Config.OnlyLimitedKeys
 	leases    *lease.Client
-	submit    *redis.Script
-	cancel    *redis.Script
-	retry     *redis.Script
-	delete    *redis.Script
-	signal    *redis.Script
-	follow    *redis.Script
-	unpack    *redis.Script
-	unlock    *redis.Script
+	submit    *scripts.Script
+	cancel    *scripts.Script
+	retry     *scripts.Script
+	delete    *scripts.Script
+	signal    *scripts.Script
+	follow    *scripts.Script
+	unpack    *scripts.Script
+	unlock    *scripts.Script
 	tracer    trace.Tracer
 	queueSet  *queueSet
 }
@@ -149,6 +149,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // can see was stored.
 type BusyError struct {
 	Key string
+	// Label is the limit or budget that applies to Key, as metrics name
+	// it (scripts.Label): Key, or its prefix's wildcard.
+	Label string
 	// RetryAfter is when the key's earliest lease expires: the soonest a
 	// slot frees up if its holder is gone; a holder that finishes frees
 	// one sooner.
@@ -482,19 +485,21 @@ func (s *Store) withQueue(ctx context.Context, id string, read func(queue string
 }
 
 // laneOf returns the queue of job id, the owner the scripts match the
-// job's tenant against (ownerOf) and the job's lane: its concurrency keys as
-// stored, which a script on the job takes through KEYS. A job's keys never
+// job's tenant against (ownerOf) and the job's lane (scripts.Lane), which a
+// script on the job takes through KEYS. A job's kind and keys never
 // change, so reading them first races with nothing.
 func (s *Store) laneOf(ctx context.Context, tenant, id string, admin bool) (queue, owner, lane string, err error) {
 	if owner, err = ownerOf(tenant, admin); err != nil {
 		return "", "", "", err
 	}
 	queue, err = s.withQueue(ctx, id, func(queue string) (bool, error) {
-		f, err := s.hashFields(ctx, owner, queue, id, "concurrency_keys")
+		f, err := s.hashFields(ctx, owner, queue, id, "concurrency_keys", "kind")
 		if err != nil {
 			return false, fmt.Errorf("job: %s: %w", id, err)
 		}
-		lane, _ = f[0].(string)
+		keys, _ := f[0].(string)
+		kind, _ := f[1].(string)
+		lane = scripts.Lane(kind, keys)
 		return f[0] != nil, nil
 	})
 	return queue, owner, lane, err

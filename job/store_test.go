@@ -207,10 +207,10 @@ func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 		// start, with no priority band above it.
 		want := []string{ids[5], ids[1], ids[4], ids[0], ids[2], ids[7], ids[3], ids[6]}
 		lanes := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueReady(job.DefaultQueue), 0, -1).Val()
-		if len(lanes) != 1 || lanes[0].Member != `["tenant:acme"]` || int64(lanes[0].Score)>>43 != 0 {
+		if len(lanes) != 1 || lanes[0].Member != `echo["tenant:acme"]` || int64(lanes[0].Score)>>43 != 0 {
 			t.Errorf("ready holds %v, want the one lane scored by its virtual start alone", lanes)
 		}
-		zs := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueLane(job.DefaultQueue, `["tenant:acme"]`), 0, -1).Val()
+		zs := fx.rdb.ZRangeWithScores(t.Context(), fx.keys.QueueLane(job.DefaultQueue, `echo["tenant:acme"]`), 0, -1).Val()
 		var got []string
 		for _, z := range zs {
 			got = append(got, z.Member.(string))

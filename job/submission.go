@@ -397,7 +397,7 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 	for i, k := range s.ConcurrencyKeys {
 		// Naming another tenant's key would spend that tenant's quota.
 		if strings.HasPrefix(k, "tenant:") && k != own && !strings.HasPrefix(k, own+":") {
-			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "names another tenant's key; %s is added for you", own)
+			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "%s is another tenant's key; %s is added for you", k, own)
 		}
 		keys = append(keys, k)
 	}

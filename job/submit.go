@@ -32,12 +32,22 @@ type BatchItem struct {
 // BatchResult is what became of one item of a batch: its job, created or
 // (Created false) the one an earlier request with its idempotency key
 // created; or Err, why it was refused, in which case nothing of it was
-// written.
+// written, unless Err is an *UnansweredError.
 type BatchResult struct {
 	Job     Job
 	Created bool
 	Err     error
 }
+
+// UnansweredError is the Err of a batch item that a failure (Redis's)
+// left unanswered: the item may have been created, or not. Its
+// idempotency record is kept, so resending the item with its key answers
+// the job if it was created and creates it if not.
+type UnansweredError struct{ Err error }
+
+func (e *UnansweredError) Error() string { return "job: not answered: " + e.Err.Error() }
+
+func (e *UnansweredError) Unwrap() error { return e.Err }
 
 // Submit validates sub and creates the job for tenant. With an
 // idempotency key ("" = none) a repeated request returns the job the first
@@ -99,9 +109,11 @@ func (s *Store) Replays(ctx context.Context, tenant string, idemKeys []string) (
 // after the ones before it; a queue's items count against the cap in the
 // queues after it.
 //
-// An error (Redis failed) means the batch stopped: the items not answered
-// may have been created, those before the failure and, within its queue,
-// after it, which resending them with idempotency keys finds.
+// An error (Redis failed) with no results means nothing was created. An
+// error with results means the batch stopped part-way: every item is
+// answered, refused, or has an *UnansweredError (those the failure left
+// unanswered), and resending those with their idempotency keys finds
+// which were created.
 func (s *Store) SubmitBatch(ctx context.Context, tenant string, items []BatchItem, limit Cap) ([]BatchResult, error) {
 	return s.SubmitBatchEach(ctx, tenant, items, limit, nil)
 }
@@ -157,7 +169,8 @@ type submitting struct {
 	idem    string
 	rules   *keyRules
 	tokens  int64  // its estimated tokens (Submission.Tokens)
-	lane    string // its concurrency keys as JSON: its lane (fair.lua)
+	keys    string // its concurrency keys as JSON, as the job stores them
+	lane    string // its kind and keys: its lane (fair.lua)
 	trace   string // its submit span's traceparent ("" untraced)
 	fresh   string // the id this request made up
 	id      string // the job's: fresh, or the one its idempotency key stands for
@@ -215,8 +228,8 @@ func (b *batch) prepare(ctx context.Context, items []BatchItem) error {
 			return
 		}
 		p.tokens = p.n.Tokens()
-		lane, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
-		p.lane = string(lane)
+		keys, _ := json.Marshal(p.n.ConcurrencyKeys) // strings always marshal
+		p.keys, p.lane = string(keys), scripts.Lane(p.n.Kind, string(keys))
 		prepared[i] = p
 	})
 	var ruled []string // keys whose rules an item needs
@@ -417,20 +430,20 @@ func (b *batch) create(ctx context.Context) error {
 		p.trace = telemetry.Encode(p.span.SpanContext())
 	}
 	if err := s.queueSet.add(ctx, queues); err != nil {
-		b.endSpans(err)
+		b.unanswered(b.live, err)
 		return err
 	}
 	b.created = map[string]bool{}
 	for i, g := range groups {
 		if err := b.createIn(ctx, g); err != nil {
-			b.endSpans(err)
+			b.unanswered(b.live, err)
 			return err
 		}
 		if b.kept != nil && i < len(groups)-1 {
 			// The script alone knows the bytes it charged: the queues
 			// after this one count them as read again.
 			if err := b.reread(ctx, g[0].n.Queue); err != nil {
-				b.endSpans(err)
+				b.unanswered(b.live, err)
 				return err
 			}
 		}
@@ -470,7 +483,7 @@ func (b *batch) createIn(ctx context.Context, in []*submitting) error {
 	if len(calls) == 1 { // every single submit: nothing to overlap
 		return b.answer(calls[0], s.run(ctx, s.submit, calls[0]))
 	}
-	laid := make(chan scriptArgs, len(calls))
+	laid := make(chan scripts.Args, len(calls))
 	go func() {
 		for _, c := range calls {
 			laid <- c.layout(s.keys)
@@ -498,7 +511,9 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 		err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(items))
 	}
 	if err != nil {
-		return fmt.Errorf("job: submit %d jobs to %s: %w", len(items), q, err)
+		err = fmt.Errorf("job: submit %d jobs to %s: %w", len(items), q, err)
+		b.unanswered(items, err)
+		return err
 	}
 	for i, p := range items {
 		status, reply := res[2*i], res[2*i+1]
@@ -524,6 +539,7 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 			j, err = parseReply(c.queue, p.id, reply)
 		}
 		if err != nil {
+			b.unanswered(items, err)
 			return err
 		}
 		b.out[p.at].Job, b.out[p.at].Created = j, status == int64(1)
@@ -542,10 +558,19 @@ func (b *batch) answer(c submitCall, cmd *redis.Cmd) error {
 	return nil
 }
 
-// endSpans ends the spans of the items a failure left unanswered.
-func (b *batch) endSpans(err error) {
-	for _, p := range b.live {
-		if p.span != nil && b.out[p.at].Err == nil && b.out[p.at].Job.ID == "" {
+// unanswered answers each of items not answered yet with err, the
+// failure that left it unknown whether it was created, and ends its span.
+// Its idempotency record stays (cleanUp drops only the refused items'):
+// it stands for a job that may exist.
+func (b *batch) unanswered(items []*submitting, err error) {
+	lost := &UnansweredError{Err: err}
+	for _, p := range items {
+		r := &b.out[p.at]
+		if r.Err != nil || r.Job.ID != "" {
+			continue
+		}
+		r.Err = lost
+		if p.span != nil {
 			endSpan(p.span, err)
 			p.span = nil
 		}
@@ -711,6 +736,7 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 	for _, k := range keys {
 		l := scripts.LimitOf(r.limits, k)
 		b, budgeted := scripts.Lookup(r.budgets, k)
+		label := scripts.Label(r.limits, r.budgets, k)
 		if budgeted {
 			var reading lease.BudgetReading
 			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -729,9 +755,9 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 			}
 			switch {
 			case !st.ThrottledUntil.IsZero():
-				return &BusyError{Key: k, RetryAfter: time.Until(st.ThrottledUntil)}
+				return &BusyError{Key: k, Label: label, RetryAfter: time.Until(st.ThrottledUntil)}
 			case b.RPM > 0 && st.Requests >= b.RPM, b.TPM > 0 && st.Tokens+min(tokens, b.TPM) > b.TPM:
-				return &BusyError{Key: k, RetryAfter: time.Second}
+				return &BusyError{Key: k, Label: label, RetryAfter: time.Second}
 			case b.Adaptive:
 				l = effectiveLimit(st.Effective, limit)
 			}
@@ -744,7 +770,7 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 			return fmt.Errorf("job: room in %s: %w", k, err)
 		}
 		if !ok {
-			return &BusyError{Key: k, RetryAfter: wait}
+			return &BusyError{Key: k, Label: label, RetryAfter: wait}
 		}
 	}
 	return nil

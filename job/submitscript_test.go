@@ -42,7 +42,7 @@ func TestSubmitScriptListsWhatItCreates(t *testing.T) {
 			call := submitCall{tenant: "acme", queue: DefaultQueue, room: "1", at: time.Now(), usageTTL: time.Hour, items: items}
 			a := call.layout(s.keys)
 			for _, send := range []string{"first", "resent"} {
-				res, err := s.submit.Run(ctx, s.rdb, a.keys, a.argv...).Slice()
+				res, err := s.submit.Run(ctx, s.rdb, a.Keys, a.Argv...).Slice()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -217,25 +217,86 @@ func parseChat(raw json.RawMessage) (ChatInput, error) {
 	if err := dec.Decode(&in); err != nil {
 		return in, &InputError{Field: "input", Message: err.Error()}
 	}
-	switch {
-	case strings.TrimSpace(in.Model) == "":
-		return in, &InputError{Field: "input.model", Message: "is required"}
-	case len(in.Messages) == 0:
-		return in, &InputError{Field: "input.messages", Message: "must hold at least one message"}
-	case in.MaxTokens != nil && (*in.MaxTokens < 1 || *in.MaxTokens > job.MaxCostTokens):
-		return in, &InputError{Field: "input.max_tokens", Message: fmt.Sprintf("%d: must be from 1 to %d", *in.MaxTokens, job.MaxCostTokens)}
-	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 2):
-		return in, &InputError{Field: "input.temperature", Message: fmt.Sprintf("%v: must be between 0 and 2", *in.Temperature)}
+	roles := make([]string, len(in.Messages))
+	for i, m := range in.Messages {
+		roles[i] = m.Role
+	}
+	if err := checkChat("input.", in.Model, roles, in.MaxTokens, in.Temperature); err != nil {
+		return in, err
 	}
 	for i, m := range in.Messages {
-		switch {
-		case strings.TrimSpace(m.Role) == "":
-			return in, &InputError{Field: fmt.Sprintf("input.messages[%d].role", i), Message: "is required"}
-		case m.Content == nil:
+		if m.Content == nil {
 			return in, &InputError{Field: fmt.Sprintf("input.messages[%d].content", i), Message: "is required (a string)"}
 		}
 	}
 	return in, nil
+}
+
+// checkChat checks what llm.chat and a chat call (ParseChatCall) share:
+// a model, at least one message, each with a role, and max_tokens and
+// temperature in range. Fields are named after prefix.
+func checkChat(prefix, model string, roles []string, maxTokens *int, temperature *float64) error {
+	switch {
+	case strings.TrimSpace(model) == "":
+		return &InputError{Field: prefix + "model", Message: "is required"}
+	case len(roles) == 0:
+		return &InputError{Field: prefix + "messages", Message: "must hold at least one message"}
+	case maxTokens != nil && (*maxTokens < 1 || *maxTokens > job.MaxCostTokens):
+		return &InputError{Field: prefix + "max_tokens", Message: fmt.Sprintf("%d: must be from 1 to %d", *maxTokens, job.MaxCostTokens)}
+	case temperature != nil && (*temperature < 0 || *temperature > 2):
+		return &InputError{Field: prefix + "temperature", Message: fmt.Sprintf("%v: must be between 0 and 2", *temperature)}
+	}
+	for i, role := range roles {
+		if strings.TrimSpace(role) == "" {
+			return &InputError{Field: fmt.Sprintf("%smessages[%d].role", prefix, i), Message: "is required"}
+		}
+	}
+	return nil
+}
+
+// ChatCall is what Leasehold reads of an OpenAI chat completion request
+// that it forwards upstream (POST /v1/chat/completions).
+type ChatCall struct {
+	Model  string
+	Stream bool
+	// IncludeUsage says the caller asked for the usage chunk at the end
+	// of a stream (stream_options.include_usage).
+	IncludeUsage bool
+}
+
+// ParseChatCall reads the body of an OpenAI chat completion request. The
+// fields llm.chat has are checked as its input is (an *InputError names
+// the field as the body does); every other field, and a message's content
+// (text, parts or null beside tool calls), is the upstream's to judge.
+func ParseChatCall(body []byte) (ChatCall, error) {
+	var req struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+		MaxTokens     *int     `json:"max_tokens"`
+		Temperature   *float64 `json:"temperature"`
+		Stream        bool     `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		field := "body"
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			field = typeErr.Field
+		}
+		return ChatCall{}, &InputError{Field: field, Message: err.Error()}
+	}
+	roles := make([]string, len(req.Messages))
+	for i, m := range req.Messages {
+		roles[i] = m.Role
+	}
+	if err := checkChat("", req.Model, roles, req.MaxTokens, req.Temperature); err != nil {
+		return ChatCall{}, err
+	}
+	return ChatCall{Model: req.Model, Stream: req.Stream, IncludeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}, nil
 }
 
 // chatCall is one execution's call to the upstream.

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // Budget is what an upstream allows a key besides its concurrency: requests
 // and tokens per rolling minute, fleet-wide, and whether the key's
 // concurrency adapts to the upstream's pushback. The zero Budget is none.
 // The claims of jobs (package execution) check and reserve it in the same
-// step as a slot; Semaphore.Wait's line counts concurrency only.
+// step as a slot, and so does Semaphore.Wait's line when given it
+// (WaitConfig.Budget).
 type Budget struct {
 	RPM      int64 // executions that may start per rolling minute; 0: no budget
 	TPM      int64 // tokens per rolling minute; 0: no budget
@@ -158,26 +161,29 @@ type Settlement struct {
 	RetryAfter time.Duration
 }
 
+// Settling is a settlement queued on a caller's pipeline (SettleIn).
+type Settling struct {
+	key string
+	run *scripts.Queued
+}
+
 // SettleIn queues on p the release of holders' slots of key, which has
 // budget b, with what each reserved settled (see Settlement); Settled reads
 // its reply. It is idempotent: a settlement sent twice settles once.
-func (c *Client) SettleIn(ctx context.Context, p redis.Pipeliner, key string, limit int, b Budget, ss []Settlement) *redis.Cmd {
-	return settleScript.EvalSha(ctx, p, c.settleKeys(key), settleArgs(limit, b, ss)...)
+func (c *Client) SettleIn(ctx context.Context, p redis.Pipeliner, key string, limit int, b Budget, ss []Settlement) *Settling {
+	return &Settling{key, settleScript.In(ctx, p, c.rdb, c.settleArgs(key, limit, b, ss))}
 }
 
 // Settle is SettleIn in a round trip of its own. It returns the key's
 // effective limit after it (0 for a key that does not adapt).
 func (c *Client) Settle(ctx context.Context, key string, limit int, b Budget, ss []Settlement) (effective int64, err error) {
-	return settled(key, settleScript.Run(ctx, c.rdb, c.settleKeys(key), settleArgs(limit, b, ss)...))
+	return settled(key, settleScript.RunArgs(ctx, c.rdb, c.settleArgs(key, limit, b, ss)))
 }
 
-// Settled reads the reply of a SettleIn, and settles again in a round trip
-// of its own if Redis had lost the script (a restart).
-func (c *Client) Settled(ctx context.Context, cmd *redis.Cmd, key string, limit int, b Budget, ss []Settlement) (effective int64, err error) {
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		return c.Settle(ctx, key, limit, b, ss)
-	}
-	return settled(key, cmd)
+// Settled returns the key's effective limit after the settlement, once
+// its pipeline has run (see Settle).
+func (s *Settling) Settled(ctx context.Context) (effective int64, err error) {
+	return settled(s.key, s.run.Reply(ctx))
 }
 
 func settled(key string, cmd *redis.Cmd) (int64, error) {
@@ -188,7 +194,7 @@ func settled(key string, cmd *redis.Cmd) (int64, error) {
 	return n, nil
 }
 
-func settleArgs(limit int, b Budget, ss []Settlement) []any {
+func (c *Client) settleArgs(key string, limit int, b Budget, ss []Settlement) scripts.Args {
 	_, tpm, adaptive := b.args()
 	args := make([]any, 0, 3+5*len(ss))
 	args = append(args, limit, tpm, adaptive)
@@ -197,7 +203,7 @@ func settleArgs(limit int, b Budget, ss []Settlement) []any {
 		args = append(args, s.Holder, string(s.Outcome), min(max(s.Tokens, -1), MaxBudget), min(max(s.Estimate, 0), MaxBudget),
 			s.RetryAfter.Milliseconds())
 	}
-	return args
+	return scripts.Args{Keys: c.settleKeys(key), Argv: args}
 }
 
 func (c *Client) settleKeys(key string) []string {
@@ -221,8 +227,8 @@ type BudgetReading struct{ cmd *redis.Cmd }
 // BudgetIn queues on p a read of key's budget state; State reads it once p
 // has run. It writes nothing.
 func (c *Client) BudgetIn(ctx context.Context, p redis.Pipeliner, key string) BudgetReading {
-	return BudgetReading{budgetScript.Eval(ctx, p, []string{c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
-		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)})}
+	return BudgetReading{budgetScript.Eval(ctx, p, scripts.Args{Keys: []string{c.keys.LeaseWindow(key), c.keys.LeaseSpent(key),
+		c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)}})}
 }
 
 // State returns what the read found.

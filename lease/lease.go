@@ -188,18 +188,16 @@ func (c *Client) AcquireEach(ctx context.Context, ttl, mark time.Duration, asks 
 
 // Acquiring is an AcquireAll queued on a caller's pipeline.
 type Acquiring struct {
-	c         *Client
-	ttl, mark time.Duration
-	asks      []Ask
-	cmds      []*redis.Cmd
+	asks []Ask
+	runs []*scripts.Queued
 }
 
 // AcquireIn queues AcquireAll's asks on p, so that they share the round
 // trip of the caller's other commands; Each reads them once p has run.
 func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark time.Duration, asks []Ask) *Acquiring {
-	a := &Acquiring{c: c, ttl: ttl, mark: mark, asks: asks, cmds: make([]*redis.Cmd, len(asks))}
+	a := &Acquiring{asks: asks, runs: make([]*scripts.Queued, len(asks))}
 	for i, ask := range asks {
-		a.cmds[i] = acquireScript.EvalSha(ctx, p, c.acquireKeys(ask.Key), acquireArgs(ttl, mark, ask)...)
+		a.runs[i] = acquireScript.In(ctx, p, c.rdb, scripts.Args{Keys: c.acquireKeys(ask.Key), Argv: acquireArgs(ttl, mark, ask)})
 	}
 	return a
 }
@@ -212,11 +210,7 @@ func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark tim
 func (a *Acquiring) Each(ctx context.Context) ([]Grant, []error) {
 	grants, errs := make([]Grant, len(a.asks)), make([]error, len(a.asks))
 	for i, ask := range a.asks {
-		cmd := a.cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // Redis lost its script cache (a restart)
-			cmd = acquireScript.Run(ctx, a.c.rdb, a.c.acquireKeys(ask.Key), acquireArgs(a.ttl, a.mark, ask)...)
-		}
-		res, err := cmd.Int64Slice()
+		res, err := a.runs[i].Reply(ctx).Int64Slice()
 		if err == nil && len(res) != 4+len(ask.Holders) {
 			err = fmt.Errorf("%d values in the reply, want %d", len(res), 4+len(ask.Holders))
 		}
@@ -283,22 +277,18 @@ func (c *Client) RenewAll(ctx context.Context, ttl time.Duration, held map[strin
 	type renewal struct {
 		key     string
 		holders []string
-		cmd     *redis.Cmd
+		run     *scripts.Queued
 	}
 	rs := make([]renewal, 0, len(held))
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, holders := range held {
-			args := append([]any{ttl.Milliseconds()}, anys(holders)...)
-			rs = append(rs, renewal{key, holders, renewScript.EvalSha(ctx, p, []string{c.keys.LeaseSet(key)}, args...)})
+			a := scripts.Args{Keys: []string{c.keys.LeaseSet(key)}, Argv: append([]any{ttl.Milliseconds()}, anys(holders)...)}
+			rs = append(rs, renewal{key, holders, renewScript.In(ctx, p, c.rdb, a)})
 		}
 		return nil
 	})
 	for _, r := range rs {
-		if redis.HasErrorPrefix(r.cmd.Err(), "NOSCRIPT") {
-			args := append([]any{ttl.Milliseconds()}, anys(r.holders)...)
-			r.cmd = renewScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(r.key)}, args...)
-		}
-		res, err := r.cmd.Int64Slice()
+		res, err := r.run.Reply(ctx).Int64Slice()
 		if err == nil && len(res) != len(r.holders) {
 			err = fmt.Errorf("%d values in the reply, want %d", len(res), len(r.holders))
 		}

@@ -14,16 +14,14 @@ import (
 // that key share one count: give the semaphore the limit the jobs have
 // (LEASEHOLD_LIMITS), as every caller enforces the limit it is given.
 //
-// A Semaphore (Do, Wait, and Client.Acquire) does not honour a key's
-// budget: no rpm, tpm, throttle or effective limit holds it back. It is
-// given its limit by its caller and reads nothing the API sets, and a
-// budget's reservation must be settled with how the call ended (served,
-// or refused by the upstream) and the tokens it spent (Client.Settle),
-// which neither Do's fn nor a Permit's Release reports. Its holders do
+// Do (and Client.Acquire) does not honour a key's budget: no rpm, tpm,
+// throttle or effective limit holds it back. It is given its limit by its
+// caller and reads nothing the API sets, and a budget's reservation must
+// be settled with how the call ended (served, or refused by the upstream)
+// and the tokens it spent, which Do's fn does not report. Its holders do
 // take the key's slots, so jobs' claims count them against the key's
-// limit and effective limit. A caller that needs the budget asks with
-// Client.AcquireAll (Ask.Budget) and settles with Client.Settle, as a
-// worker does.
+// limit and effective limit. Wait honours the budget it is given
+// (WaitConfig.Budget), and its Permit settles it (Permit.Settle).
 type Semaphore struct {
 	c     *Client
 	key   string

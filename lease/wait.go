@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	pollScript  = scripts.Load("semaphore_poll.lua", "fence.lua")
+	pollScript  = scripts.Load("semaphore_poll.lua", "fence.lua", "budget.lua")
 	leaveScript = scripts.Load("semaphore_leave.lua")
 )
 
@@ -79,6 +79,22 @@ type WaitConfig struct {
 	// the time after which a dead waiter stops holding up those behind it.
 	// Default 3s, and at least 3 polls: a waiter heartbeats at every poll.
 	TicketTTL time.Duration
+	// Budget is the key's budget: the head of the line is granted a slot
+	// only when the budget has room too, and reserves Tokens of its TPM.
+	// A permit of a key with a budget is ended with Permit.Settle. Default
+	// none: the line counts concurrency only.
+	Budget Budget
+	// Tokens is the holder's estimated tokens, for the TPM of Budget and of
+	// the keys of Also.
+	Tokens int64
+	// Also are other keys the holder needs a slot of with the semaphore's,
+	// all or none, each with its limit and budget (their Holders and
+	// Tokens are the holder's). The line is the semaphore key's: at its
+	// head the holder takes these first, then the semaphore's slot, and
+	// gives them back if that is refused. A head refused one of them goes
+	// to the back of the line, so that it holds up nobody while keys that
+	// others do not need are full. Default none.
+	Also []Ask
 	// Done, when set, is called exactly once with the ticket's terminal
 	// state, before Wait returns; not at all when Wait refuses its
 	// arguments, as no ticket was taken.
@@ -90,13 +106,13 @@ type WaitConfig struct {
 	waiting *testsignal.Signal
 }
 
-// Permit is a slot taken by Wait. Its lease is renewed in the background
-// until Release, which the holder must call on every path.
+// Permit is a slot taken by Wait, with the slots of its Also keys. Their
+// leases are renewed in the background until Release or Settle, one of
+// which the holder must call on every path.
 type Permit struct {
-	s      *Semaphore
-	wake   func()
-	ctx    context.Context
-	keeper *Keeper
+	w       *waiter
+	ctx     context.Context
+	keepers []*Keeper // the semaphore key's first, then Also's
 
 	stopKeeping context.CancelFunc
 	kept        chan error
@@ -109,27 +125,38 @@ type Permit struct {
 // lease is lost (its renewals failed for a whole TTL): the holder must stop.
 func (p *Permit) Context() context.Context { return p.ctx }
 
-// Lease returns the permit's lease as of its last renewal.
-func (p *Permit) Lease() Lease { return p.keeper.Lease() }
+// Lease returns the permit's lease of the semaphore key as of its last
+// renewal.
+func (p *Permit) Lease() Lease { return p.keepers[0].Lease() }
 
 // Token is the permit's fencing token.
-func (p *Permit) Token() fencing.Token { return p.keeper.Lease().Token }
+func (p *Permit) Token() fencing.Token { return p.Lease().Token }
 
-// Release stops renewing, frees the slot and wakes the line. It is
-// idempotent: later calls return the first call's result.
-func (p *Permit) Release() error {
+// Release stops renewing, frees the slots and wakes the line; what they
+// reserved of budgets stands (OutcomeOther). It is idempotent, with
+// Settle: later calls return the first call's result.
+func (p *Permit) Release() error { return p.Settle(OutcomeOther, -1, 0) }
+
+// Settle is Release that settles what the slots reserved of their keys'
+// budgets (see Settlement): how the holder's use ended, the tokens it
+// spent (-1: not known, the estimate stands) and, for a pushback, how long
+// the upstream asked to be left alone. A pushback concerns the semaphore
+// key alone, the upstream's: the keys of Also settle it as OutcomeOther.
+func (p *Permit) Settle(outcome Outcome, tokens int64, retryAfter time.Duration) error {
 	p.release.Do(func() {
 		p.stopKeeping()
-		<-p.kept
+		for range p.keepers {
+			<-p.kept
+		}
 		rctx, stop := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
 		defer stop()
-		p.err = p.s.c.Release(rctx, p.keeper.Lease())
-		p.wake()
+		p.err = p.w.end(rctx, true, outcome, tokens, retryAfter)
+		p.w.wake()
 	})
 	return p.err
 }
 
-// Wait takes a slot for holder, waiting in line behind those who asked
+// Wait takes a slot for holder (and of the keys of cfg.Also), waiting in line behind those who asked
 // first, across every process that shares the Redis: a later waiter is never
 // granted a slot while an earlier one still waits, unless the earlier one's
 // ticket expired (its process died). holder must be unique among the
@@ -144,8 +171,8 @@ func (s *Semaphore) Wait(ctx context.Context, holder string, cfg WaitConfig) (*P
 	if err := validate(s.key, holder, s.ttl); err != nil {
 		return nil, err
 	}
-	if s.limit < 1 {
-		return nil, fmt.Errorf("lease: limit %d: must be at least 1", s.limit)
+	if s.limit < 1 && s.limit != -1 {
+		return nil, fmt.Errorf("lease: limit %d: must be at least 1, or -1 for none", s.limit)
 	}
 	if cfg.MaxWait < 0 {
 		return nil, fmt.Errorf("lease: max wait %v: must not be negative", cfg.MaxWait)
@@ -158,6 +185,15 @@ func (s *Semaphore) Wait(ctx context.Context, holder string, cfg WaitConfig) (*P
 		nc:        cfg.NATS,
 		ticketTTL: max(cmp.Or(cfg.TicketTTL, 3*time.Second), 3*poll),
 		waiting:   cfg.waiting,
+		budget:    cfg.Budget,
+		tokens:    cfg.Tokens,
+	}
+	for _, a := range cfg.Also {
+		if err := validate(a.Key, holder, s.ttl); err != nil {
+			return nil, err
+		}
+		a.Holders, a.Tokens = []string{holder}, []int64{cfg.Tokens}
+		w.also = append(w.also, a)
 	}
 	w.wakeSubject = s.c.keys.SemWake(s.key)
 
@@ -177,6 +213,12 @@ type waiter struct {
 	nc          *nats.Conn
 	wakeSubject string
 	waiting     *testsignal.Signal
+	budget      Budget
+	tokens      int64
+	also        []Ask
+	// alsoHeld are the leases of also while the waiter holds them: from
+	// the head of the line until it is granted its slot or gives them back.
+	alsoHeld []Lease
 }
 
 func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketState, *Permit, error) {
@@ -187,10 +229,14 @@ func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketS
 		deadline = timer.C
 	}
 	woken := make(chan struct{}, 1)
-	joined := false
+	joined, back := false, false
 	for {
 		sent := w.s.c.clock()
-		g, err := w.poll(ctx, !joined)
+		g, err := w.poll(ctx, !joined, len(w.also) == 0 || w.alsoHeld != nil, back)
+		if back && err == nil {
+			w.wake() // the ticket behind it heads the line now
+		}
+		back = false
 		switch {
 		case err == nil && g.state == TicketGranted:
 			if g.more {
@@ -212,8 +258,24 @@ func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketS
 			joined = true
 			if unsubscribe := w.subscribe(woken); unsubscribe != nil {
 				defer unsubscribe()
-				continue // a release may have come before the subscription
+				if !g.ready {
+					continue // a release may have come before the subscription
+				}
 			}
+		}
+		switch {
+		case w.alsoHeld != nil:
+			// The key refused the slot after all: give the others back
+			// while waiting, as a waiter holds nothing.
+			if err := w.end(ctx, false, OutcomeUnused, -1, 0); err != nil {
+				return w.leave(ctx, TicketCancelled, fmt.Errorf("lease: wait %q: %w", w.s.key, err))
+			}
+		case g.ready:
+			took, err := w.takeAlso(ctx)
+			if took {
+				continue // now the slot of the line's key
+			}
+			back = err == nil // refused: let the next in line go first
 		}
 		tick := time.NewTimer(jitter(poll)) // ticketTTL is at least 3 polls
 		w.waiting.Fire()
@@ -239,22 +301,31 @@ type pollResult struct {
 	state TicketState
 	token fencing.Token
 	more  bool // others wait and slots are free: wake them
+	// ready says the ticket heads the line and the key has room, but it
+	// was not granted: it did not ask to be (the keys of Also first).
+	ready bool
 }
 
-// poll runs semaphore_poll.lua: join (the first time), heartbeat, and take a
-// slot if this ticket heads the line and one is free.
-func (w *waiter) poll(ctx context.Context, join bool) (pollResult, error) {
+// poll runs semaphore_poll.lua: join (the first time), heartbeat, go to
+// the back of the line when back, and take a slot if grant, this ticket
+// heads the line and the key has room.
+func (w *waiter) poll(ctx context.Context, join, grant, back bool) (pollResult, error) {
 	ks, key := w.s.c.keys, w.s.key
+	rpm, tpm, adaptive := w.budget.args()
 	res, err := pollScript.Run(ctx, w.s.c.rdb,
 		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key),
-			ks.LeaseTurn(key), ks.LeaseWaiting(key)},
-		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit).Int64Slice()
+			ks.LeaseTurn(key), ks.LeaseWaiting(key), ks.LeaseWindow(key), ks.LeaseSpent(key), ks.LeaseThrottle(key), ks.LeaseAdapt(key)},
+		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit,
+		rpm, tpm, adaptive, min(max(w.tokens, 0), MaxBudget), grant, back).Int64Slice()
+	if err == nil && (len(res) == 0 || res[0] == 0 && len(res) != 3 || res[0] == 1 && len(res) != 4) {
+		err = fmt.Errorf("reply %v", res)
+	}
 	if err != nil {
 		return pollResult{}, fmt.Errorf("lease: poll ticket on %q: %w", key, err)
 	}
 	switch res[0] {
 	case 0:
-		return pollResult{state: TicketPending}, nil
+		return pollResult{state: TicketPending, ready: res[1] == 0 && res[2] == 0}, nil
 	case 1:
 		return pollResult{state: TicketGranted, token: fencing.Token(res[1]), more: res[3] == 1}, nil
 	case 3:
@@ -285,30 +356,81 @@ func (w *waiter) leave(ctx context.Context, state TicketState, cause error) (Tic
 		// within a lease TTL: nothing stays held for good.
 		return state, nil, errors.Join(cause, fmt.Errorf("lease: leave line of %q: %w", key, err))
 	}
-	switch was {
-	case "GRANTED":
-		err = w.s.c.Release(ctx, Lease{Key: key, Holder: w.holder})
-		w.wake()
-	case "PENDING":
-		w.wake() // it may have headed the line while a slot was free
+	if was == "GRANTED" || w.alsoHeld != nil {
+		err = w.end(ctx, was == "GRANTED", OutcomeUnused, -1, 0)
+	}
+	if was == "GRANTED" || was == "PENDING" {
+		w.wake() // a slot is free, or it may have headed the line while one was
 	}
 	return state, nil, errors.Join(cause, err)
 }
 
-// permit hands a granted slot over with a keeper renewing its lease.
+// takeAlso takes the holder's slots of the keys of Also, all or none, and
+// says whether it got them; what it got of a refused set it gives back.
+func (w *waiter) takeAlso(ctx context.Context) (bool, error) {
+	sent := w.s.c.clock()
+	grants, errs := w.s.c.AcquireEach(ctx, w.s.ttl, acquireMark, w.also)
+	held := make([]Lease, 0, len(w.also))
+	for i, g := range grants {
+		if errs[i] == nil && g.Tokens[0] != 0 {
+			held = append(held, Lease{Key: w.also[i].Key, Holder: w.holder, Token: g.Tokens[0], TTL: w.s.ttl, TrustedUntil: sent.Add(w.s.ttl)})
+		}
+	}
+	w.alsoHeld = held
+	if len(held) == len(w.also) {
+		return true, nil
+	}
+	err := errors.Join(errs...)
+	return false, errors.Join(err, w.end(ctx, false, OutcomeUnused, -1, 0))
+}
+
+// end releases the holder's slots, the line key's when line, and those of
+// Also it holds, settling what each reserved of its budget as outcome with
+// tokens spent (see Settlement).
+func (w *waiter) end(ctx context.Context, line bool, outcome Outcome, tokens int64, retryAfter time.Duration) error {
+	var errs []error
+	settle := func(key string, limit int, b Budget, outcome Outcome) {
+		if b.IsZero() {
+			errs = append(errs, w.s.c.Release(ctx, Lease{Key: key, Holder: w.holder}))
+			return
+		}
+		s := Settlement{Holder: w.holder, Outcome: outcome, Tokens: tokens, Estimate: w.tokens, RetryAfter: retryAfter}
+		_, err := w.s.c.Settle(ctx, key, limit, b, []Settlement{s})
+		errs = append(errs, err)
+	}
+	if line {
+		settle(w.s.key, w.s.limit, w.budget, outcome)
+	}
+	if outcome == OutcomePushback {
+		outcome = OutcomeOther
+	}
+	for _, l := range w.alsoHeld {
+		for _, a := range w.also {
+			if a.Key == l.Key {
+				settle(a.Key, a.Limit, a.Budget, outcome)
+			}
+		}
+	}
+	w.alsoHeld = nil
+	return errors.Join(errs...)
+}
+
+// permit hands the granted slots over with keepers renewing their leases.
 func (w *waiter) permit(ctx context.Context, sent time.Time, g pollResult) *Permit {
-	l := Lease{Key: w.s.key, Holder: w.holder, Token: g.token, TTL: w.s.ttl, TrustedUntil: sent.Add(w.s.ttl)}
+	leases := append([]Lease{{Key: w.s.key, Holder: w.holder, Token: g.token, TTL: w.s.ttl, TrustedUntil: sent.Add(w.s.ttl)}}, w.alsoHeld...)
 	pctx, lost := context.WithCancelCause(ctx)
 	keepCtx, stopKeeping := context.WithCancel(pctx)
 	p := &Permit{
-		s:           w.s,
-		wake:        w.wake,
+		w:           w,
 		ctx:         pctx,
-		keeper:      w.s.c.Keeper(l, 0, lost),
 		stopKeeping: func() { stopKeeping(); lost(nil) },
-		kept:        make(chan error, 1),
+		kept:        make(chan error, len(leases)),
 	}
-	go func() { p.kept <- p.keeper.Run(keepCtx) }()
+	for _, l := range leases {
+		k := w.s.c.Keeper(l, 0, lost)
+		p.keepers = append(p.keepers, k)
+		go func() { p.kept <- k.Run(keepCtx) }()
+	}
 	return p
 }
 

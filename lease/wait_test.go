@@ -523,8 +523,8 @@ func (h *lateJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (h *lateJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
-		// EVALSHA sha 8 KEYS... ticket ticket_ttl join ...
-		if cmd.Name() != "evalsha" || len(args) < 14 || args[13] != true {
+		// EVALSHA sha 12 KEYS... ticket ticket_ttl join ...
+		if cmd.Name() != "evalsha" || len(args) < 18 || args[17] != true {
 			return next(ctx, cmd)
 		}
 		go func() {
@@ -545,7 +545,7 @@ func TestJoinArrivingAfterLeaveQueuesNothing(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	if err := scripts.Load("semaphore_poll.lua", "fence.lua").Load(t.Context(), rdb).Err(); err != nil {
+	if err := scripts.Load("semaphore_poll.lua", "fence.lua", "budget.lua").Load(t.Context(), rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(t.Context())

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/scripts"
 )
 
 // ErrInvalid is wrapped by every error about bad input: a subject, a cost, a
@@ -69,13 +70,13 @@ const maxExact = 1 << 53
 type core struct {
 	rdb    redis.UniversalClient
 	keys   keys.Space
-	script *redis.Script
+	script *scripts.Script
 	rate   Rate
 	limit  int // Decision.Limit, and the most one request may cost
 	policy string
 }
 
-func newCore(rdb redis.UniversalClient, cfg Config, script *redis.Script, bucket bool) (core, error) {
+func newCore(rdb redis.UniversalClient, cfg Config, script *scripts.Script, bucket bool) (core, error) {
 	if rdb == nil {
 		return core{}, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}

@@ -2,8 +2,10 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,5 +359,70 @@ func TestAStaleFireDoesNotMoveTheScheduleBack(t *testing.T) {
 	}
 	if score, _ := fx.rdb.ZScore(ctx, fx.keys.ScheduleTenantDue("acme"), "tick").Result(); int64(score) != moved.NextRunAt.UnixMilli() {
 		t.Fatalf("due index at %v, want %v", score, moved.NextRunAt.UnixMilli())
+	}
+}
+
+// Update replaces a schedule's spec and keeps its history (created_at,
+// paused, last run and job); its next run follows the new cron, and the
+// next fire creates the new spec's job.
+func TestUpdateKeepsHistoryAndFiresTheNewSpec(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, testenv.Redis(t).Client(t))
+	ctx := context.Background()
+	created := fx.create(t, "acme", every("tick", "1h"))
+	if _, err := fx.store.Pause(ctx, "acme", "tick"); err != nil {
+		t.Fatal(err)
+	}
+	last, err := fx.store.Trigger(ctx, "acme", "tick", job.Cap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := fx.store.Get(ctx, "acme", "tick")
+
+	spec := every("tick", "1m")
+	spec.Timezone, spec.Overlap = "Europe/Berlin", schedule.OverlapSkip
+	spec.Job.Input = json.RawMessage(`{"n":2}`)
+	got, err := fx.store.Update(ctx, "acme", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Cron != "@every 1m" || got.Timezone != "Europe/Berlin" || got.Overlap != schedule.OverlapSkip ||
+		!strings.Contains(string(got.Job.Input), `"n":2`) {
+		t.Fatalf("updated spec %+v", got)
+	}
+	if !got.Paused || got.NextRunAt != nil || !got.CreatedAt.Equal(created.CreatedAt) ||
+		got.LastJobID == nil || *got.LastJobID != last.ID || !got.LastRunAt.Equal(*before.LastRunAt) {
+		t.Fatalf("history after the update %+v, want it as before %+v", got, before)
+	}
+	resumed, err := fx.store.Resume(ctx, "acme", "tick")
+	if err != nil || resumed.NextRunAt == nil || resumed.NextRunAt.After(redisNow(t, fx.rdb).Add(time.Minute)) {
+		t.Fatalf("resumed %+v, %v: want its next run within the new cron's minute", resumed, err)
+	}
+	// Updated while running: the next run is recomputed at once. (With
+	// overlap skip it would not fire: the triggered job has not ended.)
+	spec.Cron, spec.Overlap = "@every 1s", schedule.OverlapAllow
+	if got, err = fx.store.Update(ctx, "acme", spec); err != nil || got.NextRunAt == nil ||
+		got.NextRunAt.After(redisNow(t, fx.rdb).Add(time.Second)) {
+		t.Fatalf("update of a running schedule: %+v, %v", got, err)
+	}
+	fx.dueAt(t, "acme", "tick", redisNow(t, fx.rdb).Add(-time.Second))
+	if _, err := fx.scheduler(t, nil, schedule.SchedulerConfig{}).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobs := fx.jobsOf(t, "acme")
+	if len(jobs) != 2 {
+		t.Fatalf("%d jobs after the fire, want the trigger's and the fire's", len(jobs))
+	}
+	fired, err := fx.jobs.Get(ctx, "acme", jobs[1].ID, false)
+	if err != nil || !strings.Contains(string(fired.Input), `"n":2`) {
+		t.Fatalf("the fire after the update created %+v (%v), want the new spec's input", fired, err)
+	}
+
+	spec.Name = "nope"
+	if _, err := fx.store.Update(ctx, "acme", spec); !errors.Is(err, schedule.ErrNotFound) {
+		t.Fatalf("update of a schedule that does not exist: %v, want ErrNotFound", err)
+	}
+	if _, err := fx.store.Update(ctx, "globex", every("tick", "1m")); !errors.Is(err, schedule.ErrNotFound) {
+		t.Fatalf("update of another tenant's schedule: %v, want ErrNotFound", err)
 	}
 }

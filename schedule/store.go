@@ -77,12 +77,13 @@ type Store struct {
 	nc      *nats.Conn
 	tracer  trace.Tracer
 	max     int
-	create  *redis.Script
-	tenants *redis.Script
-	due     *redis.Script
-	advance *redis.Script
-	pause   *redis.Script
-	delete  *redis.Script
+	create  *scripts.Script
+	tenants *scripts.Script
+	due     *scripts.Script
+	advance *scripts.Script
+	pause   *scripts.Script
+	update  *scripts.Script
+	delete  *scripts.Script
 }
 
 // NewStore returns a Store on rdb.
@@ -114,6 +115,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		due:     scripts.Load("schedule_due.lua", lib...),
 		advance: scripts.Load("schedule_advance.lua", lib...),
 		pause:   scripts.Load("schedule_pause.lua"),
+		update:  scripts.Load("schedule_update.lua"),
 		delete:  scripts.Load("schedule_delete.lua"),
 	}, nil
 }
@@ -131,20 +133,9 @@ const (
 // tenant that has Config.TenantMax schedules a *CapError; neither writes
 // anything.
 func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Schedule, created bool, err error) {
-	if err := job.ValidateTenant(tenant); err != nil {
-		return Schedule{}, false, err
-	}
-	spec, cr, canon, err := spec.normalize()
+	spec, canon, next, err := s.prepare(ctx, tenant, spec)
 	if err != nil {
 		return Schedule{}, false, err
-	}
-	now, err := s.now(ctx)
-	if err != nil {
-		return Schedule{}, false, err
-	}
-	next := cr.Next(now)
-	if next.IsZero() {
-		return Schedule{}, false, neverDue()
 	}
 	res, err := s.create.Run(ctx, s.rdb,
 		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant), s.keys.ScheduleTenants()},
@@ -170,6 +161,49 @@ func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Sched
 		return sch, false, nil
 	}
 	return sch, false, ErrExists
+}
+
+// Update replaces the spec (cron, timezone, job, overlap) of tenant's
+// existing schedule spec.Name and keeps its history: created_at, paused,
+// last_run_at and last_job_id. Its next run is the new cron's first due
+// time after now. An invalid spec returns a *job.ValidationError naming the
+// field and writes nothing; a schedule that does not exist, ErrNotFound.
+func (s *Store) Update(ctx context.Context, tenant string, spec Spec) (Schedule, error) {
+	spec, canon, next, err := s.prepare(ctx, tenant, spec)
+	if err != nil {
+		return Schedule{}, err
+	}
+	res, err := s.update.Run(ctx, s.rdb,
+		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()},
+		tenant, spec.Name, canon, uuid.NewString(), next.UnixMilli()).Slice()
+	if err != nil {
+		return Schedule{}, fmt.Errorf("schedule: update %s: %w", spec.Name, err)
+	}
+	if len(res) == 0 {
+		return Schedule{}, ErrNotFound
+	}
+	return parseReply(tenant, res)
+}
+
+// prepare checks tenant's spec for Create and Update and returns it with
+// its defaults, its canonical JSON and its first due time after now.
+func (s *Store) prepare(ctx context.Context, tenant string, spec Spec) (Spec, string, time.Time, error) {
+	if err := job.ValidateTenant(tenant); err != nil {
+		return spec, "", time.Time{}, err
+	}
+	spec, cr, canon, err := spec.normalize()
+	if err != nil {
+		return spec, "", time.Time{}, err
+	}
+	now, err := s.now(ctx)
+	if err != nil {
+		return spec, "", time.Time{}, err
+	}
+	next := cr.Next(now)
+	if next.IsZero() {
+		return spec, "", time.Time{}, neverDue()
+	}
+	return spec, canon, next, nil
 }
 
 // Get returns tenant's schedule name.

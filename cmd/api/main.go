@@ -43,6 +43,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	rate := fs.Rate("submissions and schedule fires")
 	metricsAddr := fs.String("metrics-addr", "LEASEHOLD_METRICS_ADDR", "127.0.0.1:9091", "listen address of /metrics, /healthz and /readyz, apart from the public port")
 	queues := fs.String("queues", "LEASEHOLD_QUEUES", job.DefaultQueue, "comma-separated queues the API accepts jobs for; another is a 400")
+	accepted := fs.String("kinds", "LEASEHOLD_KINDS", "", "comma-separated kinds the API accepts jobs of; another is a 400 (default: any kind)")
 	maxStreams := fs.Int("max-streams", "LEASEHOLD_MAX_STREAMS", httpapi.DefaultMaxStreams, "each tenant's event streams and ?wait= requests open at once on this process; over it 429")
 	tenantMaxRetained := fs.Int("tenant-max-retained-bytes", "LEASEHOLD_TENANT_MAX_RETAINED_BYTES", 0, "bytes each tenant's jobs Redis keeps (not ended, and ended within the retention) over the accepted queues; past it a submission gets 429 (default 0: no quota)")
 	tenantMaxJobs := fs.Int("tenant-max-jobs", "LEASEHOLD_TENANT_MAX_JOBS", 0, "each tenant's jobs not ended (queued, running, retrying, waiting) over the accepted queues; over it a submission gets 429 (default 0: no cap)")
@@ -50,6 +51,8 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	notifyFlag := fs.String("notify-allow", "LEASEHOLD_NOTIFY_ALLOW", "", "comma-separated URL prefixes a sleep job's notify_url may start with; any other is refused (default none)")
 	retention := fs.Retention()
 	webhookFlags := fs.Webhooks()
+	llmURL := fs.URL("llm-base-url", "LEASEHOLD_LLM_BASE_URL", "", "OpenAI-compatible API that POST /v1/chat/completions forwards to, as the workers' llm.chat, e.g. https://api.openai.com/v1")
+	llmKey := fs.Secret("llm-api-key", "LEASEHOLD_LLM_API_KEY", "API key for the chat completions upstream")
 	limitsFlag := fs.String("limits", "LEASEHOLD_LIMITS", "", "comma-separated key=N concurrency limits, e.g. model:gpt-4o=200,tenant:*=10 (* = one limit for each value), with optional ;rpm=N;tpm=N;adaptive budgets; written to Redis at start, keys not named are left as they are")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -144,7 +147,9 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		NotifyAllow:            notifyAllow,
 		Webhooks:               webhooks,
 		Queues:                 cli.List(*queues),
+		Kinds:                  cli.List(*accepted),
 		RedisTimeout:           *redisTimeout,
+		LLM:                    httpapi.LLMConfig{BaseURL: *llmURL, APIKey: *llmKey},
 		Logger:                 log,
 		MeterProvider:          meters,
 		Metrics:                metrics,

@@ -552,6 +552,13 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("queues"); strings.Join(strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]), " ") != "QUEUE QUEUED RUNNING RETRYING WAITING PAUSED" {
 			t.Errorf("queues columns:\n%s", r.stdout)
 		}
+		if r := s.ok("workers", "--key", adminKey); strings.Join(strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]), " ") != "ID HOST QUEUES KINDS RUNNING STARTED HEARTBEAT" ||
+			!strings.Contains(r.stdout, "default,slow") || !strings.Contains(r.stdout, "echo") {
+			t.Errorf("workers:\n%s", r.stdout)
+		}
+		if r := s.ok("workers", "-o", "json"); !strings.HasPrefix(r.stdout, `{"workers":[`) {
+			t.Errorf("workers -o json as a tenant running nothing: %s", r.stdout)
+		}
 		for _, admin := range [][]string{{"queues", "pause", "slow"}, {"limits", "set", "model:x", "1"}, {"limits", "rm", "model:x"}} {
 			if r := s.cli("", admin...); r.code != 1 || !strings.Contains(r.stderr, "this command needs the admin key") {
 				t.Errorf("%v as acme: exit %d %s", admin, r.code, r.stderr)
@@ -587,6 +594,17 @@ func TestCLI(t *testing.T) {
 		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":20,"in_use":0,"effective_limit":2,"rpm":3000,"requests_last_minute":0,"tpm":400000,"tokens_last_minute":0,"adaptive":true,"per_tenant":5,"waiting":0,"throttled_until":null`) {
 			t.Errorf("limits -o json: %s", r.stdout)
 		}
+		// set patches: a new limit keeps the budgets, a budget of 0 and
+		// --adaptive=false remove theirs.
+		s.ok("limits", "set", "model:budget", "30", "--key", adminKey)
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":30,`) ||
+			!strings.Contains(r.stdout, `"tpm":400000,"tokens_last_minute":0,"adaptive":true,"per_tenant":5,`) {
+			t.Errorf("limits after set model:budget 30: %s", r.stdout)
+		}
+		s.ok("limits", "set", "model:budget", "--tpm", "0", "--adaptive=false", "--key", adminKey)
+		if r := s.ok("limits", "-o", "json"); !strings.Contains(r.stdout, `"key":"model:budget","limit":30,"in_use":0,"effective_limit":null,"rpm":3000,"requests_last_minute":0,"tpm":null,"tokens_last_minute":null,"adaptive":false,"per_tenant":5,`) {
+			t.Errorf("limits after --tpm 0 --adaptive=false: %s", r.stdout)
+		}
 		s.ok("limits", "rm", "model:budget", "--key", adminKey)
 		s.ok("limits", "rm", "model:cli", "--key", adminKey)
 		if r := s.cli("", "limits", "rm", "model:cli", "--key", adminKey); r.code != 1 {
@@ -599,6 +617,42 @@ func TestCLI(t *testing.T) {
 		var u struct{ Days []any }
 		if err := json.Unmarshal([]byte(s.ok("usage", "-o", "json").stdout), &u); err != nil || len(u.Days) != 7 {
 			t.Errorf("usage -o json: %v %d days", err, len(u.Days))
+		}
+	})
+
+	t.Run("limits reads every page", func(t *testing.T) {
+		// More keys than one page of the API holds (500).
+		call := func(method, path, body string) {
+			req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+adminKey)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				t.Fatalf("%s %s: %s", method, path, resp.Status)
+			}
+		}
+		const n = 501
+		for i := range n {
+			call(http.MethodPut, fmt.Sprintf("/v1/limits/page:k%03d", i), `{"limit": 1}`)
+		}
+		r := s.ok("limits", "--key", adminKey)
+		if got := strings.Count(r.stdout, "page:k"); got != n || !strings.Contains(r.stdout, "page:k500") {
+			t.Errorf("limits lists %d of the %d keys", got, n)
+		}
+		var list struct {
+			Limits     []job.Limit `json:"limits"`
+			NextCursor *string     `json:"next_cursor"`
+		}
+		if err := json.Unmarshal([]byte(s.ok("limits", "-o", "json", "--key", adminKey).stdout), &list); err != nil ||
+			len(list.Limits) < n || list.NextCursor != nil {
+			t.Errorf("limits -o json: %d keys, next %v, %v; want every key as one listing", len(list.Limits), list.NextCursor, err)
+		}
+		for i := range n {
+			call(http.MethodDelete, fmt.Sprintf("/v1/limits/page:k%03d", i), "")
 		}
 	})
 
@@ -640,6 +694,14 @@ func TestCLI(t *testing.T) {
 		s.ok("schedules", "rm", "hourly")
 		if r := s.ok("schedules", "get", "nightly", "-o", "json"); !strings.Contains(r.stdout, `"last_job_id":"`+j.ID+`"`) {
 			t.Errorf("get -o json: %s", r.stdout)
+		}
+		// update replaces the spec and keeps the history.
+		if r := s.ok("schedules", "update", "nightly", "30 4 * * *", "sleep", "--input", `{"duration":"1s"}`); !strings.Contains(r.stdout, "30 4 * * *") ||
+			!strings.Contains(r.stdout, "UTC") || !strings.Contains(r.stdout, "allow") || !strings.Contains(r.stdout, j.ID) || !strings.Contains(r.stdout, "sleep") {
+			t.Errorf("update:\n%s", r.stdout)
+		}
+		if r := s.cli("", "schedules", "update", "absent", "@hourly", "echo"); r.code != 1 || !strings.Contains(r.stderr, "404") {
+			t.Errorf("update of a schedule that does not exist: exit %d %s", r.code, r.stderr)
 		}
 		if r := s.ok("schedules", "rm", "nightly"); r.stdout != "deleted nightly\n" {
 			t.Errorf("rm: %q", r.stdout)

@@ -599,10 +599,12 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch {
 	case len(args) > 0 && args[0] == "set":
 		c := newCommand("limits set", stdout, stderr)
-		rpm := c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide")
-		tpm := c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide")
-		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit")
-		perTenant := c.fs.Int64("per-tenant", 0, "the most slots one tenant may hold, and its share of rpm and tpm")
+		budgets := map[string]*int64{
+			"rpm":        c.fs.Int64("rpm", 0, "executions that may start per rolling minute, fleet-wide (0 removes it)"),
+			"tpm":        c.fs.Int64("tpm", 0, "tokens per rolling minute, fleet-wide (0 removes it)"),
+			"per_tenant": c.fs.Int64("per-tenant", 0, "the most slots one tenant may hold, and its share of rpm and tpm (0 removes it)"),
+		}
+		adaptive := c.fs.Bool("adaptive", false, "the key's concurrency follows the upstream's pushback, up to the limit (--adaptive=false turns it off)")
 		pos, err := c.parse(args[1:], -1, "KEY [LIMIT]")
 		if err != nil {
 			return err
@@ -610,6 +612,8 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(pos) < 1 || len(pos) > 2 {
 			return usagef("usage: limits set [flags] KEY [LIMIT]")
 		}
+		// A merge patch: a flag given changes the key, one left out keeps
+		// what the key has.
 		body := map[string]any{}
 		if len(pos) == 2 {
 			n, err := strconv.ParseInt(pos[1], 10, 64)
@@ -618,20 +622,19 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			body["limit"] = n
 		}
-		if *rpm != 0 {
-			body["rpm"] = *rpm
-		}
-		if *tpm != 0 {
-			body["tpm"] = *tpm
-		}
-		if *adaptive {
-			body["adaptive"] = true
-		}
-		if *perTenant != 0 {
-			body["per_tenant"] = *perTenant
-		}
+		c.fs.Visit(func(f *flag.Flag) {
+			name := strings.ReplaceAll(f.Name, "-", "_")
+			switch n, budget := budgets[name]; {
+			case name == "adaptive":
+				body[name] = *adaptive
+			case budget && *n == 0:
+				body[name] = nil
+			case budget:
+				body[name] = *n
+			}
+		})
 		var l job.Limit
-		if err := c.get(ctx, http.MethodPut, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
+		if err := c.get(ctx, http.MethodPatch, "/v1/limits/"+escape(pos[0]), body, &l); err != nil || c.json() {
 			return adminOnly(err)
 		}
 		return print([]job.Limit{l})
@@ -642,13 +645,40 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := c.parse(args, 0, "   (or: limits set KEY [LIMIT] [--rpm R] [--tpm T] [--adaptive] [--per-tenant P], limits rm KEY)"); err != nil {
 		return err
 	}
-	var list struct {
-		Limits []job.Limit `json:"limits"`
+	// Every page, as one listing: a page is at most 500 keys.
+	var items []json.RawMessage
+	q := url.Values{"limit": {"500"}}
+	for {
+		b, err := c.call(ctx, http.MethodGet, "/v1/limits?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Limits     []json.RawMessage `json:"limits"`
+			NextCursor *string           `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return err
+		}
+		items = append(items, page.Limits...)
+		if page.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *page.NextCursor)
 	}
-	if err := c.get(ctx, http.MethodGet, "/v1/limits", nil, &list); err != nil || c.json() {
-		return err
+	if c.json() {
+		if items == nil {
+			items = []json.RawMessage{}
+		}
+		return json.NewEncoder(stdout).Encode(map[string]any{"limits": items, "next_cursor": nil})
 	}
-	return print(list.Limits)
+	limits := make([]job.Limit, len(items))
+	for i, item := range items {
+		if err := json.Unmarshal(item, &limits[i]); err != nil {
+			return err
+		}
+	}
+	return print(limits)
 }
 
 // optional is a number a key may not use, as a table shows it: "-" for none.

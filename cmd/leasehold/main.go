@@ -57,9 +57,10 @@ const usage = `usage: leasehold <command> [flags] [args]
   rm JOB_ID                    delete an ended job
   ls                           list jobs (--state, --kind, --queue, --tenant, --limit, --cursor)
   queues                       queue counts (queues pause QUEUE, queues resume QUEUE: admin)
+  workers                      live workers: queues, kinds, running (a tenant sees those running its jobs)
   limits                       concurrency limits (limits set KEY N, limits rm KEY: admin)
   usage                        usage per day (--from, --to, --tenant)
-  schedules                    schedules: ls (--limit, --cursor), create NAME CRON KIND (--timezone, --overlap, --input), get, rm, pause, resume, trigger NAME
+  schedules                    schedules: ls (--limit, --cursor), create and update NAME CRON KIND (--timezone, --overlap, --input), get, rm, pause, resume, trigger NAME
 
 Every command but dev takes --url (default $LEASEHOLD_URL, else http://127.0.0.1:8080),
 --key (default $LEASEHOLD_KEY) and -o table|json; leasehold <command> -h lists its flags.
@@ -117,6 +118,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return runLs(ctx, args, stdout, stderr)
 	case "queues":
 		return runQueues(ctx, args, stdout, stderr)
+	case "workers":
+		return runWorkers(ctx, args, stdout, stderr)
 	case "limits":
 		return runLimits(ctx, args, stdout, stderr)
 	case "usage":
@@ -131,7 +134,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // commands are the CLI's commands, for unknownCommand's suggestion.
-var commands = []string{"dev", "submit", "get", "watch", "cancel", "signal", "retry", "rm", "ls", "queues", "limits", "usage", "schedules"}
+var commands = []string{"dev", "submit", "get", "watch", "cancel", "signal", "retry", "rm", "ls", "queues", "workers", "limits", "usage", "schedules"}
 
 // unknownCommand names a command the CLI does not have, with the known one
 // nearest to it (a prefix of it, or a couple of letters away) when there is

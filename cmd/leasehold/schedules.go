@@ -12,9 +12,9 @@ import (
 	"github.com/leasehold/leasehold/schedule"
 )
 
-const schedulesUsage = "usage: leasehold schedules ls | create NAME CRON KIND | get NAME | rm NAME | pause NAME | resume NAME | trigger NAME"
+const schedulesUsage = "usage: leasehold schedules ls | create NAME CRON KIND | update NAME CRON KIND | get NAME | rm NAME | pause NAME | resume NAME | trigger NAME"
 
-// leasehold schedules ls|create|get|rm|pause|resume|trigger
+// leasehold schedules ls|create|update|get|rm|pause|resume|trigger
 func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("%s", schedulesUsage)
@@ -53,8 +53,8 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "more: leasehold schedules ls --cursor %s\n", *page.NextCursor)
 		}
 		return nil
-	case "create":
-		return createSchedule(ctx, args, stdout, stderr)
+	case "create", "update":
+		return saveSchedule(ctx, sub, args, stdout, stderr)
 	case "rm":
 		return deleteCommand(ctx, "schedules rm", "/v1/schedules/", "deleted", args, stdout, stderr)
 	case "get", "pause", "resume":
@@ -89,9 +89,12 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return usagef("%s", schedulesUsage)
 }
 
-// leasehold schedules create NAME CRON KIND [--timezone] [--overlap] [the job flags of submit]
-func createSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCommand("schedules create", stdout, stderr)
+// leasehold schedules create|update NAME CRON KIND [--timezone] [--overlap] [the job flags of submit]
+//
+// update replaces the schedule's whole spec, as create would have made it,
+// and keeps its history (last run and job, paused).
+func saveSchedule(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	c := newCommand("schedules "+sub, stdout, stderr)
 	tz := c.fs.String("timezone", "", "IANA time zone the cron fields are read in (default UTC)")
 	overlap := c.fs.String("overlap", "", "allow (default) or skip: no fire while the last job has not ended")
 	jf := newJobFlags(c.fs)
@@ -99,19 +102,23 @@ func createSchedule(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	sub, err := jf.submission(pos[2])
+	submission, err := jf.submission(pos[2])
 	if err != nil {
 		return err
 	}
-	body := map[string]any{"name": pos[0], "cron": pos[1], "job": sub}
+	body := map[string]any{"name": pos[0], "cron": pos[1], "job": submission}
 	if *tz != "" {
 		body["timezone"] = *tz
 	}
 	if *overlap != "" {
 		body["overlap"] = *overlap
 	}
+	method, path := http.MethodPost, "/v1/schedules"
+	if sub == "update" {
+		method, path = http.MethodPut, path+"/"+escape(pos[0])
+	}
 	var s schedule.Schedule
-	if err := c.get(ctx, http.MethodPost, "/v1/schedules", body, &s); err != nil || c.json() {
+	if err := c.get(ctx, method, path, body, &s); err != nil || c.json() {
 		return err
 	}
 	return printSchedules(stdout, []schedule.Schedule{s})

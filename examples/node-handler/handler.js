@@ -1,110 +1,62 @@
-// A Leasehold remote handler in Node, standard library only.
+// A Leasehold remote handler in Node, on the SDK (sdk/typescript, built
+// with `npm ci` there).
 //
 // Run:   node handler.js 8000
-// Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/,demo.approve=http://127.0.0.1:8000/approve worker
+// Serve: LEASEHOLD_HANDLERS=demo.write=http://127.0.0.1:8000/,demo.approve=http://127.0.0.1:8000/ worker
 //
-// Input: {"steps": 20, "delay": 0.1}. Each step streams a progress event
-// and an output line, then writes the step to a store that checks the
-// fencing token. When the worker closes the request (cancel, lost lease,
-// timeout, shutdown) the handler stops at once.
+// demo.write, input {"steps": 20, "delay": 0.1}: each step streams a
+// progress event and an output line, then writes the step to a store that
+// checks the fencing token. When the worker closes the call (cancel, lost
+// lease, timeout, shutdown) ctx.signal aborts and the handler stops at once.
 //
-// POST /approve (demo.approve) is an approval flow: it drafts an action
-// from the input {"action": "refund order 42"}, saves the draft as the
-// job's checkpoint and waits for the signal "approval" (POST
-// /v1/jobs/{id}/signal {"name": "approval", "data": {"approved": true}}),
-// holding no worker and no slot meanwhile. Leasehold calls again with the
-// checkpoint and the signal in an envelope (header Leasehold-Resume), and
-// the handler ends with {"action", "decision"}: approved, rejected or
-// timed out.
-'use strict';
-const http = require('node:http');
+// demo.approve, input {"action": "refund order 42"}, is an approval flow: it
+// drafts the action, saves the draft as the job's checkpoint and waits for
+// the signal "approval" (POST /v1/jobs/{id}/signal {"name": "approval",
+// "data": {"approved": true}}), holding no worker and no slot meanwhile.
+// Called again with the signal, it ends with {"action", "decision"}:
+// approved, rejected or timed out.
+import { setTimeout as sleep } from 'node:timers/promises';
 
-// The handler's own store: each job's highest fencing token; older
-// writers are refused, as a database row with a token column would.
-const tokens = new Map();
-function fencedWrite(jobId, token) {
-  if (token < (tokens.get(jobId) ?? 0)) return false;
-  tokens.set(jobId, token);
-  return true;
-}
+// The SDK from this checkout; `from '@leasehold/sdk'` once installed.
+import { App, Fence, Permanent, StaleTokenError } from '../../sdk/typescript/dist/index.js';
 
+const fence = new Fence(); // the store's fencing tokens, one per job
+const rows = new Map(); // the store: each job's steps
 const say = (...words) => console.log(words.join(' '));
 
-const server = http.createServer((req, res) => {
-  const jobId = req.headers['leasehold-job-id'];
-  const token = Number(req.headers['fencing-token']);
-  let body = '';
-  req.on('data', (chunk) => { body += chunk; });
-  req.on('end', () => {
-    if (req.url === '/approve') {
-      approve(jobId, req, res, body);
-      return;
+const app = new App()
+  .handle('demo.write', async (ctx) => {
+    const { steps = 20, delay = 0.1 } = ctx.input ?? {};
+    if (!Number.isInteger(steps) || typeof delay !== 'number') throw new Permanent('input: want {"steps": int, "delay": seconds}');
+    say('started', ctx.jobId, ctx.fencingToken);
+    ctx.signal.addEventListener('abort', () => say('disconnected', ctx.jobId, ctx.fencingToken));
+    for (let step = 1; step <= steps; step++) {
+      await sleep(delay * 1000, undefined, { signal: ctx.signal });
+      // The side effect, fenced: a stale execution writes nothing.
+      try {
+        fence.admit(ctx.jobId, ctx.fencingToken);
+      } catch (err) {
+        if (!(err instanceof StaleTokenError)) throw err;
+        say('stale', ctx.jobId, ctx.fencingToken);
+        throw new Permanent('a newer execution owns the job');
+      }
+      if (!rows.has(ctx.jobId)) rows.set(ctx.jobId, new Map());
+      rows.get(ctx.jobId).set(step, ctx.fencingToken); // an upsert: a step done twice is one row
+      ctx.progress({ step, of: steps });
+      ctx.output(`line ${step}\n`);
     }
-    let steps, delay;
-    try {
-      const spec = JSON.parse(body || '{}');
-      steps = Number.isInteger(spec.steps) ? spec.steps : 20;
-      delay = typeof spec.delay === 'number' ? spec.delay : 0.1;
-    } catch {
-      // 400: the job fails at once; no retry would fix its input.
-      res.writeHead(400, { 'Content-Type': 'text/plain' }).end('input: want {"steps": int, "delay": seconds}');
-      return;
-    }
-    say('started', jobId, token);
-    res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
-    const line = (obj) => res.write(JSON.stringify(obj) + '\n');
-    let step = 0;
-    const timer = setInterval(() => {
-      step++;
-      if (!fencedWrite(jobId, token)) {
-        say('stale', jobId, token);
-        line({ error: { message: 'a newer execution owns the job', retryable: false } });
-        clearInterval(timer);
-        res.end();
-        return;
-      }
-      line({ event: 'progress', data: { step, of: steps } });
-      line({ event: 'output', data: { text: `line ${step}\n` } });
-      if (step === steps) {
-        clearInterval(timer);
-        res.end(JSON.stringify({ result: { steps } }) + '\n');
-        say('finished', jobId, token);
-      }
-    }, delay * 1000);
-    // The worker closed the request: stop, with no further side effect.
-    res.on('close', () => {
-      if (!res.writableFinished) {
-        clearInterval(timer);
-        say('disconnected', jobId, token);
-      }
-    });
+    say('finished', ctx.jobId, ctx.fencingToken);
+    return { steps };
+  })
+  .handle('demo.approve', (ctx) => {
+    if (ctx.lastCheckpoint === null) ctx.checkpoint({ draft: `approve: ${ctx.input?.action ?? 'nothing'}` });
+    // Ends this call until a person answers: the job holds nothing meanwhile.
+    const signal = ctx.waitForSignal('approval', { timeout: '1h' });
+    let decision = 'timed out';
+    if (!signal.timed_out) decision = signal.data?.approved ? 'approved' : 'rejected';
+    say('decided', ctx.jobId, decision.replace(' ', '_'));
+    return { action: ctx.lastCheckpoint.draft, decision };
   });
-});
 
-function approve(jobId, req, res, body) {
-  const msg = JSON.parse(body || '{}');
-  let draft, signal = null;
-  if (req.headers['leasehold-resume']) {
-    // A resumed call: the body is {"input", "checkpoint", "signal"}.
-    draft = (msg.checkpoint || {}).draft;
-    signal = msg.signal;
-  } else {
-    draft = 'approve: ' + String(msg.action ?? 'nothing');
-  }
-  res.writeHead(200, { 'Content-Type': 'application/x-ndjson' });
-  const line = (obj) => res.write(JSON.stringify(obj) + '\n');
-  if (!signal) {
-    // Ask, save what the next call needs, and wait: the execution ends
-    // here, and nothing is held while a person decides.
-    line({ checkpoint: { draft } });
-    res.end(JSON.stringify({ wait: { for: 'approval', timeout: '1h' } }) + '\n');
-    say('waiting', jobId);
-    return;
-  }
-  let decision = 'timed out';
-  if (!signal.timed_out) decision = (signal.data || {}).approved ? 'approved' : 'rejected';
-  res.end(JSON.stringify({ result: { action: draft, decision } }) + '\n');
-  say('decided', jobId, decision.replace(' ', '_'));
-}
-
-server.listen(Number(process.argv[2] ?? 8000), '127.0.0.1', () => say('listening', server.address().port));
+const server = await app.listen(Number(process.argv[2] ?? 8000));
+say('listening', server.address().port);

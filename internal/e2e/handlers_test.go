@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // handlerProcess is an example remote handler (examples/*-handler) running
@@ -94,20 +95,33 @@ func TestExampleHandlers(t *testing.T) {
 	for _, c := range []struct {
 		name            string
 		command, client []string
+		// sdk calls its function with the example's SDK ready to load.
+		sdk func(testing.TB, func(string))
 	}{
-		{"python", []string{"python3", "python-handler/handler.py", "--port", "{port}"}, []string{"python3", "python-handler/client.py"}},
-		{"node", []string{"node", "node-handler/handler.js", "{port}"}, []string{"node", "node-handler/client.js"}},
+		{"python", []string{"python3", "python-handler/handler.py", "--port", "{port}"}, []string{"python3", "python-handler/client.py"},
+			func(_ testing.TB, f func(string)) { f(repoPath("sdk", "python")) }},
+		{"node", []string{"node", "node-handler/handler.js", "{port}"}, []string{"node", "node-handler/client.js"},
+			testenv.WithTypeScriptSDK},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := startHandler(t, c.command...)
-			s := newSystem(t, "LEASEHOLD_HANDLERS=demo.write="+h.url)
-			first := s.start("worker")
+			var (
+				h     *handlerProcess
+				s     *system
+				first *exec.Cmd
+				out   []byte
+				err   error
+			)
+			c.sdk(t, func(string) {
+				h = startHandler(t, c.command...)
+				s = newSystem(t, "LEASEHOLD_HANDLERS=demo.write="+h.url)
+				first = s.start("worker")
 
-			// Submit, stream, cancel mid-stream: the client does it all.
-			client := exec.Command(c.client[0], append(c.client[1:], "--api", s.base, "--key", s.key, "--steps", "200", "--cancel-after", "2")...)
-			client.Dir = repoPath("examples")
-			out, err := client.CombinedOutput()
+				// Submit, stream, cancel mid-stream: the client does it all.
+				client := exec.Command(c.client[0], append(c.client[1:], "--api", s.base, "--key", s.key, "--steps", "200", "--cancel-after", "2")...)
+				client.Dir = repoPath("examples")
+				out, err = client.CombinedOutput()
+			})
 			if err != nil || !strings.Contains(string(out), "output line 2") || !strings.HasSuffix(strings.TrimSpace(string(out)), "state cancelled") {
 				t.Fatalf("client: %v\n%s", err, out)
 			}
@@ -161,7 +175,7 @@ func TestPythonHandlerPushback(t *testing.T) {
 	h := startHandler(t, "python3", "python-handler/handler.py", "--port", "{port}", "--upstream", upstream.URL)
 	// An adaptive key starts at an eighth of its limit: 2 at once, one
 	// more than the upstream takes.
-	s := newSystem(t, "LEASEHOLD_HANDLERS=demo.chat="+h.url+"chat", "LEASEHOLD_LIMITS=model:fake=16;adaptive")
+	s := newSystem(t, "LEASEHOLD_HANDLERS=demo.chat="+h.url, "LEASEHOLD_LIMITS=model:fake=16;adaptive")
 	s.start("worker")
 	var ids []string
 	for range 4 {

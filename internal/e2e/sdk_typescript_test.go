@@ -8,28 +8,38 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/testenv"
 )
 
 // TestTypeScriptSDK builds the TypeScript SDK (sdk/typescript) as its users
 // do, runs its own tests (node --test) against this system's API and
-// worker, and installs the package npm pack makes into a fresh project,
-// which then submits a job with it.
+// worker, whose kinds sdk.* its handler tests serve on a port chosen here,
+// and installs the package npm pack makes into a fresh project, which then
+// submits a job with it.
 func TestTypeScriptSDK(t *testing.T) {
 	t.Parallel()
 	const adminKey = "e2e-admin-key-0123456789abcdef"
+	port, err := redisproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newSystem(t,
-		"LEASEHOLD_LIMITS=sdk:gate=1",
+		"LEASEHOLD_LIMITS=sdk:gate=1,sdk:metered=;tpm=1000000",
+		"LEASEHOLD_HANDLERS="+sdkHandlers(port, "sdk.agent", "sdk.pushback", "sdk.cancel", "sdk.fail"),
 		"LEASEHOLD_QUEUES=default,sdk-list,sdk-admin",
 		"LEASEHOLD_API_KEYS=acme:e2e-key-0123456789abcdef,admin:"+adminKey,
 	)
 	s.start("worker")
-	dir := repoPath("sdk", "typescript")
 	env := append(slices.Clone(s.env),
 		"LEASEHOLD_URL="+s.base,
 		"LEASEHOLD_KEY="+s.key,
 		"LEASEHOLD_ADMIN_KEY="+adminKey,
+		"LEASEHOLD_HANDLER_PORT="+strconv.Itoa(port),
 	)
 	ctx, stop := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer stop()
@@ -45,10 +55,6 @@ func TestTypeScriptSDK(t *testing.T) {
 		}
 		return stdout.Bytes()
 	}
-	// npm ci builds the package too: its prepare script runs tsc.
-	run(dir, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
-	t.Logf("npm test:\n%s", run(dir, "npm", "test"))
-
 	tmp := t.TempDir()
 	var packed []struct {
 		Filename string `json:"filename"`
@@ -56,9 +62,14 @@ func TestTypeScriptSDK(t *testing.T) {
 			Path string `json:"path"`
 		} `json:"files"`
 	}
-	if err := json.Unmarshal(run(dir, "npm", "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
-		t.Fatalf("npm pack --json: %v, %d packages", err, len(packed))
-	}
+	testenv.WithTypeScriptSDK(t, func(dir string) {
+		// npm ci builds the package too: its prepare script runs tsc.
+		run(dir, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund")
+		t.Logf("npm test:\n%s", run(dir, "npm", "test"))
+		if err := json.Unmarshal(run(dir, "npm", "pack", "--json", "--pack-destination", tmp), &packed); err != nil || len(packed) != 1 {
+			t.Fatalf("npm pack --json: %v, %d packages", err, len(packed))
+		}
+	})
 	var files []string
 	for _, f := range packed[0].Files {
 		files = append(files, f.Path)

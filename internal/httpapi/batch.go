@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -130,14 +131,24 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 		results, err = s.store.SubmitBatchEach(ctx, c.tenant, items, s.capOf(), func(k int, res job.BatchResult) {
 			entries[at[k]] = jobEntry(s.shown(c, res.Job), res.Created)
 		})
-		if err != nil {
+		if results == nil { // nothing was created
 			s.fail(w, r, err)
 			return
 		}
 	}
 	var woken []string // the queues of the jobs created
+	lost := map[*job.UnansweredError]batchEntry{}
 	for k, res := range results {
+		var unanswered *job.UnansweredError
 		switch {
+		case errors.As(res.Err, &unanswered):
+			// One problem, and one log line, per failure, not per item.
+			e, ok := lost[unanswered]
+			if !ok {
+				e = s.failedItem(w, r, unanswered.Err)
+				lost[unanswered] = e
+			}
+			entries[at[k]] = e
 		case res.Err != nil:
 			s.countRejection(ctx, res.Err)
 			if entries[at[k]], err = s.itemProblem(r, res.Err); err != nil {
@@ -151,6 +162,19 @@ func (s *server) submitBatch(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	body = batchAnswer(entries)
 	writeBody(w, http.StatusOK, "application/json", body)
+}
+
+// failedItem is the entry of an item that a failure (err) left unanswered:
+// the 5xx its own POST /v1/jobs would get. Its Retry-After becomes the
+// batch's, unless the rate's is longer.
+func (s *server) failedItem(w http.ResponseWriter, r *http.Request, err error) batchEntry {
+	rec := &recorded{header: http.Header{}}
+	s.fail(rec, r, err)
+	wait, _ := strconv.Atoi(rec.header.Get("Retry-After"))
+	if set, _ := strconv.Atoi(w.Header().Get("Retry-After")); wait > set {
+		w.Header().Set("Retry-After", strconv.Itoa(wait))
+	}
+	return batchEntry{Status: rec.status, Problem: bytes.TrimSpace(rec.body.Bytes())}
 }
 
 // idempotencyKeys returns the "idempotency_key" of each of raws as far as

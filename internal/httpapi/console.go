@@ -10,6 +10,12 @@ import (
 	"github.com/leasehold/leasehold/internal/console"
 )
 
+// toConsole answers GET / with a redirect to the console: the API's address,
+// opened in a browser, leads somewhere.
+func toConsole(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/ui/", http.StatusFound)
+}
+
 // serveConsole serves the web console's files at /ui/, index.html for
 // /ui/ itself. The files are embedded, so a request that names no file is
 // the 404 of an unknown path. Every answer carries the console's

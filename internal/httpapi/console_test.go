@@ -9,7 +9,7 @@ import (
 	"github.com/leasehold/leasehold/internal/console"
 )
 
-// The console's files are served at /ui/ with a strict
+// The console's files are served at /ui/ (and / leads there) with a strict
 // Content-Security-Policy; anything else under /ui/ is the 404 problem of
 // an unknown path. (The console is no part of docs/openapi.yaml, so these
 // requests bypass the fixture's validating client.)
@@ -56,8 +56,16 @@ func TestConsoleFiles(t *testing.T) {
 		t.Errorf("policy %q", console.Policy)
 	}
 
-	if resp, _ := get(http.MethodGet, "/ui"); resp.StatusCode/100 != 3 || resp.Header.Get("Location") != "/ui/" {
-		t.Errorf("GET /ui: %s to %q, want a redirect to /ui/", resp.Status, resp.Header.Get("Location"))
+	// The API's address itself, opened in a browser, leads to the console.
+	for _, path := range []string{"/ui", "/"} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			if resp, _ := get(method, path); resp.StatusCode/100 != 3 || resp.Header.Get("Location") != "/ui/" {
+				t.Errorf("%s %s: %s to %q, want a redirect to /ui/", method, path, resp.Status, resp.Header.Get("Location"))
+			}
+		}
+	}
+	if resp, _ := get(http.MethodPost, "/"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %s, want 405", resp.Status)
 	}
 	for _, path := range []string{"/ui/missing.js", "/ui/assets/app.js", "/ui//app.js", "/ui/../ui/app.js", "/ui/index.html/"} {
 		resp, body := get(http.MethodGet, path)

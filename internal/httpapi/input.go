@@ -13,11 +13,16 @@ import (
 
 // checkQueue refuses (400) a queue this API does not accept: queues no
 // worker serves would keep their jobs forever, and every listing and
-// every lookup of an unknown id walks all the queues there are.
+// every lookup of an unknown id walks all the queues there are. With
+// Config.Kinds set, it refuses a kind outside them too: a mistyped kind
+// would wait for a worker that never comes.
 func (s *server) checkQueue(sub job.Submission) error {
 	q := cmp.Or(sub.Queue, job.DefaultQueue)
 	if !slices.Contains(s.queues, q) {
 		return fieldError("queue", fmt.Sprintf("%q is not a queue this service accepts jobs for; it accepts %s", q, strings.Join(s.queues, ", ")))
+	}
+	if len(s.kinds) > 0 && !slices.Contains(s.kinds, sub.Kind) {
+		return fieldError("kind", fmt.Sprintf("%q is not a kind this service accepts jobs of; it accepts %s", sub.Kind, strings.Join(s.kinds, ", ")))
 	}
 	return nil
 }

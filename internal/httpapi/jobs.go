@@ -70,7 +70,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c caller) {
 // concurrency key was full (on_busy "reject"); any other err is not one.
 func (s *server) countRejection(ctx context.Context, err error) {
 	if busy := (*job.BusyError)(nil); errors.As(err, &busy) {
-		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Key)))
+		s.metrics.rejections.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("key", busy.Label)))
 	}
 }
 
@@ -209,6 +209,9 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c caller) {
 			j, err = s.awaitEnd(r.Context(), c, id, wait)
 			s.streams.give(c.tenant)
 		}
+	}
+	if err == nil {
+		j.BlockedBy, err = s.blockedBy(r.Context(), j)
 	}
 	if err != nil {
 		s.fail(w, r, err)

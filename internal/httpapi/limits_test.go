@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +19,8 @@ import (
 )
 
 type limitList struct {
-	Limits []job.Limit `json:"limits"`
+	Limits     []job.Limit `json:"limits"`
+	NextCursor *string     `json:"next_cursor"`
 }
 
 func (f *fixture) limits(key string) []job.Limit {
@@ -38,7 +41,7 @@ func TestLimitsEmpty(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	resp := f.get(acmeKey, "/v1/limits")
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"limits":[]}` {
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(resp.body)) != `{"limits":[],"next_cursor":null}` {
 		t.Fatalf("%s %s", resp.Status, resp.body)
 	}
 	if resp := f.get("", "/v1/limits"); resp.StatusCode != http.StatusUnauthorized {
@@ -192,7 +195,7 @@ func TestLimitsMethods(t *testing.T) {
 	}
 	resp = f.do(request{method: http.MethodPost, path: "/v1/limits/model:a", key: adminKey, body: `{}`})
 	expectProblem(t, resp, http.StatusMethodNotAllowed, "")
-	if got := resp.Header.Get("Allow"); got != "DELETE, GET, PUT" {
+	if got := resp.Header.Get("Allow"); got != "DELETE, GET, PATCH, PUT" {
 		t.Errorf("Allow %q", got)
 	}
 	// A GET under /v1/limits/ is a key's history or nothing.
@@ -276,5 +279,145 @@ func TestLimitPerTenant(t *testing.T) {
 	}
 	if got := f.limits(acmeKey); !slices.Equal(got, []job.Limit{want}) {
 		t.Errorf("acme lists %+v, want %+v", got, want)
+	}
+}
+
+// configured is what a key's listing shows of its configuration.
+func configured(l job.Limit) string {
+	return fmt.Sprintf("limit %s rpm %s tpm %s adaptive %v per_tenant %s", opt(l.Limit), opt(l.RPM), opt(l.TPM), l.Adaptive, opt(l.PerTenant))
+}
+
+func opt(o job.Optional) string {
+	if !o.Set {
+		return "-"
+	}
+	return fmt.Sprint(o.Value)
+}
+
+// PATCH /v1/limits/{key} is a JSON merge patch: a field given replaces the
+// key's, null removes it, a field left out stays; a patch refused, or one
+// that would leave nothing, changes nothing. PUT replaces the whole
+// configuration.
+//
+// Fails when a PATCH drops the fields it leaves out (as a PUT does).
+func TestLimitPatchMerges(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const path = "/v1/limits/model:m"
+	patch := func(body string) response {
+		t.Helper()
+		return f.do(request{method: http.MethodPatch, path: path, key: adminKey, body: body})
+	}
+	current := func() string {
+		t.Helper()
+		for _, l := range f.limits(adminKey) {
+			if l.Key == "model:m" {
+				return configured(l)
+			}
+		}
+		return "none"
+	}
+	step := func(body, want string) {
+		t.Helper()
+		resp := patch(body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PATCH %s: %s %s", body, resp.Status, resp.body)
+		}
+		if got := configured(decode[job.Limit](t, resp)); got != want {
+			t.Fatalf("PATCH %s answered %s, want %s", body, got, want)
+		}
+		if got := current(); got != want {
+			t.Fatalf("after PATCH %s the key lists %s, want %s", body, got, want)
+		}
+	}
+	step(`{"tpm": 1000}`, "limit - rpm - tpm 1000 adaptive false per_tenant -") // from nothing
+	if resp := f.putLimit(adminKey, "model:m", `{"limit": 10, "rpm": 100, "tpm": 1000, "adaptive": true, "per_tenant": 5}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	step(`{"limit": 20}`, "limit 20 rpm 100 tpm 1000 adaptive true per_tenant 5")
+	step(`{"tpm": null, "adaptive": false, "rpm": 200}`, "limit 20 rpm 200 tpm - adaptive false per_tenant 5")
+	step(`{"adaptive": true, "per_tenant": null}`, "limit 20 rpm 200 tpm - adaptive true per_tenant -")
+	step(`{"adaptive": null}`, "limit 20 rpm 200 tpm - adaptive false per_tenant -")
+
+	for _, tc := range []struct{ body, field string }{
+		{`{"limit": null, "rpm": null}`, "limit"}, // nothing would be left
+		{`{"per_tenant": 21}`, "per_tenant"},      // above the limit
+		{`{"limit": null, "per_tenant": 2}`, "per_tenant"},
+		{`{"rpm": 0}`, "rpm"},
+		{`{"limit": -1}`, "limit"},
+		{`{"limit": "5"}`, "limit"},
+		{`{"max": 2}`, "max"},
+		{`{}`, "limit"},
+	} {
+		expectProblem(t, patch(tc.body), http.StatusBadRequest, tc.field)
+		if got := current(); got != "limit 20 rpm 200 tpm - adaptive false per_tenant -" {
+			t.Fatalf("refused PATCH %s changed the key to %s", tc.body, got)
+		}
+	}
+	expectProblem(t, f.do(request{method: http.MethodPatch, path: path, key: acmeKey, body: `{"limit": 1}`}), http.StatusNotFound, "")
+	expectProblem(t, f.do(request{method: http.MethodPatch, path: "/v1/limits/a*b", key: adminKey, body: `{"limit": 1}`}), http.StatusBadRequest, "key")
+
+	// PUT replaces: what it leaves out is removed.
+	if resp := f.putLimit(adminKey, "model:m", `{"limit": 7}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("put: %s %s", resp.Status, resp.body)
+	}
+	if got := current(); got != "limit 7 rpm - tpm - adaptive false per_tenant -" {
+		t.Fatalf("after PUT the key lists %s, want the limit alone", got)
+	}
+}
+
+// GET /v1/limits answers a page at a time (limit 1-500, default 50), by
+// key: walking next_cursor lists every key the caller may see exactly
+// once, in pages full of them; a bad limit or cursor is a 400.
+//
+// Fails when the listing answers every key at once.
+func TestLimitsListIsPaged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var want []string
+	for i := range 60 {
+		key := fmt.Sprintf("model:k%02d", i)
+		if resp := f.putLimit(adminKey, key, `{"limit": 1}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put %s: %s %s", key, resp.Status, resp.body)
+		}
+		want = append(want, key)
+	}
+	for _, key := range []string{"tenant:acme", "tenant:globex"} {
+		if resp := f.putLimit(adminKey, key, `{"limit": 1}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("put %s: %s %s", key, resp.Status, resp.body)
+		}
+	}
+	// walk follows next_cursor from the first page, asked with q.
+	walk := func(key string, q url.Values) (keys []string, sizes []int) {
+		t.Helper()
+		for {
+			resp := f.get(key, "/v1/limits?"+q.Encode())
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /v1/limits?%s: %s %s", q.Encode(), resp.Status, resp.body)
+			}
+			page := decode[limitList](t, resp)
+			sizes = append(sizes, len(page.Limits))
+			for _, l := range page.Limits {
+				keys = append(keys, l.Key)
+			}
+			if page.NextCursor == nil {
+				return keys, sizes
+			}
+			q.Set("cursor", *page.NextCursor)
+		}
+	}
+	// acme sees its own key and not globex's, and its pages are full.
+	keys, sizes := walk(acmeKey, url.Values{})
+	if !slices.Equal(keys, append(slices.Clone(want), "tenant:acme")) || !slices.Equal(sizes, []int{50, 11}) {
+		t.Fatalf("acme's pages (default limit): sizes %v, keys %v", sizes, keys)
+	}
+	keys, sizes = walk(adminKey, url.Values{"limit": {"25"}})
+	if !slices.Equal(keys, append(slices.Clone(want), "tenant:acme", "tenant:globex")) || !slices.Equal(sizes, []int{25, 25, 12}) {
+		t.Fatalf("the admin's pages of 25: sizes %v, keys %v", sizes, keys)
+	}
+	for _, c := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=501", "limit"}, {"limit=x", "limit"}, {"cursor=%25%25", "cursor"},
+	} {
+		expectProblem(t, f.get(adminKey, "/v1/limits?"+c.query), http.StatusBadRequest, c.field)
 	}
 }

@@ -23,7 +23,7 @@ var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 //	leasehold_api_requests_total{http_route, http_request_method, http_response_status_code}            counter
 //	leasehold_jobs{queue, state}                                                                       gauge, read from Redis at each collection
 //	leasehold_key_limit{key}, leasehold_key_in_use{key}, leasehold_key_waiting{key}                    gauges, each limited key's limit, live leases and ready jobs, read from Redis at each collection
-//	leasehold_key_rejections_total{key}                                                                counter, on_busy reject submissions refused for a full key
+//	leasehold_key_rejections_total{key}                                                                counter, on_busy reject submissions refused for a full key, by the limit that applies to it (scripts.Label)
 //
 // and the rate limit's, with Config.Rate: see rateInstruments.
 type instruments struct {

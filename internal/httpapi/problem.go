@@ -1,20 +1,14 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
-	"syscall"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -208,31 +202,10 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// unavailable reports whether err means Redis could not be reached or did
-// not answer in time: worth a retry, and never the client's fault.
+// unavailable reports whether err means the job store could not be
+// reached or did not answer in time: worth a retry, and never the client's
+// fault.
 func unavailable(err error) bool {
-	var netErr net.Error
-	switch {
-	case errors.Is(err, errRateUnavailable), // any limiter error but ErrInvalid
-		errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &netErr),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
-		errors.Is(err, replicas.ErrNotConfirmed): // the write may be on the primary only: a failover could lose it
-		return true
-	}
-	// A redirect that outlived the client's redirects: a Cluster's slots
-	// are moving (a failover, a node coming back with its old map) and the
-	// nodes do not agree yet.
-	if _, moved := redis.IsMovedError(err); moved {
-		return true
-	}
-	if _, ask := redis.IsAskError(err); ask {
-		return true
-	}
-	// Replies of a Redis that is up but cannot serve now.
-	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err) ||
-		redis.IsTryAgainError(err) || redis.IsMasterDownError(err) || redis.IsMaxClientsError(err) ||
-		redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.HasErrorPrefix(err, "BUSY")
+	return errors.Is(err, errRateUnavailable) || // any limiter error but ErrInvalid
+		errors.Is(scripts.Classify(err), scripts.ErrUnavailable)
 }

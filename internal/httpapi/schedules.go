@@ -22,24 +22,10 @@ type scheduleBody struct {
 
 // POST /v1/schedules
 func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller) {
-	body, err := readJSONBody(w, r, s.maxBody)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ctx, stop := s.redisContext(r.Context(), 0)
+	ctx, stop, spec, err := s.readSchedule(w, r, c.tenant, "")
 	defer stop()
-	var b scheduleBody
-	var spec schedule.Spec
-	if _, err = decodeInto(body, &b); err == nil {
-		spec = schedule.Spec{Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Overlap: b.Overlap}
-		spec.Job, err = s.decodeScheduledJob(ctx, c.tenant, b.Job)
-	}
 	if err == nil {
-		err = spec.Validate() // a bad body is told what to fix, and spends nothing
-	}
-	if err == nil {
-		err = s.spendOnNew(ctx, w, c.tenant, b.Name)
+		err = s.spendOnNew(ctx, w, c.tenant, spec.Name)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -48,7 +34,7 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 	sch, created, err := s.schedules.Create(ctx, c.tenant, spec)
 	switch {
 	case errors.Is(err, schedule.ErrExists):
-		writeProblem(w, http.StatusConflict, "a schedule of this name exists with another body; delete it first, or choose another name",
+		writeProblem(w, http.StatusConflict, "a schedule of this name exists with another body; change it with PUT /v1/schedules/"+spec.Name+", or choose another name",
 			job.FieldError{Field: "name", Message: "is taken"})
 	case err != nil:
 		s.fail(w, r, err)
@@ -58,6 +44,58 @@ func (s *server) createSchedule(w http.ResponseWriter, r *http.Request, c caller
 		w.Header().Set("Location", "/v1/schedules/"+sch.Name)
 		writeJSON(w, http.StatusCreated, sch)
 	}
+}
+
+// PUT /v1/schedules/{name}: replace an existing schedule's cron, timezone,
+// job and overlap, keeping its history. It spends one unit of the tenant's
+// submission rate, as a create does: an update, too, is a write a tenant
+// could otherwise repeat without bound.
+func (s *server) updateSchedule(w http.ResponseWriter, r *http.Request, c caller) {
+	ctx, stop, spec, err := s.readSchedule(w, r, c.tenant, r.PathValue("name"))
+	defer stop()
+	if err == nil {
+		_, err = s.schedules.Get(ctx, c.tenant, spec.Name) // one that does not exist spends nothing
+	}
+	if err == nil {
+		err = s.limit(ctx, w, c.tenant, "")
+	}
+	var sch schedule.Schedule
+	if err == nil {
+		sch, err = s.schedules.Update(ctx, c.tenant, spec)
+	}
+	if err != nil {
+		s.failSchedule(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sch)
+}
+
+// readSchedule reads a POST or PUT body into a spec and checks it as the
+// schedule package will, so that a bad body is told what to fix and spends
+// nothing; it returns the spec with the context of the Redis calls that
+// follow, which the caller stops. name is the path's for a PUT, whose body
+// may leave "name" out ("" for a POST).
+func (s *server) readSchedule(w http.ResponseWriter, r *http.Request, tenant, name string) (context.Context, context.CancelFunc, schedule.Spec, error) {
+	body, err := readJSONBody(w, r, s.maxBody)
+	ctx, stop := s.redisContext(r.Context(), 0)
+	var b scheduleBody
+	if err == nil {
+		_, err = decodeInto(body, &b)
+	}
+	if err != nil {
+		return ctx, stop, schedule.Spec{}, err
+	}
+	if name != "" {
+		if b.Name != "" && b.Name != name {
+			return ctx, stop, schedule.Spec{}, fieldError("name", "must be the name in the path, or left out: a schedule is not renamed")
+		}
+		b.Name = name
+	}
+	spec := schedule.Spec{Name: b.Name, Cron: b.Cron, Timezone: b.Timezone, Overlap: b.Overlap}
+	if spec.Job, err = s.decodeScheduledJob(ctx, tenant, b.Job); err != nil {
+		return ctx, stop, spec, err
+	}
+	return ctx, stop, spec, spec.Validate()
 }
 
 // spendOnNew spends one unit of tenant's submission rate for a schedule of

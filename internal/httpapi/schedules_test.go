@@ -286,3 +286,69 @@ func TestSchedulesListPaging(t *testing.T) {
 		expectProblem(t, f.get(acmeKey, "/v1/schedules?"+q), http.StatusBadRequest, field)
 	}
 }
+
+// PUT /v1/schedules/{name} replaces a schedule's cron, timezone, job and
+// overlap and keeps its history; a bad body or name is a 400 naming the
+// field and changes nothing; an absent schedule, or another tenant's, is
+// a 404. Each update spends one unit of the submission rate; a refused
+// one spends nothing.
+func TestSchedulesUpdate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, withRate(t, "1/h:4"))
+	const path = "/v1/schedules/nightly"
+	put := func(key, body string) response {
+		t.Helper()
+		return f.do(request{method: http.MethodPut, path: path, key: key, body: body})
+	}
+	if resp := f.postBody(acmeKey, "/v1/schedules", `{"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"kind": "echo"}, "overlap": "skip"}`); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %s %s", resp.Status, resp.body)
+	}
+	fired := decode[job.Job](t, f.post(acmeKey, path+"/trigger"))
+	before := decode[schedule.Schedule](t, f.get(acmeKey, path))
+
+	body := `{"cron": "30 4 * * *", "timezone": "UTC", "job": {"kind": "echo", "input": {"v": 2}}}`
+	resp := put(acmeKey, body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("update: %s %s", resp.Status, resp.body)
+	}
+	got := decode[schedule.Schedule](t, resp)
+	if got.Cron != "30 4 * * *" || got.Timezone != "UTC" || got.Overlap != schedule.OverlapAllow || string(got.Job.Input) != `{"v":2}` {
+		t.Fatalf("updated %s", resp.body)
+	}
+	if got.LastJobID == nil || *got.LastJobID != fired.ID || !got.LastRunAt.Equal(*before.LastRunAt) || !got.CreatedAt.Equal(before.CreatedAt) {
+		t.Fatalf("history after the update %s, want it as before", resp.body)
+	}
+	if n := got.NextRunAt; n == nil || n.UTC().Hour() != 4 || n.Minute() != 30 {
+		t.Fatalf("next_run_at %v, want 04:30 UTC", got.NextRunAt)
+	}
+	if g := decode[schedule.Schedule](t, f.get(acmeKey, path)); g.Cron != "30 4 * * *" || g.LastJobID == nil {
+		t.Fatalf("GET after the update %+v", g)
+	}
+
+	for _, c := range []struct{ body, field string }{
+		{`{"name": "other", "cron": "@hourly", "job": {"kind": "echo"}}`, "name"},
+		{`{"cron": "0 25 * * *", "job": {"kind": "echo"}}`, "cron"},
+		{`{"cron": "@hourly", "timezone": "Europe/Nowhere", "job": {"kind": "echo"}}`, "timezone"},
+		{`{"cron": "@hourly"}`, "job"},
+		{`{"cron": "@hourly", "job": {"kind": "echo", "max_attempts": 1000}}`, "job.max_attempts"},
+		{`{"cron": "@hourly", "job": {"kind": "echo"}, "paused": true}`, "paused"},
+	} {
+		expectProblem(t, put(acmeKey, c.body), http.StatusBadRequest, c.field)
+	}
+	if g := decode[schedule.Schedule](t, f.get(acmeKey, path)); g.Cron != "30 4 * * *" || string(g.Job.Input) != `{"v":2}` {
+		t.Fatalf("refused updates changed the schedule: %+v", g)
+	}
+	expectProblem(t, put(globexKey, body), http.StatusNotFound, "")
+	expectProblem(t, f.do(request{method: http.MethodPut, path: "/v1/schedules/nope", key: acmeKey, body: body}), http.StatusNotFound, "")
+
+	// The create, the trigger and the update spent 3 of the burst of 4;
+	// the name given in the body, when it is the path's, is accepted.
+	if resp := put(acmeKey, `{"name": "nightly", "cron": "@daily", "job": {"kind": "echo"}}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("update with the name: %s %s", resp.Status, resp.body)
+	}
+	resp = put(acmeKey, body)
+	expectProblem(t, resp, http.StatusTooManyRequests, "")
+	if g := decode[schedule.Schedule](t, f.get(acmeKey, path)); g.Cron != "@daily" {
+		t.Fatalf("an update over the rate changed the schedule: %+v", g)
+	}
+}

@@ -21,10 +21,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
+	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 	"github.com/leasehold/leasehold/schedule"
@@ -71,7 +71,11 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis, job.Config{Prefix: Prefix}).
+	// Store reads and writes jobs; default job.NewStore(Redis,
+	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
+	// given here should set OnlyLimitedKeys too: without it a tenant's
+	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
@@ -109,6 +113,10 @@ type Config struct {
 	// another (or naming none, when job.DefaultQueue is not among them) is
 	// refused (400). Default [job.DefaultQueue].
 	Queues []string
+	// Kinds, when set, are the kinds the API accepts jobs of; a submission
+	// (a batch's item, a schedule's job) of another is refused (400).
+	// Default none: any kind.
+	Kinds []string
 	// TenantMaxJobs caps each tenant's jobs not ended (queued, running,
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
@@ -150,6 +158,9 @@ type Config struct {
 	// it; default usage.New(Redis, usage.Config{Prefix: Prefix}). Workers
 	// count executions and tokens in the same counters.
 	Usage *usage.Counters
+	// LLM is the upstream of POST /v1/chat/completions; default none: the
+	// endpoint answers 501.
+	LLM LLMConfig
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the API's instruments (requests, latency, job
@@ -176,7 +187,6 @@ type server struct {
 	flags        *cancel.Flags
 	nc           *nats.Conn
 	prefix       string
-	space        keys.Space
 	keys         Keys
 	rate         ratelimit.Limiter
 	usage        *usage.Counters
@@ -185,6 +195,7 @@ type server struct {
 	notifyAllow  kinds.NotifyAllow
 	webhooks     webhook.Policy
 	queues       []string
+	kinds        []string
 	tenantCap    int64
 	tenantQuota  int64 // Config.TenantMaxRetainedBytes
 	bodyTimeout  time.Duration
@@ -194,6 +205,9 @@ type server struct {
 	metrics      *instruments
 	rateMetrics  *rateInstruments
 	schedules    *schedule.Store
+	leases       *lease.Client
+	llm          LLMConfig
+	serving      serving // the kinds live workers serve, for blocked_by
 }
 
 // New returns the API's handler.
@@ -213,7 +227,6 @@ func New(cfg Config) (http.Handler, error) {
 		flags:        cfg.Flags,
 		nc:           cfg.NATS,
 		prefix:       cfg.Prefix,
-		space:        keys.New(cfg.Prefix),
 		keys:         cfg.Keys,
 		rate:         cfg.Rate,
 		usage:        cfg.Usage,
@@ -222,6 +235,7 @@ func New(cfg Config) (http.Handler, error) {
 		notifyAllow:  cfg.NotifyAllow,
 		webhooks:     cfg.Webhooks,
 		queues:       cfg.Queues,
+		kinds:        cfg.Kinds,
 		tenantCap:    cfg.TenantMaxJobs,
 		tenantQuota:  cfg.TenantMaxRetainedBytes,
 		streams:      newSlots(cmp.Or(cfg.MaxStreams, DefaultMaxStreams), 0, errTooManyStreams, nil),
@@ -231,12 +245,18 @@ func New(cfg Config) (http.Handler, error) {
 		redisTimeout: cmp.Or(cfg.RedisTimeout, DefaultRedisTimeout),
 		keepAlive:    cmp.Or(cfg.KeepAlive, DefaultKeepAlive),
 		log:          cmp.Or(cfg.Logger, slog.Default()),
+		llm:          cfg.LLM,
 	}
 	if len(s.queues) == 0 {
 		s.queues = []string{job.DefaultQueue}
 	}
 	for _, q := range s.queues {
 		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
+	for _, k := range s.kinds {
+		if err := job.ValidateKind(k); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
@@ -262,6 +282,9 @@ func New(cfg Config) (http.Handler, error) {
 		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
+	}
+	if s.leases, err = lease.New(cfg.Redis, lease.Config{Prefix: cfg.Prefix}); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
@@ -295,11 +318,14 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/v1/queues/{name}/pause", methods{http.MethodPost: s.authed(s.pauseQueue(true))})
 	mux.Handle("/v1/queues/{name}/resume", methods{http.MethodPost: s.authed(s.pauseQueue(false))})
 	mux.Handle("/v1/queues/{name}/stats", methods{http.MethodGet: s.authed(s.queueFinished)})
+	mux.Handle("/v1/chat/completions", methods{http.MethodPost: s.chatCompletions})
 	mux.Handle("/v1/usage", methods{http.MethodGet: s.authed(s.getUsage)})
+	mux.Handle("/v1/workers", methods{http.MethodGet: s.authed(s.listWorkers)})
 	mux.Handle("/v1/limits", methods{http.MethodGet: s.authed(s.listLimits)})
 	mux.Handle("/v1/limits/{key...}", methods{
 		http.MethodGet:    s.authed(s.limitHistory),
 		http.MethodPut:    s.authed(s.putLimit),
+		http.MethodPatch:  s.authed(s.patchLimit),
 		http.MethodDelete: s.authed(s.deleteLimit),
 	})
 	mux.Handle("/v1/schedules", methods{
@@ -308,6 +334,7 @@ func New(cfg Config) (http.Handler, error) {
 	})
 	mux.Handle("/v1/schedules/{name}", methods{
 		http.MethodGet:    s.authed(s.getSchedule),
+		http.MethodPut:    s.authed(s.updateSchedule),
 		http.MethodDelete: s.authed(s.deleteSchedule),
 	})
 	mux.Handle("/v1/schedules/{name}/pause", methods{http.MethodPost: s.authed(s.pauseSchedule(true))})
@@ -317,6 +344,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("/readyz", methods{http.MethodGet: s.readyz})
 	mux.Handle("/openapi.yaml", methods{http.MethodGet: serveOpenAPI})
 	mux.Handle("/ui/", methods{http.MethodGet: serveConsole, http.MethodHead: serveConsole})
+	mux.Handle("/{$}", methods{http.MethodGet: toConsole, http.MethodHead: toConsole})
 	mux.HandleFunc("/", notFound)
 	return bodyDeadline(traced(s.measure(canonicalPath(mux)), cfg.TracerProvider), s.bodyTimeout), nil
 }

@@ -244,7 +244,7 @@ func (readCloser) Close() error { return nil }
 func TestUnknownRoutesAndMethods(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	for _, path := range []string{"/", "/v1", "/v1/", "/v1/jobs/", "/v2/jobs", "/v1/limit", "/v1/limits-x/model:x", "/v1/jobs/x/y/z", "/v1/queues/default", "/metrics"} {
+	for _, path := range []string{"/v1", "/v1/", "/v1/jobs/", "/v2/jobs", "/v1/limit", "/v1/limits-x/model:x", "/v1/jobs/x/y/z", "/v1/queues/default", "/metrics"} {
 		expectProblem(t, f.get(acmeKey, path), 404, "")
 	}
 	cases := []struct{ method, path, allow string }{
@@ -378,4 +378,19 @@ func (l listBody) ids() []string {
 		ids = append(ids, j.ID)
 	}
 	return ids
+}
+
+// A refused concurrency key is named in the message, so that a client
+// sending many keys learns which one to drop.
+func TestSubmitRefusalNamesTheKey(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, key := range []string{"tenant:globex", "tenant:globex:batch"} {
+		resp := f.do(request{method: http.MethodPost, path: "/v1/jobs", key: acmeKey,
+			body: `{"kind": "echo", "concurrency_keys": ["tenant:acme", "` + key + `"]}`})
+		p := expectProblem(t, resp, 400, "concurrency_keys[1]")
+		if !slices.ContainsFunc(p.Errors, func(e job.FieldError) bool { return strings.Contains(e.Message, key) }) {
+			t.Errorf("refusal of %s does not name it: %s", key, resp.body)
+		}
+	}
 }

@@ -65,8 +65,9 @@ func (s Space) QueueScheduled(queue string) string { return s.key("q:"+queue, "s
 func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "deadlines") }
 
 // QueueLane is the sorted set of one lane's waiting jobs: a tenant's jobs
-// with one set of concurrency keys, lane being the job's concurrency_keys
-// as stored (a JSON array). See internal/scripts/fair.lua.
+// of one kind with one set of concurrency keys, lane being the kind, then
+// the job's concurrency_keys as stored (a JSON array; scripts.Lane). See
+// internal/scripts/fair.lua.
 func (s Space) QueueLane(queue, lane string) string { return s.key("q:"+queue, "lane:"+lane) }
 
 // QueueFair is the hash of a queue's fair-queueing state: its virtual clock
@@ -105,11 +106,6 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 func (s Space) QueueRetained(queue, tenant string) string {
 	return s.key("q:"+queue, "retained:"+tenant)
 }
-
-// QueueAllJobs indexed every job in a queue by creation time, in versions
-// before issue 23's waypoint (docs/operations.md): the reaper drains what
-// they left.
-func (s Space) QueueAllJobs(queue string) string { return s.key("q:"+queue, "all") }
 
 // QueueWebhooks is a queue's webhook outbox: the sorted set of the
 // deliveries of its jobs' ends still to be tried (member

@@ -40,3 +40,8 @@ func (s Space) SemWake(key string) string {
 		return r
 	}, s.prefix+"wake:"+key)
 }
+
+// ShareKey is the lease key whose slots and budget are one tenant's share
+// of key, whose limit has a per_tenant share: "<key>@<tenant key>", which
+// no job can name ('@' is not allowed in a concurrency key).
+func ShareKey(key, tenantKey string) string { return key + "@" + tenantKey }

@@ -23,7 +23,10 @@
 -- concurrency keys: "1" it does, "1:<tokens>" it does and reserved that
 -- many tokens of its keys' tpm budgets, "0" one of its keys was full, ""
 -- it was not asked for (the caller takes them in the keys' own slots
--- first, with the candidate's execution id: see execution/queue.go)
+-- first, with the candidate's execution id: see execution/queue.go; a
+-- candidate of a kind the worker does not serve is not asked for)
+-- ARGV[9+3n .. 8+4n] the lane (fair.lua) of each candidate, whose sorted
+-- set is its KEYS[8 + 3i]
 -- then r, the number of retired jobs the peek found past their retention,
 -- and their r ids; ARGV[#ARGV], the last, when the usage day's counts are
 -- dropped (unix ms; "" = not counted)
@@ -32,7 +35,7 @@
 -- Returns {blocked, expired, costs, then 12 values for each job claimed: id,
 -- execution id, token, attempt, kind, input, timeout_ms, tenant, trace,
 -- exec_trace, checkpoint, signal}, where blocked lists the lanes left waiting because one of
--- their keys was full, expired the lane (concurrency keys) of each job expired at max_wait, costs
+-- their keys was full, expired the lane of each job expired at max_wait, costs
 -- the lane and cost of each candidate that reserved tokens and was taken,
 -- or left because its cost is above what it reserved, trace
 -- is the traceparent of the job's submit span and exec_trace that of its
@@ -84,17 +87,17 @@ use_day(tx, KEYS[#KEYS - 1], ARGV[#ARGV])
 -- table keyed by name would cost a claim a tenth of its work); c.state is
 -- false when the job does not exist.
 local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
-local LANE_KEYS, TRACE, EXEC_TRACE, ERROR, COST, STATES, UNSPENT = 10, 11, 12, 13, 14, 15, 16
-local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 17, 18, 19
-local function read(i, id, key, events, lane, due)
+local TRACE, EXEC_TRACE, ERROR, COST, STATES, UNSPENT = 10, 11, 12, 13, 14, 15
+local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 16, 17, 18
+local function read(i, id, key, events, set, name, due)
   local f
   if due then
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent',
+      'timeout_ms', 'exec_id', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent',
       'max_attempts', 'priority', 'cancel_requested')
   else
     f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'concurrency_keys', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent')
+      'timeout_ms', 'exec_id', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent')
   end
   if f[1] then -- a field at its usual value is left out (implied, transition.lua)
     f[ATTEMPT], f[STARTED_AT], f[MAX_WAIT_MS] = f[ATTEMPT] or '0', f[STARTED_AT] or '', f[MAX_WAIT_MS] or '0'
@@ -102,8 +105,8 @@ local function read(i, id, key, events, lane, due)
       f[PRIORITY], f[CANCEL_REQUESTED] = f[PRIORITY] or '0', f[CANCEL_REQUESTED] or '0'
     end
   end
-  return {i = i, id = id, key = key, events = events, lane = lane, place = 0, state = f[1], tenant = f[2],
-    states = f[STATES], f = f}
+  return {i = i, id = id, key = key, events = events, lane = set, name = name, place = 0, state = f[1],
+    tenant = f[2], states = f[STATES], f = f}
 end
 
 local function fail(code, message)
@@ -172,12 +175,12 @@ local function expire(c, expired)
   if not deadline or tonumber(deadline) > now or (state ~= 'queued' and state ~= 'retrying') then
     return
   end
-  fair_remove(fair, ready, c.lane, c.f[LANE_KEYS], c.id)
+  fair_remove(fair, ready, c.lane, c.name, c.id)
   redis.call('ZREM', scheduled, c.id)
   redis.call('ZREM', deadlines, c.id)
   local fields = {'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting')}
   move(tx, c, 'expired', fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
-  expired[#expired + 1] = c.f[LANE_KEYS]
+  expired[#expired + 1] = c.name
 end
 
 -- promote makes c ready if its time came (a delay, a retry's backoff, a
@@ -189,7 +192,7 @@ local function promote(c)
     return
   end
   redis.call('ZREM', scheduled, c.id)
-  fair_push(fair, ready, c.lane, c.f[LANE_KEYS], c.id, c.f[PRIORITY], now)
+  fair_push(fair, ready, c.lane, c.name, c.id, c.f[PRIORITY], now)
   if state == 'retrying' then
     move(tx, c, 'queued', {}, c.f[ATTEMPT], shown_of(c.key))
   elseif state == 'waiting' then
@@ -211,7 +214,7 @@ local function check()
   end
   local live, reclaimed, expired = {}, {}, {}
   for i = 1, n do
-    local c = read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], i <= d)
+    local c = read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], ARGV[8 + 3 * n + i], i <= d)
     if not c.state then
       -- The record is gone (retention ran out): drop what still points at it.
       -- (Only a terminal job's record is deleted, and those wait in no lane.)
@@ -253,7 +256,7 @@ local function waiting(live)
         c.place = tonumber(places[k])
         claimable[#claimable + 1] = c
       elseif places[k] then
-        fair_remove(fair, ready, set, c.f[LANE_KEYS], c.id)
+        fair_remove(fair, ready, set, c.name, c.id)
       end
     end
   end
@@ -265,7 +268,7 @@ end
 local function lanes_of(claimable)
   local lanes, names = {}, {}
   for _, c in ipairs(claimable) do
-    local name = c.f[LANE_KEYS]
+    local name = c.name
     local l = lanes[name]
     if not l then
       l = {name = name, set = c.lane, jobs = {}, next = 1, taken = {}}
@@ -466,7 +469,7 @@ local function start(takes, lanes, expires, reply)
   end
 end
 
-delete_retired(8 + 3 * n)
+delete_retired(8 + 4 * n)
 local live, reclaimed, expired = check()
 local lanes = lanes_of(waiting(live))
 

@@ -84,7 +84,7 @@ for i = 1, n do
 
     -- Every field changes in the move's one HSET.
     local fields = {'exec_state', outcome, 'exec_finished_at', tx.now_s, 'exec_trace', trace}
-    local next
+    local next, checkpoint
     if outcome == 'succeeded' and cancel_requested ~= '1' then
       next, err = 'succeeded', ''
       fields[#fields + 1], fields[#fields + 2] = 'result', result
@@ -97,22 +97,23 @@ for i = 1, n do
       -- again now, with the error of its last attempt.
       next = 'queued'
       fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
-      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error')
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', 'kind')
       err = g[3] or '' -- "" for a record older than the field, as the claim reads it
-      fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
+      fair_push(fair, ready, KEYS[6 + 3 * i], fair_lane(g[4], g[2]), id, tonumber(g[1] or '0'), tx.now)
     elseif outcome == 'waiting' then
       fields[#fields + 1], fields[#fields + 2] = 'unspent', '1'
       local sig = 'sig:' .. wait_for
-      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes')
+      local g = redis.call('HMGET', job, 'priority', 'concurrency_keys', 'error', sig, 'signals_pending', 'signals_bytes',
+        'kind', 'checkpoint')
       err = g[3] or ''
       if g[4] then
         next = 'queued'
         redis.call('HDEL', job, sig)
         signal_take(fields, g[5], g[6], #g[4])
         fields[#fields + 1], fields[#fields + 2] = 'signal', signal_json(wait_for, g[4], false)
-        fair_push(fair, ready, KEYS[6 + 3 * i], g[2], id, tonumber(g[1] or '0'), tx.now)
+        fair_push(fair, ready, KEYS[6 + 3 * i], fair_lane(g[7], g[2]), id, tonumber(g[1] or '0'), tx.now)
       else
-        next = 'waiting'
+        next, checkpoint = 'waiting', g[8] or ''
         local untl = int(tx.now + tonumber(wait_ms))
         fields[#fields + 1], fields[#fields + 2] = 'wait_for', wait_for
         fields[#fields + 1], fields[#fields + 2] = 'wait_until', untl
@@ -145,7 +146,7 @@ for i = 1, n do
       fields[#fields + 1], fields[#fields + 2] = 'pushbacks', '0' -- the row ends
     end
     move(tx, {key = job, events = KEYS[5 + 3 * i], id = id, tenant = f[5], state = state, webhook = {f[12], f[13]},
-      states = f[14]},
+      states = f[14], checkpoint = checkpoint},
       next, fields, attempt,
       {f[6], cancel_requested, err, token, f[7], f[8], attempt, f[9], f[10], tx.now_s})
     use(tx, f[5], 'executions_' .. outcome)

@@ -1,7 +1,10 @@
 -- Fair queueing across lanes, shared by the scripts that move jobs in and
--- out of the ready set (Load prepends it). A lane is one tenant's jobs with
--- one set of concurrency keys: the job's concurrency_keys array, which
--- always names its tenant.
+-- out of the ready set (Load prepends it). A lane is one tenant's jobs of
+-- one kind with one set of concurrency keys: its name is the kind, then
+-- the job's concurrency_keys array, which always names its tenant
+-- (fair_lane). The kind is part of it so that a worker passes over the
+-- lanes of kinds it does not serve by their names alone, and no job waits
+-- behind one of another kind that no worker takes.
 --
 -- Each lane keeps its waiting jobs in a sorted set of its own (score
 -- (100 - priority) * 2^43 + the Redis clock in ms when it joined, ties by
@@ -37,6 +40,13 @@
 local FAIR_BAND = 8796093022208
 
 local function fair_int(x) return string.format('%d', x) end -- as transition.lua's int
+
+-- fair_lane is the lane of a job of kind whose concurrency_keys (a JSON
+-- array) are keys. scripts.Lane in Go is the same.
+local function fair_lane(kind, keys) return kind .. keys end
+
+-- fair_kind is the kind of lane's jobs: the name up to its keys.
+local function fair_kind(lane) return string.match(lane, '^[^%[]*') end
 
 -- fair_start is the virtual start a ready score holds. Scores written
 -- before priority left the ready set carry a priority band above it:

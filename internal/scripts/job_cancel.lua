@@ -17,7 +17,7 @@
 local job, ready, scheduled, deadlines, stats, events, fair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local tenant, retention_ms, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local f = redis.call('HMGET', job, 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states')
+local f = redis.call('HMGET', job, 'tenant', 'state', 'cancel_requested', 'concurrency_keys', 'attempt', 'states', 'kind')
 local state = f[2]
 f[5] = f[5] or '0' -- attempt, implied when absent (transition.lua)
 if not state and packed_for(KEYS[11], tenant) then
@@ -29,7 +29,7 @@ if not state or (tenant ~= '' and f[1] ~= tenant) then
 end
 
 if state == 'queued' or state == 'retrying' or state == 'waiting' then
-  fair_remove(fair, ready, KEYS[8], f[4], id)
+  fair_remove(fair, ready, KEYS[8], fair_lane(f[7], f[4]), id)
   redis.call('ZREM', scheduled, id)
   redis.call('ZREM', deadlines, id)
   local tx = transitions(stats, KEYS[9], redis_now(), retention_ms, maxlen, KEYS[10])

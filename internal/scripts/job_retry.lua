@@ -70,7 +70,7 @@ for i = 1, #ARGV - 4 do
     -- is made of: retries, and the shown error, may be folded.
     expand(j)
     f = redis.call('HMGET', key, 'state', 'tenant', 'concurrency_keys', 'priority', 'max_wait_ms', 'attempt',
-      'max_attempts', 'retries', 'pushbacks', 'states', 'unspent')
+      'max_attempts', 'retries', 'pushbacks', 'states', 'unspent', 'kind')
     -- priority, max_wait_ms and attempt, implied when absent (transition.lua)
     f[4], f[5], f[6] = f[4] or '0', f[5] or '0', f[6] or '0'
     j.states = f[10]
@@ -88,7 +88,7 @@ for i = 1, #ARGV - 4 do
       retries = retries .. ','
     end
     redis.call('HSET', key, 'retries', retries .. event .. ':' .. f[7])
-    fair_push(fair, ready, KEYS[4 + 4 * i], f[3], id, f[4], tx.now)
+    fair_push(fair, ready, KEYS[4 + 4 * i], fair_lane(f[12], f[3]), id, f[4], tx.now)
     if tonumber(f[5]) > 0 then
       redis.call('ZADD', deadlines, int(now + tonumber(f[5])), id)
     end

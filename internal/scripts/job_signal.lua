@@ -23,7 +23,7 @@ local tenant, name, data, maxlen, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[
 local max_pending, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local f = redis.call('HMGET', job, 'tenant', 'state', 'wait_for', 'attempt', 'concurrency_keys', 'priority',
-  'sig:' .. name, 'signals_pending', 'signals_bytes', 'states')
+  'sig:' .. name, 'signals_pending', 'signals_bytes', 'states', 'kind')
 local state = f[2]
 f[4], f[6] = f[4] or '0', f[6] or '0' -- attempt and priority, implied when absent (transition.lua)
 if not state and packed_for(KEYS[9], tenant) then
@@ -40,7 +40,7 @@ end
 if state == 'waiting' and f[3] == name then
   redis.call('ZREM', scheduled, id) -- its timeout
   local tx = transitions(stats, retired, redis_now(), nil, maxlen)
-  fair_push(fair, ready, lane, f[5], id, tonumber(f[6]), tx.now)
+  fair_push(fair, ready, lane, fair_lane(f[11], f[5]), id, tonumber(f[6]), tx.now)
   local fields = {}
   resumed(fields, signal_json(name, data, false))
   move(tx, {key = job, events = events, id = id, tenant = f[1], state = state, states = f[10]}, 'queued', fields, f[4],

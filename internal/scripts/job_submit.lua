@@ -151,7 +151,7 @@ for i = 0, n - 1 do
     if delay > 0 then
       redis.call('ZADD', scheduled, now + delay, id)
     else
-      local lane = ARGV[a + 4]
+      local lane = fair_lane(ARGV[a + 1], ARGV[a + 4])
       local p = pushed[lane]
       if not p then
         p = {set = KEYS[k + 2], ids = {}, priorities = {}}

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 )
@@ -59,9 +60,55 @@ func Lookup[V any](m map[string]V, key string) (V, bool) {
 	return zero, false
 }
 
+// Lane is the lane (fair.lua's fair_lane) of a job of kind whose
+// concurrency keys, as the job stores them, are keys (a JSON array): the
+// kind, then the keys.
+func Lane(kind, keys string) string { return kind + keys }
+
+// LaneKind is the kind of lane's jobs: its name up to its keys (fair.lua's
+// fair_kind).
+func LaneKind(lane string) string {
+	kind, _, _ := strings.Cut(lane, "[")
+	return kind
+}
+
+// LaneKeys is the concurrency keys of lane's jobs (nil for "", a job
+// gone).
+func LaneKeys(lane string) []string {
+	var keys []string
+	_ = json.Unmarshal([]byte(lane[len(LaneKind(lane)):]), &keys) // written by the submit script: always an array
+	return keys
+}
+
+// OtherKeys is the label of the keys that neither a limit nor a budget
+// applies to (Label).
+const OtherKeys = "other"
+
+// Label is key's value of a metric's key label: the entry of limits or
+// budgets that applies to it by Lookup's rule (key itself, else its
+// prefix's wildcard, as "model:*"), or OtherKeys. A tenant can make up
+// any number of keys (under tenant:<t>:, any model:<x> of llm.chat):
+// labelled by the configuration that applies to them, they add no more
+// series than the configuration has entries.
+func Label[L, B any](limits map[string]L, budgets map[string]B, key string) string {
+	_, limited := limits[key]
+	_, budgeted := budgets[key]
+	if limited || budgeted {
+		return key
+	}
+	if i := strings.IndexByte(key, ':'); i >= 0 {
+		wildcard := key[:i+1] + "*"
+		_, limited = limits[wildcard]
+		_, budgeted = budgets[wildcard]
+		if limited || budgeted {
+			return wildcard
+		}
+	}
+	return OtherKeys
+}
+
 // LaneCounts reads a queue's fair hash (fair.lua), where field "#<lane>"
-// counts a lane's ready jobs, into lane → ready jobs. A lane is its jobs'
-// concurrency keys as a JSON array.
+// counts a lane's ready jobs, into lane → ready jobs.
 func LaneCounts(fair map[string]string) map[string]int64 {
 	out := map[string]int64{}
 	for field, v := range fair {

@@ -16,15 +16,14 @@ var files embed.FS
 
 // Load returns the script in file name, after the library files libs (Lua
 // has no include: a library's local functions are in scope of the script
-// that follows it). go-redis runs it with EVALSHA and falls back to EVAL
-// once when Redis does not have it cached yet. A missing file is a
-// programming error, so Load panics.
+// that follows it). A missing file is a programming error, so Load
+// panics.
 //
 // Each comment line is sent as an empty one (uncommented): the comments
 // are more than half of the text, which Redis hashes at every EVAL (a
 // batch submit sends one per chunk) and which every EVAL sends, and the
 // lines keep their numbers for Redis's error messages.
-func Load(name string, libs ...string) *redis.Script {
+func Load(name string, libs ...string) *Script {
 	var src []byte
 	for _, f := range append(libs, name) {
 		b, err := files.ReadFile(f)
@@ -33,7 +32,7 @@ func Load(name string, libs ...string) *redis.Script {
 		}
 		src = append(uncommented(src, b), '\n')
 	}
-	return redis.NewScript(string(src))
+	return &Script{redis.NewScript(string(src))}
 }
 
 // uncommented appends Lua source b to dst with every line whose first

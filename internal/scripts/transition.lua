@@ -222,7 +222,7 @@ end
 -- exec_worker, whose characters the worker checks (execution.Config.ID):
 -- no newline, which states.lua's records rely on. A nil value (a script
 -- that forgot one) raises. A move to waiting adds "wait": [wait_for,
--- wait_until] (wait), which no other state has.
+-- wait_until, checkpoint] (wait), which no other state has.
 local function state_data(state, attempt, finished_at, s, wait)
   local err = s[3]
   if err ~= '' then
@@ -236,10 +236,13 @@ local function state_data(state, attempt, finished_at, s, wait)
 end
 
 -- wait_of is the "wait" member of the state event of a move to waiting
--- with fields (which hold wait_for and wait_until).
-local function wait_of(fields)
+-- with fields (which hold wait_for and wait_until) of a job whose
+-- checkpoint is checkpoint ("" for none): the checkpoint the execution
+-- saved before it waited, which a later execution may replace. It is a
+-- JSON string, so that no newline of its JSON reaches states.lua's records.
+local function wait_of(fields, checkpoint)
   local name, untl = two_of(fields, 'wait_for', 'wait_until')
-  return ',"wait":[' .. cjson.encode(name) .. ',"' .. untl .. '"]'
+  return ',"wait":[' .. cjson.encode(name) .. ',"' .. untl .. '",' .. cjson.encode(checkpoint) .. ']'
 end
 
 -- deliver adds, when job j has a webhook, the delivery of the end it is
@@ -589,8 +592,9 @@ end
 
 -- move moves job j ({key, events, id, tenant, state, and optionally
 -- webhook: its fields webhook and webhook_id, read with the caller's
--- own, which spares deliver a read; and folded, the job's folded key, in
--- a script that moves it out of an ended state}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
+-- own, which spares deliver a read; folded, the job's folded key, in
+-- a script that moves it out of an ended state; and checkpoint, its
+-- checkpoint ("" for none), in a move to waiting}: state is '' for a job not yet created) to state to, writing fields (a flat list: name,
 -- value, ...; move adds to it) with it. attempt is the job's attempt after
 -- the move, and shown its shown fields (see above; nil for a job's first
 -- move, whose event is always submitted's). A move may_move refuses
@@ -618,7 +622,7 @@ local function move(tx, j, to, fields, attempt, shown)
   end
   local data = submitted
   if from ~= '' then
-    data = state_data(to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields) or nil)
+    data = state_data(to, attempt, finished_at, shown, to == 'waiting' and wait_of(fields, j.checkpoint) or nil)
   end
   local id
   if states and #states + #data < states_max then

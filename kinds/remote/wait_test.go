@@ -98,29 +98,38 @@ func TestExampleApprovalFlows(t *testing.T) {
 			if c.portFlag != "" {
 				args = []string{c.script, c.portFlag, strconv.Itoa(port)}
 			}
-			cmd := exec.Command(c.bin, args...)
-			cmd.Dir = examples
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatalf("%s: %v (apt-get install -y python3 nodejs)", c.bin, err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			listening := make(chan struct{})
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					if strings.HasPrefix(sc.Text(), "listening") {
-						close(listening)
-					}
+			// The Node example loads the TypeScript SDK's build: held
+			// still until the handler has loaded it.
+			start := func(string) {
+				cmd := exec.Command(c.bin, args...)
+				cmd.Dir = examples
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
 				}
-			}()
-			select {
-			case <-listening:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the handler never listened")
+				if err := cmd.Start(); err != nil {
+					t.Fatalf("%s: %v (apt-get install -y python3 nodejs)", c.bin, err)
+				}
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				listening := make(chan struct{})
+				go func() {
+					sc := bufio.NewScanner(out)
+					for sc.Scan() {
+						if strings.HasPrefix(sc.Text(), "listening") {
+							close(listening)
+						}
+					}
+				}()
+				select {
+				case <-listening:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the handler never listened")
+				}
+			}
+			if c.bin == "node" {
+				testenv.WithTypeScriptSDK(t, start)
+			} else {
+				start("")
 			}
 			f := newFixture(t, http.NotFoundHandler().ServeHTTP)
 			startRemoteWorker(t, f, map[string]string{"demo.approve": "http://127.0.0.1:" + strconv.Itoa(port) + "/approve"})

@@ -207,10 +207,8 @@ func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 	type script struct {
 		Add
-		of   []int // the indexes in adds of its parts, in order
-		keys []string
-		args []any
-		cmd  *redis.Cmd
+		of  []int // the indexes in adds of its parts, in order
+		run *scripts.Queued
 	}
 	type name struct {
 		tenant, counter string
@@ -232,16 +230,12 @@ func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 	}
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range runs {
-			s.keys, s.args = c.addArgs(s.Add)
-			s.cmd = addScript.EvalSha(ctx, p, s.keys, s.args...)
+			s.run = addScript.In(ctx, p, c.rdb, c.addArgs(s.Add))
 		}
 		return nil
 	})
 	for _, s := range runs {
-		if redis.HasErrorPrefix(s.cmd.Err(), "NOSCRIPT") {
-			s.cmd = addScript.Run(ctx, c.rdb, s.keys, s.args...) // loads it
-		}
-		res, err := s.cmd.Slice()
+		res, err := s.run.Reply(ctx).Slice()
 		if err == nil && len(res) != 2*len(s.Events) {
 			err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(s.Events))
 		}
@@ -257,7 +251,7 @@ func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
 }
 
 // addArgs returns the keys and arguments of a's script; a is checked.
-func (c *Counters) addArgs(a Add) ([]string, []any) {
+func (c *Counters) addArgs(a Add) scripts.Args {
 	tenant, counter, n, events := a.Tenant, a.Counter, a.N, a.Events
 	keys := make([]string, 0, 4*len(events))
 	args := append(make([]any, 0, 3+3*len(events)), counter, n, c.markTTL.Milliseconds())
@@ -267,7 +261,7 @@ func (c *Counters) addArgs(a Add) ([]string, []any) {
 			c.keys.UsageSeen(tenant, day.AddDate(0, 0, 1)), c.keys.UsageDay(tenant, day))
 		args = append(args, e.ID, mark(counter, e.ID), day.Add(24*time.Hour).Add(c.retention).UnixMilli())
 	}
-	return keys, args
+	return scripts.Args{Keys: keys, Argv: args}
 }
 
 // markLen is the bytes of a mark: 96 bits. Two events of a tenant collide

@@ -509,3 +509,30 @@ func TestAGroupIsWrittenWhenItsFirstCallGivesUp(t *testing.T) {
 		t.Fatalf("count %d, want 4", n)
 	}
 }
+
+// After Redis lost its script cache (SCRIPT FLUSH, as a restart or a
+// failover leaves it), AddAll's pipelined scripts still count each event,
+// once.
+func TestAddAllAfterScriptFlush(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.StartRedis(t).Client(t)
+	ctx := t.Context()
+	c, err := usage.New(rdb, usage.Config{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, tenant := range []string{"acme", "globex", "acme"} {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		adds := []usage.Add{{Tenant: tenant, Counter: "executions", N: 1, Events: []usage.Event{{ID: fmt.Sprint("e", i), At: now}}}}
+		if errs := c.AddAll(ctx, adds); errors.Join(errs...) != nil {
+			t.Fatalf("AddAll after SCRIPT FLUSH: %v", errs)
+		}
+	}
+	days, err := c.Get(ctx, "acme", now, now)
+	if err != nil || len(days) != 1 || days[0].Counts["executions"] != 2 {
+		t.Fatalf("acme's usage: %+v, %v; want 2 executions", days, err)
+	}
+}

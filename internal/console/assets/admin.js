@@ -1,7 +1,7 @@
 // Admin (the admin tenant only): concurrency limits and upstream budgets,
 // pausing and resuming queues, and retrying every ended job that matches a
 // filter.
-import { call, retryMatching } from './api.js';
+import { allLimits, call, retryMatching } from './api.js';
 import { h, field, message, replace, select, table, time } from './dom.js';
 
 export function render(root) {
@@ -22,7 +22,7 @@ export function render(root) {
 
   async function refresh() {
     try {
-      const [q, l] = await Promise.all([call('GET', '/v1/queues'), call('GET', '/v1/limits')]);
+      const [q, l] = await Promise.all([call('GET', '/v1/queues'), allLimits()]);
       replace(queues, h('h2', { id: 'aq-title' }, 'Queues'), table(null, ['Queue', 'Queued', 'Running', 'State', 'Action'],
         q.queues.map((x) => {
           const verb = x.paused ? 'resume' : 'pause';

@@ -155,6 +155,20 @@ export async function limitHistory(key) {
   return columns;
 }
 
+// allLimits reads GET /v1/limits a page after another while it answers a
+// next_cursor, and returns every key the caller may see as one answer:
+// {limits: [...]}.
+export async function allLimits() {
+  const limits = [];
+  let cursor = null;
+  do {
+    const body = await call('GET', `/v1/limits${query({ limit: 500, cursor })}`);
+    limits.push(...body.limits);
+    cursor = body.next_cursor;
+  } while (cursor);
+  return { limits };
+}
+
 // retryMatching runs the bulk retry, a call after another while the API
 // answers a next_cursor, and returns how many jobs it moved.
 export async function retryMatching(filter) {

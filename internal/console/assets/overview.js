@@ -3,7 +3,7 @@
 // its budgets' last minute, its throttle, and for an adaptive key its
 // effective limit and 429s over the last hour. It refreshes every 5 s
 // while it is shown.
-import { call, finishes, limitHistory, session } from './api.js';
+import { allLimits, call, finishes, limitHistory, session } from './api.js';
 import { h, replace, table, message, time } from './dom.js';
 import { bars, fit, meter } from './chart.js';
 
@@ -26,7 +26,7 @@ export function render(root) {
 
   async function refresh() {
     try {
-      const [q, l] = await Promise.all([call('GET', '/v1/queues'), call('GET', '/v1/limits')]);
+      const [q, l] = await Promise.all([call('GET', '/v1/queues'), allLimits()]);
       // The finishes count every tenant's jobs: only the admin reads them.
       const charts = session.admin() ? await Promise.all(q.queues.map((queue) => finishChart(queue.name))) : [];
       replace(queues, h('h2', { id: 'queues-title' }, 'Queues'),

@@ -3,12 +3,15 @@
 The API, a worker, Redis and NATS are started by the Go test that runs
 these (internal/e2e, TestPythonSDK: `go test -run TestPythonSDK
 ./internal/e2e/`); it sets LEASEHOLD_URL and LEASEHOLD_KEY (a tenant),
-LEASEHOLD_ADMIN_KEY (the admin tenant), and a limit of 0 on the key
-`sdk:closed`.
+LEASEHOLD_ADMIN_KEY (the admin tenant), a limit of 0 on the key
+`sdk:closed`, a tpm budget on the key `sdk:metered`, and
+LEASEHOLD_HANDLER_PORT: the port where the worker calls the kinds
+`sdk.agent`, `sdk.pushback`, `sdk.cancel` and `sdk.sync`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -16,10 +19,15 @@ import time
 from typing import Callable, TypeVar
 from urllib.parse import urlsplit
 
+import leasehold
+
 T = TypeVar("T")
 
 #: A concurrency key with a limit of 0: on_busy=reject is always refused.
 CLOSED_KEY = "sdk:closed"
+
+#: A key with a tpm budget: its limit shows the tokens its jobs reported.
+METERED_KEY = "sdk:metered"
 
 
 def require_api() -> None:
@@ -43,6 +51,23 @@ def eventually(probe: Callable[[], T | None], timeout: float = 20.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout}s")
         time.sleep(0.05)
+
+
+def serve(app: leasehold.App, port: int) -> Callable[[], None]:
+    """Serves app on port from a thread of its own, as a handler process
+    would, until the function it returns is called."""
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(app.start("127.0.0.1", port))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+    return stop
 
 
 class DroppingProxy:

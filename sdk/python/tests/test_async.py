@@ -10,7 +10,7 @@ import unittest
 import leasehold
 from leasehold import errors
 
-from .support import CLOSED_KEY, DroppingProxy, require_api
+from .support import CLOSED_KEY, DroppingProxy, admin_key, require_api
 
 
 def setUpModule() -> None:
@@ -67,6 +67,14 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
         await self.client.retry(job["id"])
         done = await self.client.get(job["id"], wait="20s")
         self.assertEqual((done["state"], done["result"]), ("succeeded", {"signal": 7, "timed_out": False}))
+
+    async def test_pause_and_resume_a_queue_answer_the_queue(self) -> None:
+        admin = leasehold.AsyncClient(key=admin_key())
+        self.addAsyncCleanup(admin.resume_queue, "default")
+        paused = await admin.pause_queue("default")
+        self.assertEqual((paused["name"], paused["paused"]), ("default", True))
+        self.assertEqual(set(paused), set(leasehold.types.Queue.__annotations__))
+        self.assertEqual((await admin.resume_queue("default"))["paused"], False)
 
     async def test_errors(self) -> None:
         client = leasehold.AsyncClient(max_retries=0)

@@ -194,9 +194,11 @@ class AdminTest(unittest.TestCase):
 
     def test_pause_and_resume_a_queue(self) -> None:
         self.addCleanup(self.admin.resume_queue, "default")
-        self.admin.pause_queue("default")
+        paused = self.admin.pause_queue("default")
+        self.assertEqual((paused["name"], paused["paused"]), ("default", True))
+        self.assertEqual(set(paused), set(leasehold.types.Queue.__annotations__))
         self.assertTrue({q["name"]: q for q in self.admin.queues()}["default"]["paused"])
-        self.admin.resume_queue("default")
+        self.assertEqual(self.admin.resume_queue("default")["paused"], False)
         self.assertFalse({q["name"]: q for q in self.admin.queues()}["default"]["paused"])
 
     def test_set_and_delete_a_limit(self) -> None:

@@ -158,10 +158,13 @@ export class Client {
     let last = options.lastEventId;
     let failures = 0;
     // The server ends a stream at once, with nothing, when its job has
-    // ended before the Last-Event-ID: seen after reading the job as
-    // ended, such an empty stream is the end of the watch.
+    // ended before the Last-Event-ID: the stream opened next after reading
+    // the job as ended, if empty, is the end of the watch. Any later one
+    // is not: the job may have been retried since.
     let ended = false;
     for (;;) {
+      const afterEnd = ended;
+      ended = false;
       let received = 0;
       let broke: ConnectionError | undefined;
       try {
@@ -187,7 +190,7 @@ export class Client {
         broke = err;
       }
       if (broke === undefined && received === 0) {
-        if (ended) return;
+        if (afterEnd) return;
         ended = terminalStates.has((await this.get(id, { signal })).state);
         if (ended) continue;
       }

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net from 'node:net';
 import { test } from 'node:test';
 
@@ -42,6 +43,70 @@ async function dropOnce(): Promise<{ url: string; connections: () => number; cut
     close: () => server.close(),
   };
 }
+
+/** What scripted's proxy does with an events request: pass it through, pass its first event alone, or send none. */
+type Act = 'pass' | 'first' | 'none';
+
+/**
+ * scripted is an HTTP proxy to the API that passes every request through
+ * but the event streams, which it answers as act, called with their count
+ * from 1, says. An answer ends cleanly (as a proxy's idle timeout ends it):
+ * it is no broken connection.
+ */
+async function scripted(act: (n: number) => Promise<Act>): Promise<{ url: string; close: () => void }> {
+  const api = process.env.LEASEHOLD_URL ?? '';
+  let streams = 0;
+  const server = http.createServer((req, res) => {
+    void (async () => {
+      const what = req.url?.endsWith('/events') ? await act(++streams) : 'pass';
+      if (what === 'none') {
+        res.writeHead(200, { 'Content-Type': 'text/event-stream' }).end();
+        return;
+      }
+      const headers = Object.entries(req.headers).filter(([k]) => k !== 'host' && k !== 'connection') as [string, string][];
+      const up = await fetch(api + req.url, { method: req.method, headers });
+      res.writeHead(up.status, { 'Content-Type': up.headers.get('content-type') ?? '' });
+      for await (const chunk of up.body ?? []) {
+        res.write(chunk);
+        if (what === 'first' && Buffer.from(chunk).includes('\n\n')) break; // leaving the loop cancels the upstream body
+      }
+      res.end();
+    })().catch(() => res.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, close: () => server.close() };
+}
+
+test('a watch that read its job as ended follows the job retried since to its new end', async () => {
+  const job = await c.submit({ kind: 'sleep', input: { duration: '1500ms', tick: '100ms' } });
+  await c.cancel(job.id);
+  assert.equal((await ended(c, job.id)).state, 'cancelled');
+  const before: JobEvent[] = [];
+  for await (const e of c.watch(job.id)) before.push(e);
+  const last = before.at(-1)?.id;
+
+  // The first stream, after the end, is empty: the watch reads the job as
+  // cancelled. The job is retried before the second, which ends after the
+  // retry's first event; the third ends with none, the job running.
+  const proxy = await scripted(async (n) => {
+    if (n === 2) await c.retry(job.id);
+    return n === 1 ? 'pass' : n === 2 ? 'first' : n === 3 ? 'none' : 'pass';
+  });
+  try {
+    const seen: JobEvent[] = [];
+    for await (const e of client({ url: proxy.url }).watch(job.id, { lastEventId: last, signal: AbortSignal.timeout(30_000) })) {
+      seen.push(e);
+    }
+    const end = seen.at(-1);
+    assert.ok(end?.event === 'state' && end.data.state === 'succeeded', `the watch ended at ${JSON.stringify(end)}`);
+    const rest: JobEvent[] = [];
+    for await (const e of c.watch(job.id, { lastEventId: last })) rest.push(e);
+    assert.deepEqual(seen, rest);
+  } finally {
+    proxy.close();
+  }
+});
 
 test('watch resumes after a dropped connection without losing or repeating an event', async () => {
   const proxy = await dropOnce();

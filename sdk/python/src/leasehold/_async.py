@@ -203,11 +203,11 @@ class AsyncClient(Base):
     async def queues(self) -> list[Queue]:
         return await self._result(ops.queues(self._policy))
 
-    async def pause_queue(self, name: str) -> None:
-        await self._result(ops.pause_queue(self._policy, name, True))
+    async def pause_queue(self, name: str) -> Queue:
+        return await self._result(ops.pause_queue(self._policy, name, True))
 
-    async def resume_queue(self, name: str) -> None:
-        await self._result(ops.pause_queue(self._policy, name, False))
+    async def resume_queue(self, name: str) -> Queue:
+        return await self._result(ops.pause_queue(self._policy, name, False))
 
     async def limits(self) -> list[Limit]:
         return await self._result(ops.limits(self._policy))

@@ -111,12 +111,12 @@ class Client(Base):
     def queues(self) -> list[Queue]:
         return self._result(ops.queues(self._policy))
 
-    def pause_queue(self, name: str) -> None:
-        """Stops claims from a queue (admin)."""
-        self._result(ops.pause_queue(self._policy, name, True))
+    def pause_queue(self, name: str) -> Queue:
+        """Stops claims from a queue (admin); returns the queue."""
+        return self._result(ops.pause_queue(self._policy, name, True))
 
-    def resume_queue(self, name: str) -> None:
-        self._result(ops.pause_queue(self._policy, name, False))
+    def resume_queue(self, name: str) -> Queue:
+        return self._result(ops.pause_queue(self._policy, name, False))
 
     def limits(self) -> list[Limit]:
         return self._result(ops.limits(self._policy))
