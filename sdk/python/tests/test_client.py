@@ -210,6 +210,23 @@ class AdminTest(unittest.TestCase):
         with self.assertRaises(errors.NotFound):
             self.client.set_limit(key, limit=3)  # not the admin
 
+    def test_update_a_limit_keeps_what_it_does_not_name(self) -> None:
+        key = "sdk:admin/" + uuid.uuid4().hex[:8]
+        self.admin.set_limit(key, limit=3, rpm=600, tpm=9000)
+        updated = self.admin.update_limit(key, limit=5, rpm=None)
+        self.assertEqual((updated["limit"], updated["rpm"], updated["tpm"]), (5, None, 9000))
+        self.admin.delete_limit(key)
+
+    def test_limits_reads_every_page(self) -> None:
+        prefix = "sdk:many-" + uuid.uuid4().hex[:8] + "/"
+        for i in range(501):  # one more than a page of GET /v1/limits holds
+            self.admin.set_limit(f"{prefix}{i:03}", limit=1)
+        try:
+            self.assertEqual(len([lim for lim in self.admin.limits() if lim["key"].startswith(prefix)]), 501)
+        finally:
+            for i in range(501):
+                self.admin.delete_limit(f"{prefix}{i:03}")
+
     def test_schedules(self) -> None:
         name = "sdk-" + uuid.uuid4().hex[:8]
         job = {"kind": "echo", "input": {"n": 1}, "timeout": 60}

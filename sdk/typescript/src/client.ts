@@ -234,13 +234,32 @@ export class Queues {
 export class Limits {
   constructor(private readonly http: Transport) {}
 
+  /** list reads every key's limit, page after page, in key order. */
   async list(options: CallOptions = {}): Promise<Limit[]> {
-    return (await this.http.json<{ limits: Limit[] }>('GET', '/v1/limits', { signal: options.signal, retry: true })).limits;
+    const all: Limit[] = [];
+    const pages = paged(undefined, async (cursor) => {
+      const p = await this.http.json<{ limits: Limit[]; next_cursor?: string | null }>('GET', '/v1/limits', {
+        query: { limit: 500, cursor },
+        signal: options.signal,
+        retry: true,
+      });
+      return [p.limits, p.next_cursor];
+    });
+    for await (const l of pages) all.push(l);
+    return all;
   }
 
-  /** set gives a key its limit or budgets (admin only). */
+  /** set gives a key its whole configuration: fields left out are removed (admin only). */
   set(key: string, spec: LimitSpec, options: CallOptions = {}): Promise<Limit> {
     return this.http.json('PUT', limitPath(key), { body: spec, signal: options.signal, retry: true });
+  }
+
+  /**
+   * update changes the fields of a key's configuration it names (a JSON
+   * merge patch: null removes a field, a field left out stays; admin only).
+   */
+  update(key: string, patch: { [F in keyof LimitSpec]?: LimitSpec[F] | null }, options: CallOptions = {}): Promise<Limit> {
+    return this.http.json('PATCH', limitPath(key), { body: patch, signal: options.signal, retry: true });
   }
 
   /** delete removes a key's limit (admin only). */

@@ -17,6 +17,14 @@ test('the admin tenant sets and removes limits; a key with a colon and a slash i
   await assert.rejects(client().limits.set('sdk:team/extra', { limit: 3 }), NotFoundError);
 });
 
+test('update changes only the fields it names', async () => {
+  const a = admin();
+  await a.limits.set('sdk:team/patched', { limit: 3, rpm: 600, tpm: 9000 });
+  const updated = await a.limits.update('sdk:team/patched', { limit: 5, rpm: null });
+  assert.deepEqual([updated.limit, updated.rpm, updated.tpm], [5, null, 9000]);
+  await a.limits.delete('sdk:team/patched');
+});
+
 test('the admin tenant pauses and resumes a queue; another tenant may not', async () => {
   const a = admin();
   assert.equal((await a.queues.pause('sdk-admin')).paused, true);

@@ -215,6 +215,9 @@ class AsyncClient(Base):
     async def set_limit(self, key: str, **fields: Any) -> Limit:
         return await self._result(ops.set_limit(self._policy, key, fields))
 
+    async def update_limit(self, key: str, **fields: Any) -> Limit:
+        return await self._result(ops.update_limit(self._policy, key, fields))
+
     async def delete_limit(self, key: str) -> None:
         await self._result(ops.delete_limit(self._policy, key))
 

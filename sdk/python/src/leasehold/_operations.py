@@ -96,12 +96,16 @@ def pause_queue(p: Policy, name: str, paused: bool) -> Operation:
 
 
 def limits(p: Policy) -> Operation:
-    return member(p, Request("GET", "/v1/limits", idempotent=True), "limits")
+    return pages(p, "/v1/limits", "limits", query(limit=500), whole=True)
 
 
 def set_limit(p: Policy, key: str, fields: Mapping[str, Any]) -> Operation:
     body = {k: v for k, v in fields.items() if v is not None}
     return call(p, Request("PUT", f"/v1/limits/{segment(key)}", body=body, idempotent=True))
+
+
+def update_limit(p: Policy, key: str, fields: Mapping[str, Any]) -> Operation:
+    return call(p, Request("PATCH", f"/v1/limits/{segment(key)}", body=dict(fields), idempotent=True))
 
 
 def delete_limit(p: Policy, key: str) -> Operation:

@@ -260,19 +260,25 @@ def member(policy: Policy, request: Request, name: str) -> Operation:
     yield Emit(response.json()[name])
 
 
-def pages(policy: Policy, path: str, name: str, params: Mapping[str, str]) -> Operation:
-    """Emits every item of a paged list, following next_cursor."""
-    cursor = None
+def pages(policy: Policy, path: str, name: str, params: Mapping[str, str], whole: bool = False) -> Operation:
+    """Emits every item of a paged list, following next_cursor; with
+    whole, one list of them all once the last page is read."""
+    cursor, every = None, []
     while True:
         q = dict(params)
         if cursor is not None:
             q["cursor"] = cursor
         response = yield from exchange(policy, Request("GET", path, q, idempotent=True))
         page = response.json()
-        for item in page[name]:
-            yield Emit(item)
+        if whole:
+            every.extend(page[name])
+        else:
+            for item in page[name]:
+                yield Emit(item)
         cursor = page.get("next_cursor")
         if not cursor:
+            if whole:
+                yield Emit(every)
             return
 
 

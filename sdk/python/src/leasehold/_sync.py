@@ -122,9 +122,14 @@ class Client(Base):
         return self._result(ops.limits(self._policy))
 
     def set_limit(self, key: str, **fields: Any) -> Limit:
-        """Sets a key's limit and budgets (admin): limit, rpm, tpm,
-        adaptive, per_tenant."""
+        """Sets a key's whole configuration (admin): limit, rpm, tpm,
+        adaptive, per_tenant; a field left out is removed."""
         return self._result(ops.set_limit(self._policy, key, fields))
+
+    def update_limit(self, key: str, **fields: Any) -> Limit:
+        """Changes the fields named of a key's configuration (admin), a
+        JSON merge patch: None removes a field, a field left out stays."""
+        return self._result(ops.update_limit(self._policy, key, fields))
 
     def delete_limit(self, key: str) -> None:
         self._result(ops.delete_limit(self._policy, key))
