@@ -295,6 +295,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := cli.API(ctx, &g, ln, opsLn, httpapi.Config{
 		Redis: rdb, NATS: nc, Keys: keys, Logger: log, MeterProvider: meters, Metrics: metrics,
 		Usage: counters, NotifyAllow: notifyAllow, Webhooks: webhooks,
+		LLM: httpapi.LLMConfig{BaseURL: llm.BaseURL, APIKey: llm.APIKey},
 	}, webhookFlags); err != nil {
 		return err
 	}

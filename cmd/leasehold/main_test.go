@@ -124,9 +124,27 @@ func TestDevModeSmoke(t *testing.T) {
 				}
 			}
 
+			// The chat endpoint answers from the same fake upstream as
+			// llm.chat jobs.
+			req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+				strings.NewReader(`{"model":"fake","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err = client.Do(req); err != nil {
+				t.Fatal(err)
+			}
+			var chat struct {
+				Choices []struct{ Message struct{ Content string } }
+			}
+			json.NewDecoder(resp.Body).Decode(&chat)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(chat.Choices) != 1 || chat.Choices[0].Message.Content == "" {
+				t.Fatalf("chat completion: %s %+v", resp.Status, chat)
+			}
+
 			// A job runs when Ctrl-C comes: the worker finishes it during
 			// its shutdown, which needs Redis until the end.
-			req, _ := http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"sleep","input":{"duration":"2s","tick":"1s"}}`))
+			req, _ = http.NewRequest(http.MethodPost, base+"/v1/jobs", strings.NewReader(`{"kind":"sleep","input":{"duration":"2s","tick":"1s"}}`))
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
