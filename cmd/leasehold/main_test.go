@@ -127,7 +127,7 @@ func TestDevModeSmoke(t *testing.T) {
 			// The chat endpoint answers from the same fake upstream as
 			// llm.chat jobs.
 			req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
-				strings.NewReader(`{"model":"fake","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`))
+				strings.NewReader(`{"model":"fake","messages":[{"role":"user","content":"hi"}]}`))
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
 			if resp, err = client.Do(req); err != nil {
