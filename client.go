@@ -19,6 +19,7 @@
 package leasehold
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,7 +83,11 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		}
 		wcfg.Usage = counters
 	}
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: wcfg.Retention, TracerProvider: wcfg.TracerProvider,
+	// An idempotency key outlives no job: a worker kept short (tests, a
+	// scratch fleet) remembers its Client's keys as long as its jobs.
+	retention := cmp.Or(wcfg.Retention, job.DefaultRetention)
+	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
+		IdempotencyTTL: min(retention, job.DefaultIdempotencyTTL), TracerProvider: wcfg.TracerProvider,
 		UsageRetention: wcfg.Usage.Retention()})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)

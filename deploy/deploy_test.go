@@ -233,16 +233,18 @@ func TestYAMLWellFormed(t *testing.T) {
 var envName = regexp.MustCompile(`LEASEHOLD_[A-Z0-9_]+`)
 
 // documented is every LEASEHOLD_* variable named in the configuration
-// table of README.md (its table rows only: variables mentioned elsewhere,
-// e.g. as not yet served, do not count).
+// table of docs/operations.md (the rows of its *Configuration* section
+// only: variables mentioned elsewhere do not count).
 func documented(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, section, _ := strings.Cut(string(b), "\n## Configuration\n")
+	section, _, _ = strings.Cut(section, "\n## ")
 	names := map[string]bool{}
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(section) {
 		if strings.HasPrefix(strings.TrimSpace(line), "|") {
 			for _, n := range envName.FindAllString(line, -1) {
 				names[n] = true
@@ -250,13 +252,13 @@ func documented(t *testing.T) map[string]bool {
 		}
 	}
 	if len(names) < 5 {
-		t.Fatalf("README.md: found only %v in the configuration table; has its format changed?", names)
+		t.Fatalf("docs/operations.md: found only %v in the configuration table; has its format changed?", names)
 	}
 	return names
 }
 
 // TestEnvNamesDocumented fails on any LEASEHOLD_* name in the deployment
-// files that README.md's configuration table does not list: a typo would
+// files that the configuration table of docs/operations.md does not list: a typo would
 // otherwise be silently ignored by the binaries.
 func TestEnvNamesDocumented(t *testing.T) {
 	known := documented(t)
@@ -270,7 +272,7 @@ func TestEnvNamesDocumented(t *testing.T) {
 		for _, n := range envName.FindAllString(string(b), -1) {
 			used++
 			if !known[n] {
-				t.Errorf("%s: %s is not in README.md's configuration table", f, n)
+				t.Errorf("%s: %s is not in the configuration table of docs/operations.md", f, n)
 			}
 		}
 	}
