@@ -20,6 +20,9 @@ func TestBatchSlots(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, func(c *httpapi.Config) { c.MaxBatches, c.MaxTenantBatches = 1, 1 })
 	const batch = `{"jobs": [{"kind": "echo"}]}`
+	// The stalled batch goes on a connection of its own, never one a probe
+	// left idle in the pool.
+	stallClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 	// stall sends a batch of acme's whose body arrives only when the
 	// returned writer is written and closed.
@@ -37,9 +40,12 @@ func TestBatchSlots(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		done := make(chan answer, 1)
 		go func() {
-			resp, err := f.client.Do(req)
+			resp, err := stallClient.Do(req)
 			done <- answer{resp, err}
 		}()
+		// The body's first byte, at once: the client sends a request whose
+		// body has not begun only once a probe of it times out.
+		go io.WriteString(w, batch[:1])
 		return w, done
 	}
 	w, done := stall()
@@ -67,7 +73,7 @@ func TestBatchSlots(t *testing.T) {
 		}
 	}
 
-	if _, err := io.WriteString(w, batch); err != nil {
+	if _, err := io.WriteString(w, batch[1:]); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
