@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"slices"
@@ -155,7 +156,7 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 		// Whatever ended the call (success, timeout, cancel, a broken
 		// stream), the upstream spent what it streamed.
 		if u, ok := c.spent(); ok && cfg.Usage != nil {
-			countTokens(ctx, cfg.Usage, e, u)
+			CountTokens(ctx, cfg.Usage, e.Tenant, e.ID, u.PromptTokens, u.CompletionTokens)
 		}
 		// The budgets take what the upstream reported, or nothing for a
 		// refused call. A call that ended before the report (a timeout, a
@@ -175,22 +176,23 @@ func LLMChat(cfg LLMConfig) execution.Handler {
 	}
 }
 
-// countTokens counts u in e's tenant's usage, the execution id as the
-// event id: an execution's tokens count once, and each attempt's count.
-func countTokens(ctx context.Context, counters *usage.Counters, e *execution.Execution, u Usage) {
+// CountTokens counts a chat call's prompt and completion tokens in
+// tenant's usage, in one round trip, with event (an execution's id, a
+// chat call's) as the event id: a call's tokens count once. A count the
+// upstream made up (below 1, above 2^31-1) is not counted.
+func CountTokens(ctx context.Context, counters *usage.Counters, tenant, event string, prompt, completion int) {
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer stop()
-	at := time.Now()
-	for _, c := range []struct {
-		counter string
-		n       int
-	}{{usage.LLMPromptTokens, u.PromptTokens}, {usage.LLMCompletionTokens, u.CompletionTokens}} {
-		if c.n < 1 {
-			continue // the counters count usage, and there was none
+	at := []usage.Event{{ID: event, At: time.Now()}}
+	var adds []usage.Add
+	for counter, n := range map[string]int{usage.LLMPromptTokens: prompt, usage.LLMCompletionTokens: completion} {
+		if n >= 1 && n <= math.MaxInt32 {
+			adds = append(adds, usage.Add{Tenant: tenant, Counter: counter, N: int64(n), Events: at})
 		}
-		if _, err := counters.Add(ctx, e.Tenant, c.counter, int64(c.n), e.ID, at); err != nil {
-			slog.WarnContext(ctx, "llm.chat: usage not counted", "counter", c.counter, "tenant", e.Tenant,
-				"job_id", e.JobID, "execution_id", e.ID, "error", err)
+	}
+	for i, err := range counters.AddAll(ctx, adds) {
+		if err != nil {
+			slog.WarnContext(ctx, "usage not counted", "counter", adds[i].Counter, "tenant", tenant, "event", event, "error", err)
 		}
 	}
 }

@@ -117,13 +117,20 @@ type caller struct {
 	admin  bool
 }
 
+// tenantOf returns the tenant whose API key r bears (Authorization:
+// Bearer <key>); false for none or an unknown one.
+func (s *server) tenantOf(r *http.Request) (string, bool) {
+	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	tenant, ok := s.keys.Tenant(strings.TrimLeft(key, " ")) // RFC 9110: one or more spaces
+	return tenant, ok && strings.EqualFold(scheme, "Bearer")
+}
+
 // authed wraps h with authentication: a request without a known bearer key
 // is answered 401 and never reaches h.
 func (s *server) authed(h func(http.ResponseWriter, *http.Request, caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		tenant, ok := s.keys.Tenant(strings.TrimLeft(key, " ")) // RFC 9110: one or more spaces
-		if !strings.EqualFold(scheme, "Bearer") || !ok {
+		tenant, ok := s.tenantOf(r)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold"`)
 			writeProblem(w, http.StatusUnauthorized, "missing or unknown API key: send Authorization: Bearer <key>")
 			return

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/lease"
-	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // Bounds of a chat call (POST /v1/chat/completions).
@@ -73,9 +71,8 @@ func writeChatError(w http.ResponseWriter, status int, e chatError) {
 // of the model would hold, forwards the body upstream, answers as the
 // upstream does, and settles the budgets with the tokens spent.
 func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	scheme, apiKey, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	tenant, ok := s.keys.Tenant(strings.TrimLeft(apiKey, " "))
-	if !strings.EqualFold(scheme, "Bearer") || !ok {
+	tenant, ok := s.tenantOf(r)
+	if !ok {
 		writeChatError(w, http.StatusUnauthorized, chatError{Message: "missing or unknown API key: send Authorization: Bearer <key>",
 			Type: "invalid_request_error", Code: "invalid_api_key"})
 		return
@@ -121,7 +118,7 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &chatForward{s: s, w: w, call: call, tenant: tenant, id: id}
 	spent, pushback, retryAfter := c.forward(permit.Context(), body)
-	c.count(r.Context(), spent)
+	kinds.CountTokens(r.Context(), s.usage, tenant, id, spent.Prompt, spent.Completion)
 	outcome, tokens := lease.OutcomeOK, int64(spent.total())
 	switch {
 	case pushback:
@@ -382,20 +379,4 @@ func (c *chatForward) stream(body io.Reader, injected bool) chatSpent {
 		_ = rc.Flush()
 	}
 	return spent
-}
-
-// count adds what the call spent to its tenant's usage, the call's id as
-// the event id.
-func (c *chatForward) count(ctx context.Context, spent chatSpent) {
-	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer stop()
-	at := time.Now()
-	for counter, n := range map[string]int{usage.LLMPromptTokens: spent.Prompt, usage.LLMCompletionTokens: spent.Completion} {
-		if n < 1 || n > math.MaxInt32 {
-			continue
-		}
-		if _, err := c.s.usage.Add(ctx, c.tenant, counter, int64(n), c.id, at); err != nil {
-			c.s.log.WarnContext(ctx, "chat call: usage not counted", "counter", counter, "tenant", c.tenant, attrErr, err)
-		}
-	}
 }
