@@ -76,7 +76,7 @@ lint/binaries: ## Fail when git tracks an executable binary.
 FUZZTIME ?= 30s
 FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey ./job:FuzzCanonical \
             ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey ./internal/httpapi:FuzzObjectMembers \
-            ./internal/scripts:FuzzUnpack
+            ./internal/store/scripts:FuzzUnpack
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"

@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"

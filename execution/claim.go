@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/replicas"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -524,7 +524,7 @@ func (q *queue) peekKeys() []string {
 // want jobs for worker (want 0 and no worker: the reaper's) of pl's
 // candidates, which run under execIDs if claimed, each holding its keys'
 // slots as held says (reservation.held). It is the one place in Go that
-// knows that layout, which the header of internal/scripts/execution_claim.lua
+// knows that layout, which the header of internal/store/scripts/execution_claim.lua
 // documents: change the two together.
 func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, held []string) scripts.Args {
 	n, r := len(pl.ids), len(pl.retired)

@@ -63,7 +63,7 @@
 // # Fairness
 //
 // A queue serves lanes in turn, by start-time fair queueing (see
-// internal/scripts/fair.lua and docs/architecture.md, Fairness): a lane is
+// internal/store/scripts/fair.lua and docs/architecture.md, Fairness): a lane is
 // one tenant's jobs with one set of concurrency keys; the ready set holds
 // the lanes, scored by their virtual start, and each lane its jobs,
 // priority first, then FIFO. Priority orders only a lane's own jobs: it

@@ -43,7 +43,7 @@ type Execution struct {
 	attempt int
 	token   fencing.Token
 	keys    []string  // concurrency keys, each holding a lease while this runs
-	lane    string    // the lane it was claimed from (see internal/scripts/fair.lua)
+	lane    string    // the lane it was claimed from (see internal/store/scripts/fair.lua)
 	granted time.Time // when its leases were asked for: they were granted after, so its trust window counts from it
 	q       *queue
 	trace   execTrace

@@ -8,8 +8,8 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"

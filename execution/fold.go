@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 var (
@@ -25,7 +25,7 @@ const DefaultFoldAfter = time.Minute
 const foldBatch = 100
 
 // fold folds up to foldBatch of the queue's jobs that ended at least after
-// ago (internal/scripts/job_fold.lua): each one's events and long fields
+// ago (internal/store/scripts/job_fold.lua): each one's events and long fields
 // go to its folded key and its hash is written anew, a listpack; it keeps
 // none of a stream's preallocated node, and half the bytes a field. It
 // takes them from the retired index, whose score is a job's end plus the
@@ -115,7 +115,7 @@ func (q *queue) fold(ctx context.Context, after time.Duration) (bool, error) {
 // is the highest retired score of the first ("0" for none), upto the
 // highest a job may have to be folded, again how long until a job passed
 // over is looked at again. It is the one place in Go that knows that
-// layout, which the header of internal/scripts/job_fold.lua documents:
+// layout, which the header of internal/store/scripts/job_fold.lua documents:
 // change the two together.
 func (q *queue) newFoldArgs(last string, upto int64, again time.Duration, ids []string) scripts.Args {
 	a := scripts.Args{Keys: make([]string, 0, 3+3*len(ids)), Argv: make([]any, 0, 3+len(ids))}
@@ -181,7 +181,7 @@ type packing struct {
 
 // newPackArgs lays out the pack script's KEYS and ARGV for jobs: the one
 // place in Go that knows that layout, which the header of
-// internal/scripts/job_pack.lua documents: change the two together.
+// internal/store/scripts/job_pack.lua documents: change the two together.
 func (q *queue) newPackArgs(jobs []packing) scripts.Args {
 	var a scripts.Args
 	for _, j := range jobs {

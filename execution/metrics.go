@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/cancel"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -178,7 +178,7 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 }
 
 // depth reads how many jobs are ready (the sum of the lanes' counts in the
-// fair hash, see internal/scripts/fair.lua), how many of them name a
+// fair hash, see internal/store/scripts/fair.lua), how many of them name a
 // concurrency key of each label (l.label; a lane is one set of keys), and
 // how long the first job of
 // the lane at the head of the ready set, the job the next claim takes, has
@@ -225,7 +225,7 @@ func (q *queue) depth(ctx context.Context, l *limits) (ready int64, oldest time.
 		return 0, 0, nil, err
 	}
 	// The newest event is in the stream or at the front of the states
-	// field (internal/scripts/states.lua), both ids <ms>-<seq>.
+	// field (internal/store/scripts/states.lua), both ids <ms>-<seq>.
 	var at int64
 	if len(last.Val()) > 0 {
 		ms, _, _ := strings.Cut(last.Val()[0].ID, "-")

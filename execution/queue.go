@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/keys"
 	"github.com/leasehold/leasehold/internal/replicas"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -885,7 +885,7 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 
 // newHeartbeatArgs lays out the heartbeat script's KEYS and ARGV for a
 // renewal of execs' leases. It is the one place in Go that knows that
-// layout, which the header of internal/scripts/execution_heartbeat.lua
+// layout, which the header of internal/store/scripts/execution_heartbeat.lua
 // documents: change the two together.
 func (q *queue) newHeartbeatArgs(execs []*Execution) scripts.Args {
 	a := scripts.Args{Keys: make([]string, 0, 1+len(execs)), Argv: make([]any, 0, 1+3*len(execs))}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )

@@ -35,7 +35,7 @@
 // and becomes the highest. Tokens of different resources are independent.
 //
 // Store keeps this in Redis, in one hash per resource (the key comes from
-// internal/keys): the highest token, the last value and the token it was
+// internal/store/keys): the highest token, the last value and the token it was
 // written with. Store.Write checks and writes in one Lua script, so no write
 // with a lower token can land after a higher one was accepted, even under
 // concurrent writers and on a Redis Cluster. Store.Admit moves the highest

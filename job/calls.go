@@ -12,15 +12,15 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 // The calls of this package's scripts: one params struct each, whose
 // layout method is the one place in Go that knows where each key and
-// argument goes. The header of the script (internal/scripts/job_*.lua)
+// argument goes. The header of the script (internal/store/scripts/job_*.lua)
 // documents the same layout: change the two together.
 
 // submitCall creates items, all of queue, for tenant (job_submit.lua),

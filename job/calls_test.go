@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 )
 
 // Each script call's layout against its script's header
-// (internal/scripts/job_*.lua): how many KEYS and ARGV, and where the
+// (internal/store/scripts/job_*.lua): how many KEYS and ARGV, and where the
 // second item's keys and id go in a call of two. A key or an argument
 // added in one place and not the other, or a per-item stride changed in
 // one, fails here; the scripts' own tests catch the rest.

@@ -49,7 +49,7 @@
 //
 // # Redis layout
 //
-// Package internal/keys builds every key; the names below leave out the
+// Package internal/store/keys builds every key; the names below leave out the
 // prefix. A queue's keys share the hash tag {q:<queue>}, so a queue lives in
 // one slot and every script on it is atomic on a Redis Cluster too.
 //
@@ -57,7 +57,7 @@
 //	                      latest execution is flattened into exec_* fields
 //	{q:Q}:ready           zset of the lanes with claimable jobs, score =
 //	                      the lane's virtual start: lanes in turn (fair
-//	                      queueing, internal/scripts/fair.lua); priority
+//	                      queueing, internal/store/scripts/fair.lua); priority
 //	                      orders only a lane's own jobs
 //	{q:Q}:lane:<keys>     zset of one lane's claimable ids (a tenant's jobs
 //	                      with one set of concurrency keys), score
@@ -112,7 +112,7 @@
 //	{idem:<t>}:<key>      string: what tenant t's Idempotency-Key stands for
 //
 // The job hash's fields, who writes each, and the transition rule are
-// written down once, at the top of internal/scripts/transition.lua. Every
+// written down once, at the top of internal/store/scripts/transition.lua. Every
 // script that changes a job's state does it there (move), in the same
 // step as its other writes: the compare-and-set on the state, the stats
 // (-1 old state, +1 new, of the job's tenant, while not ended; one more

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 // Event is one event of a job.
@@ -33,10 +33,10 @@ const EventsPage = 100
 // connection meanwhile. A malformed after is ErrBadCursor.
 //
 // A job's events are in its hash's field states until something needs
-// its stream (internal/scripts/states.lua), then in its stream, and in
+// its stream (internal/store/scripts/states.lua), then in its stream, and in
 // its folded key once a reaper folded them there a while after the job
 // ended (in its hash's field events when an older version folded them;
-// see internal/scripts/transition.lua); a retry puts them back in the
+// see internal/store/scripts/transition.lua); a retry puts them back in the
 // stream. While a worker of an older version, which appends every event
 // to the stream, runs beside this one, a job may have events in both its
 // hash and its stream: they are merged by id. A reader that waits gives
@@ -170,7 +170,7 @@ func eventsRead(key, after string, block time.Duration) *redis.XReadArgs {
 // newEvent is the event of id, typ and data as the scripts store it. A
 // state event with no data is a job's first, its submit's, which the
 // scripts keep without its data wherever it is: the job's states field,
-// its stream, its folded key (internal/scripts/states.lua).
+// its stream, its folded key (internal/store/scripts/states.lua).
 func newEvent(id, typ, data string) Event {
 	if typ == "state" && data == "" {
 		data = scripts.SubmittedStateData
@@ -197,7 +197,7 @@ func streamEvents(streams []redis.XStream, err error) ([]Event, error) {
 
 // parseStates returns the events of a job's states field, three strings
 // each as unfold reads them, in order: the field holds a record per
-// event, newest first, each "<id> <data>\n" (internal/scripts/states.lua),
+// event, newest first, each "<id> <data>\n" (internal/store/scripts/states.lua),
 // the data of the submit's event left out. A malformed record is kept as
 // it is, for unfold to refuse.
 func parseStates(states string) []string {

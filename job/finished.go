@@ -42,7 +42,7 @@ func (m Minute) MarshalJSON() ([]byte, error) {
 // Finished returns, for each of the last FinishedMinutes minutes of the
 // Redis clock (oldest first, the current one last), how many of queue's
 // jobs ended in it, by outcome. The scripts that end jobs count them in
-// the queue's stats hash in the same step (internal/scripts/finished.lua),
+// the queue's stats hash in the same step (internal/store/scripts/finished.lua),
 // so every API replica reads the same counts. They are of every tenant.
 func (s *Store) Finished(ctx context.Context, queue string) ([]Minute, error) {
 	if ValidateQueue(queue) != nil {

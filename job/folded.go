@@ -12,11 +12,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 // folded is what a reaper moved out of an ended job's hash and stream into
-// its folded key (internal/scripts/transition.lua's fold), so the hash is
+// its folded key (internal/store/scripts/transition.lua's fold), so the hash is
 // a small listpack: its long fields by name, and its events, three
 // strings each (stream id, type, data) in order: packed (Packed), or as
 // they are (Events) by a version before the packing.

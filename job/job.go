@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -156,7 +156,7 @@ type Job struct {
 	Trace trace.SpanContext `json:"-"`
 
 	// retries is the record's retries field: per retry, its state event's
-	// id and the max_attempts before it (internal/scripts/job_retry.lua).
+	// id and the max_attempts before it (internal/store/scripts/job_retry.lua).
 	// At reads it, so an event before a retry shows the max_attempts of then.
 	retries string
 }
@@ -283,7 +283,7 @@ func (e Execution) MarshalJSON() ([]byte, error) {
 // ParseRecord builds the Job id of queue from the fields of its Redis hash
 // (HGETALL). The execution package reads the same hash, so this is the one
 // place that knows how each field is encoded. (The fields, and who writes
-// each: internal/scripts/transition.lua.) The hash's key names the job's
+// each: internal/store/scripts/transition.lua.) The hash's key names the job's
 // id and queue, which a hash holds only when an older version wrote it.
 func ParseRecord(queue, id string, h map[string]string) (Job, error) {
 	if id == "" {
@@ -331,7 +331,7 @@ func ParseRecord(queue, id string, h map[string]string) (Job, error) {
 	return j, nil
 }
 
-// webhook decodes the webhook fields (internal/scripts/transition.lua).
+// webhook decodes the webhook fields (internal/store/scripts/transition.lua).
 func (r *record) webhook() *Webhook {
 	w := &Webhook{URL: r.h["webhook"], State: WebhookState(r.h["webhook_state"]), ID: r.h["webhook_id"],
 		FirstTry: r.optTime("webhook_first_at"), Tries: []WebhookTry{}}
@@ -346,7 +346,7 @@ func (r *record) webhook() *Webhook {
 
 // moved decodes into j the fields that moves change and that a state event
 // carries as they were (besides state and attempt): shown_names in
-// internal/scripts/transition.lua.
+// internal/store/scripts/transition.lua.
 func (r *record) moved(j *Job) {
 	j.StartedAt = r.optTime("started_at")
 	j.FinishedAt = r.optTime("finished_at")

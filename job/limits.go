@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -627,7 +627,7 @@ func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]
 
 // effectiveLimit is what an adaptive key's claims use: its learned
 // concurrency (the slow start's first value before any is learned, as
-// internal/scripts/budget.lua starts it) and never above its limit.
+// internal/store/scripts/budget.lua starts it) and never above its limit.
 func effectiveLimit(learned float64, limit Optional) int64 {
 	most := int64(MaxLimit)
 	if limit.Set {

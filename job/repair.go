@@ -16,7 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/jobid"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 // retryChunk is how many jobs one run of the retry script moves at most,

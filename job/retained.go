@@ -11,7 +11,7 @@ import (
 )
 
 // readRetained queues on p the read of the bytes tenant's jobs in each of
-// queues are charged (internal/scripts/stats.lua's retained bytes).
+// queues are charged (internal/store/scripts/stats.lua's retained bytes).
 func (s *Store) readRetained(ctx context.Context, p redis.Pipeliner, tenant string, queues []string) map[string]*redis.StringCmd {
 	cmds := make(map[string]*redis.StringCmd, len(queues))
 	for _, q := range queues {

@@ -12,7 +12,7 @@ import (
 )
 
 // A job's state events are kept in its hash until they pass states_max
-// (internal/scripts/states.lua), then move to its stream: at every step
+// (internal/store/scripts/states.lua), then move to its stream: at every step
 // the events read are every move so far, once each, in order of strictly
 // rising ids, and a retry's id (the field retries) is its event's.
 func TestStateEventsOutgrowTheirHash(t *testing.T) {

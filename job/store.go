@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/jobid"
-	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -311,7 +311,7 @@ func (s *Store) TenantStats(ctx context.Context, tenant string) ([]QueueStats, e
 
 // stats reads the counts of queues, of tenant's jobs ("" = of all jobs),
 // and whether each is paused, in one round trip. The counts of all jobs
-// are the sums of every tenant's (internal/scripts/stats.lua).
+// are the sums of every tenant's (internal/store/scripts/stats.lua).
 func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]QueueStats, error) {
 	fields := countedFields(tenant)
 	cmds := make([]*redis.SliceCmd, len(queues))
@@ -356,7 +356,7 @@ func (s *Store) stats(ctx context.Context, queues []string, tenant string) ([]Qu
 var countedStates = [4]State{StateQueued, StateRunning, StateRetrying, StateWaiting}
 
 // countedFields names the stats hash fields that count the jobs queued,
-// running, retrying and waiting of tenant, as internal/scripts/stats.lua
+// running, retrying and waiting of tenant, as internal/store/scripts/stats.lua
 // writes them: <state>/<tenant> (a tenant name has no '/').
 func countedFields(tenant string) []string {
 	fields := make([]string, len(countedStates))

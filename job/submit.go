@@ -15,7 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/parallel"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/lease"
 )

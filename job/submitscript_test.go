@@ -12,7 +12,7 @@ import (
 
 // The submit script lists the jobs it creates, and only those, in the
 // tenant's index, which it also reads to tell a new job from one this
-// very call created before (internal/scripts/job_submit.lua). Run through
+// very call created before (internal/store/scripts/job_submit.lua). Run through
 // the script directly: the refusal at the cap happens there only when
 // another process filled the queue since this one looked (the store
 // refuses before the script otherwise), and the resend is go-redis's.

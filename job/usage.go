@@ -14,7 +14,7 @@ import (
 // what the queues counted of tenant's jobs on those days: the lifecycle
 // counters (usage.Lifecycle), which the scripts that create, start and
 // end a job count in its queue's usage hash, in the same step (see
-// internal/scripts/stats.lua). It reads every queue's days in one round
+// internal/store/scripts/stats.lua). It reads every queue's days in one round
 // trip.
 func (s *Store) AddUsage(ctx context.Context, tenant string, days []usage.Day) error {
 	if err := ValidateTenant(tenant); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )

@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 var fixedWindowScript = scripts.Load("ratelimit_fixed_window.lua")

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 // ErrInvalid is wrapped by every error about bad input: a subject, a cost, a

@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store/keys"
+	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"

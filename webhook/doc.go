@@ -3,7 +3,7 @@
 // process dies.
 //
 // A job submitted with a webhook URL keeps it in its record. The move that
-// ends the job (internal/scripts/transition.lua, for every terminal state:
+// ends the job (internal/store/scripts/transition.lua, for every terminal state:
 // succeeded, failed, cancelled, expired) adds a delivery to its queue's
 // outbox, a sorted set in the queue's slot scored by when the next try is
 // due, and gives the delivery a new id, in the same script as the end: a

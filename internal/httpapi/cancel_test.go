@@ -9,7 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/job"
 )
 

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/leasehold/leasehold/internal/scripts"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -207,5 +207,5 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // fault.
 func unavailable(err error) bool {
 	return errors.Is(err, errRateUnavailable) || // any limiter error but ErrInvalid
-		errors.Is(scripts.Classify(err), scripts.ErrUnavailable)
+		errors.Is(store.Classify(err), store.ErrUnavailable)
 }

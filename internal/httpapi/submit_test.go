@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/httpapi"
-	"github.com/leasehold/leasehold/internal/keys"
+	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/job"
 )
 

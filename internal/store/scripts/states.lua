@@ -28,7 +28,7 @@
 -- its work and a waiting job twice its memory. The event keeps no data
 -- wherever it is moved (its stream, its folded key): no script reads a
 -- state event's data, and Go's readers take a state event of none for
--- this one (scripts.SubmittedStateData in internal/scripts/model.go).
+-- this one (scripts.SubmittedStateData in internal/store/scripts/model.go).
 local submitted = '{"state":"queued","attempt":0,"job":["","","0","","0","","","","","",""]}'
 
 -- kept_data is what the record of an event of data holds.

@@ -40,7 +40,7 @@ func (s Space) LeaseFence(key string) string { return s.key("lease:"+key, "fence
 
 // LeaseTurn says whose turn the next free slot of a lease key is while
 // both sides wait for it: "line" (Wait's tickets) or "jobs" (callers of
-// acquire: queued jobs, Acquire). See internal/scripts/lease_acquire.lua.
+// acquire: queued jobs, Acquire). See internal/store/scripts/lease_acquire.lua.
 func (s Space) LeaseTurn(key string) string { return s.key("lease:"+key, "turn") }
 
 // LeaseWaiting is a short-lived mark that acquire callers were refused a
@@ -48,7 +48,7 @@ func (s Space) LeaseTurn(key string) string { return s.key("lease:"+key, "turn")
 func (s Space) LeaseWaiting(key string) string { return s.key("lease:"+key, "waiting") }
 
 // LeaseWindow is the rolling minute of a lease key with a budget: holder →
-// when its execution started (see internal/scripts/budget.lua).
+// when its execution started (see internal/store/scripts/budget.lua).
 func (s Space) LeaseWindow(key string) string { return s.key("lease:"+key, "window") }
 
 // LeaseSpent holds the tokens of each holder in a lease key's window, and
@@ -63,7 +63,7 @@ func (s Space) LeaseThrottle(key string) string { return s.key("lease:"+key, "th
 func (s Space) LeaseAdapt(key string) string { return s.key("lease:"+key, "adapt") }
 
 // LeaseHistory is an adaptive lease key's last hour, per minute: its
-// effective limit and pushbacks (internal/scripts/lease_settle.lua).
+// effective limit and pushbacks (internal/store/scripts/lease_settle.lua).
 func (s Space) LeaseHistory(key string) string { return s.key("lease:"+key, "history") }
 
 // Fenced is the hash of a fenced resource: the highest token seen and the

@@ -3,7 +3,7 @@ package keys
 // Schedule keys. Every schedule of every tenant shares the hash tag
 // {schedules}: one take reads many tenants' due indexes, and a fire's
 // compare-and-set touches the record and the indexes in one script. (Its job lives in the
-// job's queue slot, another slot: see internal/scripts/schedule_advance.lua.)
+// job's queue slot, another slot: see internal/store/scripts/schedule_advance.lua.)
 // Tenant and schedule names are validated before they get here and hold no
 // '/' or ':', so "<tenant>/<name>" names one schedule and no tenant's key
 // is another's.

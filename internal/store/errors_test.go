@@ -1,4 +1,4 @@
-package scripts
+package store
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestClassifyUnavailable(t *testing.T) {
 
 	served := map[string]error{
 		"a missing key":  rdb.Get(ctx, "missing").Err(),
-		"a script error": (&Script{redis.NewScript("return redis.error_reply('ERR refused')")}).Run(ctx, rdb, nil).Err(),
+		"a script error": redis.NewScript("return redis.error_reply('ERR refused')").Run(ctx, rdb, nil).Err(),
 		"a wrong type":   errors.Join(rdb.Set(ctx, "s", "v", 0).Err(), rdb.HGet(ctx, "s", "f").Err()),
 	}
 	for name, err := range served {
@@ -44,7 +44,7 @@ func TestClassifyUnavailable(t *testing.T) {
 	}
 	primary.Kill(t)
 	outages["a stopped Redis"] = rdb.Get(ctx, "k").Err()
-	outages["a stopped Redis, a script"] = (&Script{redis.NewScript("return 1")}).Run(ctx, rdb, nil).Err()
+	outages["a stopped Redis, a script"] = redis.NewScript("return 1").Run(ctx, rdb, nil).Err()
 	for name, err := range outages {
 		c := Classify(err)
 		if !errors.Is(c, ErrUnavailable) || !errors.Is(c, err) {

@@ -49,7 +49,7 @@ func (s Space) JobEvents(queue, id string) string { return s.key("q:"+queue, "ev
 
 // JobFolded is the string that holds an ended job's events and long
 // fields once a reaper folded them out of its stream and hash
-// (internal/scripts/transition.lua's fold): in the job's slot, so the
+// (internal/store/scripts/transition.lua's fold): in the job's slot, so the
 // scripts that read or delete the job reach it in the same step.
 func (s Space) JobFolded(queue, id string) string { return s.key("q:"+queue, "folded:"+id) }
 
@@ -67,11 +67,11 @@ func (s Space) QueueDeadlines(queue string) string { return s.key("q:"+queue, "d
 // QueueLane is the sorted set of one lane's waiting jobs: a tenant's jobs
 // of one kind with one set of concurrency keys, lane being the kind, then
 // the job's concurrency_keys as stored (a JSON array; scripts.Lane). See
-// internal/scripts/fair.lua.
+// internal/store/scripts/fair.lua.
 func (s Space) QueueLane(queue, lane string) string { return s.key("q:"+queue, "lane:"+lane) }
 
 // QueueFair is the hash of a queue's fair-queueing state: its virtual clock
-// and each waiting lane's count of jobs (see internal/scripts/fair.lua).
+// and each waiting lane's count of jobs (see internal/store/scripts/fair.lua).
 func (s Space) QueueFair(queue string) string { return s.key("q:"+queue, "fair") }
 
 // QueueRetired is the sorted set of a queue's terminal jobs, scored by when
@@ -81,7 +81,7 @@ func (s Space) QueueRetired(queue string) string { return s.key("q:"+queue, "ret
 // QueueFoldLater is the sorted set of a queue's ended jobs that its fold
 // passed over while their webhook delivery was pending, to fold once it is
 // not (member job id, score when to look again, in Redis-clock
-// milliseconds; internal/scripts/job_fold.lua).
+// milliseconds; internal/store/scripts/job_fold.lua).
 func (s Space) QueueFoldLater(queue string) string { return s.key("q:"+queue, "fold_later") }
 
 // QueueStats is the hash counting a queue's jobs per state.
@@ -89,7 +89,7 @@ func (s Space) QueueStats(queue string) string { return s.key("q:"+queue, "stats
 
 // QueueUsage is the hash of what a queue's scripts count of its tenants'
 // usage on the UTC day of day (field "<counter>/<tenant>", value: count;
-// internal/scripts/stats.lua): in the queue's slot, so that the move that
+// internal/store/scripts/stats.lua): in the queue's slot, so that the move that
 // creates, starts or ends a job counts it in the same step.
 func (s Space) QueueUsage(queue string, day time.Time) string {
 	return s.key("q:"+queue, "usage:"+day.UTC().Format(time.DateOnly))
@@ -102,7 +102,7 @@ func (s Space) QueueTenantJobs(queue, tenant string) string {
 
 // QueueRetained is the hash of the bytes one tenant's jobs in a queue
 // are charged, from their submit until their deletion: each job's (field:
-// its id) and their sum (field "*"; internal/scripts/stats.lua).
+// its id) and their sum (field "*"; internal/store/scripts/stats.lua).
 func (s Space) QueueRetained(queue, tenant string) string {
 	return s.key("q:"+queue, "retained:"+tenant)
 }
@@ -111,7 +111,7 @@ func (s Space) QueueRetained(queue, tenant string) string {
 // deliveries of its jobs' ends still to be tried (member
 // "<tenant>/<job id>", score when the next try is due, in Redis-clock
 // milliseconds). It shares the queue's slot, so the move that ends a job
-// adds its delivery in the same script (internal/scripts/transition.lua).
+// adds its delivery in the same script (internal/store/scripts/transition.lua).
 func (s Space) QueueWebhooks(queue string) string { return s.key("q:"+queue, "webhooks") }
 
 // WebhookNames holds the key of the opaque worker names in the job objects
