@@ -19,7 +19,6 @@ import (
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // tripCounter counts the round trips a client makes: one per command sent
@@ -136,7 +135,7 @@ func BenchmarkClaimBudget(b *testing.B) {
 					return job.Submission{Kind: "noop", ConcurrencyKeys: []string{"model:b"}, Cost: &job.Cost{Tokens: 10}}
 				}}
 			if name == "budget" {
-				run.budgets = map[string]lease.Budget{"model:b": {RPM: 1_000_000_000, TPM: 1_000_000_000_000}}
+				run.budgets = map[string]job.Budget{"model:b": {RPM: 1_000_000_000, TPM: 1_000_000_000_000}}
 			}
 			for range b.N {
 				benchThroughput(b, run)
@@ -230,7 +229,7 @@ type benchRun struct {
 	minReplicas int
 	submission  func(i int) job.Submission
 	limits      map[string]int
-	budgets     map[string]lease.Budget // beside the limit of the same key
+	budgets     map[string]job.Budget // beside the limit of the same key
 }
 
 // submitAll submits n jobs, sub(i) for i in [0, n), 32 at a time.

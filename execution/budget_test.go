@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // TestBudgetAndLimitOnOneKeyAcrossQueues: one key with a concurrency limit
@@ -39,7 +38,7 @@ func budgetAndLimit(t *testing.T, rdb redis.UniversalClient) {
 	f := newFixtureOn(t, rdb, testenv.NATS(t).Conn(t))
 	const key, limit, cost, fits = "model:shared", 3, 100, 10
 	n := int64(limit)
-	if err := f.store.SetKeyLimit(t.Context(), key, job.KeyLimit{Limit: &n, Budget: lease.Budget{TPM: cost * fits}}); err != nil {
+	if err := f.store.SetKeyLimit(t.Context(), key, job.KeyLimit{Limit: &n, Budget: job.Budget{TPM: cost * fits}}); err != nil {
 		t.Fatal(err)
 	}
 	queues := []string{"q1", "q2", "q3"}
@@ -143,7 +142,7 @@ func TestNoKeyATenantNamesOutlivesItsUse(t *testing.T) {
 	f := newFixture(t)
 	// A wildcard budget gives every key of the flood a window, a spent
 	// hash and an adaptive state too.
-	if err := f.store.SetKeyLimit(t.Context(), "flood:*", job.KeyLimit{Budget: lease.Budget{RPM: 1000, TPM: 1_000_000, Adaptive: true}}); err != nil {
+	if err := f.store.SetKeyLimit(t.Context(), "flood:*", job.KeyLimit{Budget: job.Budget{RPM: 1000, TPM: 1_000_000, Adaptive: true}}); err != nil {
 		t.Fatal(err)
 	}
 	f.startWorker(t, execution.Config{Concurrency: 32, LeaseTTL: time.Second}, map[string]execution.Handler{"echo": echo})
@@ -219,7 +218,7 @@ func scanAll(rdb redis.UniversalClient, pattern string) ([]string, error) {
 func TestClaimReservesAtLeastEachJobsCost(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if err := f.store.SetKeyLimit(t.Context(), "model:t", job.KeyLimit{Budget: lease.Budget{TPM: 100_000}}); err != nil {
+	if err := f.store.SetKeyLimit(t.Context(), "model:t", job.KeyLimit{Budget: job.Budget{TPM: 100_000}}); err != nil {
 		t.Fatal(err)
 	}
 	costs := []int64{100, 100, 900, 50}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // ErrShutdown is the cause of an execution's context when its worker shuts
@@ -94,9 +93,9 @@ func (e *Execution) Checkpoint(ctx context.Context, v any) error {
 // ReportTokens reports the tokens this execution actually spent (an LLM
 // call's usage): when it ends, they replace its estimate in its keys' tpm
 // budgets. The last report counts; it is taken as from 0 to
-// lease.MaxBudget, the largest tpm.
+// job.MaxBudget, the largest tpm.
 func (e *Execution) ReportTokens(n int64) {
-	e.spent.Store(min(max(n, 0), lease.MaxBudget) + 1)
+	e.spent.Store(min(max(n, 0), job.MaxBudget) + 1)
 }
 
 // tokens is what the execution reported it spent, -1 when it reported

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -19,8 +20,8 @@ import (
 // effect at the next refresh.
 type limits struct {
 	mu      sync.RWMutex
-	m       map[string]int64        // key or "prefix:*" -> limit
-	budgets map[string]lease.Budget // key or "prefix:*" -> budget
+	m       map[string]int64      // key or "prefix:*" -> limit
+	budgets map[string]job.Budget // key or "prefix:*" -> budget
 }
 
 // of returns key's limit, -1 for none (see scripts.LimitOf); a share
@@ -46,7 +47,7 @@ func (l *limits) ask(key string) lease.Ask {
 // budgetOf returns key's budget, the zero Budget for none; a share key's
 // is its tenant's share of its key's rpm and tpm (per_tenant/limit of
 // each, at least 1).
-func (l *limits) budgetOf(key string) lease.Budget {
+func (l *limits) budgetOf(key string) job.Budget {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	base, _, share := cutShareKey(key)
@@ -123,9 +124,9 @@ func (l *limits) refresh(ctx context.Context, rdb redis.UniversalClient, ks keys
 			m[k] = n
 		}
 	}
-	budgets := map[string]lease.Budget{}
+	budgets := map[string]job.Budget{}
 	for k, v := range budgetsCmd.Val() {
-		if b, err := lease.ParseBudget(v); err == nil && b != (lease.Budget{}) {
+		if b, err := job.ParseBudget(v); err == nil && b != (job.Budget{}) {
 			budgets[k] = b
 		}
 	}

@@ -336,7 +336,7 @@ func (w *Worker) cancelFired(id, via string) {
 // settled records a settlement of key, which has budget b: its outcomes and
 // its tokens, under key's label (a share key's are its key's). (The keys'
 // effective limits and windows are the API's gauges, read from Redis.)
-func (m *metrics) settled(ctx context.Context, key string, b lease.Budget, ss []lease.Settlement, err error) {
+func (m *metrics) settled(ctx context.Context, key string, b job.Budget, ss []lease.Settlement, err error) {
 	label, ok := m.limits.label(key)
 	if !ok {
 		return

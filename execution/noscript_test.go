@@ -9,7 +9,6 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // Redis loses its script cache (SCRIPT FLUSH, as a restart or a failover
@@ -24,7 +23,7 @@ func TestWorkerRunsOnAfterScriptFlush(t *testing.T) {
 	ctx := t.Context()
 	const key = "model:flushed"
 	limit := int64(2)
-	if err := f.store.SetKeyLimit(ctx, key, job.KeyLimit{Limit: &limit, Budget: lease.Budget{TPM: 1000}}); err != nil {
+	if err := f.store.SetKeyLimit(ctx, key, job.KeyLimit{Limit: &limit, Budget: job.Budget{TPM: 1000}}); err != nil {
 		t.Fatal(err)
 	}
 	flush := func() {

@@ -197,7 +197,7 @@ func TestTraceOfHandedOffExecution(t *testing.T) {
 func TestTraceOfPushback(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if err := f.store.SetKeyLimit(t.Context(), "model:traced", job.KeyLimit{Budget: lease.Budget{TPM: 1000}}); err != nil {
+	if err := f.store.SetKeyLimit(t.Context(), "model:traced", job.KeyLimit{Budget: job.Budget{TPM: 1000}}); err != nil {
 		t.Fatal(err)
 	}
 	exp := tracetest.NewInMemoryExporter()
@@ -237,7 +237,7 @@ func TestTraceOfPushback(t *testing.T) {
 func TestTraceOfBudgetWait(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	if err := f.store.SetKeyLimit(t.Context(), "model:rpm", job.KeyLimit{Budget: lease.Budget{RPM: 1}}); err != nil {
+	if err := f.store.SetKeyLimit(t.Context(), "model:rpm", job.KeyLimit{Budget: job.Budget{RPM: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.store.SetLimit(t.Context(), "model:one", 1); err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // chat is an llm.chat submission of model asking maxTokens (a JSON
@@ -40,7 +39,7 @@ func TestSubmitBoundsTheChatEstimate(t *testing.T) {
 		ctx := t.Context()
 		// "hi" with its quotes: a token, and 4 for its message.
 		const prompt = 1 + 4
-		if err := fx.store.SetKeyLimit(ctx, "model:m", job.KeyLimit{Budget: lease.Budget{TPM: 10_000}}); err != nil {
+		if err := fx.store.SetKeyLimit(ctx, "model:m", job.KeyLimit{Budget: job.Budget{TPM: 10_000}}); err != nil {
 			t.Fatal(err)
 		}
 		for _, mt := range []string{"9223372036854775807", "99999999999999999999999", fmt.Sprint(job.MaxCostTokens), fmt.Sprint(job.MaxCostTokens - prompt + 1)} {
@@ -67,7 +66,7 @@ func TestSubmitBoundsTheChatEstimate(t *testing.T) {
 		}
 		// A tenant's share of a key (per_tenant 1 of 4: 2,500 of its
 		// 10,000 tpm) bounds what one job of the tenant may estimate.
-		if err := fx.store.SetKeyLimit(ctx, "model:s", job.KeyLimit{Limit: ptr(4), Budget: lease.Budget{TPM: 10_000, PerTenant: 1}}); err != nil {
+		if err := fx.store.SetKeyLimit(ctx, "model:s", job.KeyLimit{Limit: ptr(4), Budget: job.Budget{TPM: 10_000, PerTenant: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		_, _, err = fx.store.Submit(ctx, "acme", chat("s", fmt.Sprint(2_500-prompt+1)), "")

@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/scripts"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // MaxLimit is the largest concurrency limit.
@@ -26,7 +26,7 @@ const MaxLimit = 1_000_000
 // executions holding it at once, budgets of the upstream behind it, or both.
 type KeyLimit struct {
 	Limit  *int64 // nil: no concurrency limit; 0: nothing runs
-	Budget lease.Budget
+	Budget Budget
 }
 
 // Optional is a number a key may not use: null in JSON when not Set.
@@ -125,14 +125,14 @@ func (l *Limit) UnmarshalJSON(b []byte) error {
 
 // KeyLimits reads the limits and budgets that apply to keys, exact and
 // wildcard (look a key up with scripts.LimitOf and scripts.Lookup).
-func (s *Store) KeyLimits(ctx context.Context, keys []string) (map[string]int64, map[string]lease.Budget, error) {
+func (s *Store) KeyLimits(ctx context.Context, keys []string) (map[string]int64, map[string]Budget, error) {
 	return s.limitsOf(ctx, keys)
 }
 
 // limitsOf reads the limits and budgets that apply to keys, exact and
 // wildcard, in one round trip: the slices of the two hashes that
 // scripts.Lookup needs for them.
-func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, map[string]lease.Budget, error) {
+func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, map[string]Budget, error) {
 	var fields []string
 	for _, k := range keys {
 		fields = append(fields, k)
@@ -148,7 +148,7 @@ func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, 
 	}); err != nil {
 		return nil, nil, fmt.Errorf("job: read limits: %w", err)
 	}
-	l, b := map[string]int64{}, map[string]lease.Budget{}
+	l, b := map[string]int64{}, map[string]Budget{}
 	for i, v := range limits.Val() {
 		if n, ok := parseLimitValue(v); ok {
 			l[fields[i]] = n
@@ -156,7 +156,7 @@ func (s *Store) limitsOf(ctx context.Context, keys []string) (map[string]int64, 
 	}
 	for i, v := range budgets.Val() {
 		if v, ok := v.(string); ok {
-			if budget, err := lease.ParseBudget(v); err == nil && budget != (lease.Budget{}) {
+			if budget, err := ParseBudget(v); err == nil && budget != (Budget{}) {
 				b[fields[i]] = budget
 			}
 		}
@@ -204,7 +204,7 @@ func validateLimit(n int64) error {
 
 // ParseLimits reads limits in LEASEHOLD_LIMITS' form: comma-separated
 // key=N entries, such as "model:gpt-4o=200,tenant:*=10", where N may be
-// followed by ;-separated budget options (lease.ParseBudget), or left out
+// followed by ;-separated budget options (ParseBudget), or left out
 // for a budget alone: "model:gpt-4o=200;rpm=3000;tpm=400000;adaptive",
 // "model:mini=;tpm=400000". White space around an entry is ignored; a key
 // given twice is an error.
@@ -235,7 +235,7 @@ func ParseLimits(s string) (map[string]KeyLimit, error) {
 			}
 			kl.Limit = &n
 		}
-		b, err := lease.ParseBudget(options)
+		b, err := ParseBudget(options)
 		if err != nil {
 			return nil, fmt.Errorf("limits: pair %d (%s): %w", i+1, key, err)
 		}
@@ -254,7 +254,7 @@ func ParseLimits(s string) (map[string]KeyLimit, error) {
 // validate checks a key's configuration: something to configure, each
 // number in range.
 func (kl KeyLimit) validate() error {
-	if kl.Limit == nil && kl.Budget == (lease.Budget{}) {
+	if kl.Limit == nil && kl.Budget == (Budget{}) {
 		return errors.New("give a limit, rpm, tpm, adaptive or per_tenant")
 	}
 	if kl.Limit != nil {
@@ -263,8 +263,8 @@ func (kl KeyLimit) validate() error {
 		}
 	}
 	for name, n := range map[string]int64{"rpm": kl.Budget.RPM, "tpm": kl.Budget.TPM} {
-		if n < 0 || n > lease.MaxBudget {
-			return fmt.Errorf("%s %d must be between 1 and %d", name, n, int64(lease.MaxBudget))
+		if n < 0 || n > MaxBudget {
+			return fmt.Errorf("%s %d must be between 1 and %d", name, n, int64(MaxBudget))
 		}
 	}
 	return kl.checkPerTenant()
@@ -315,7 +315,7 @@ func fieldsOf(kl KeyLimit) limitFields {
 	if kl.Limit != nil {
 		f.limit = strconv.FormatInt(*kl.Limit, 10)
 	}
-	if kl.Budget != (lease.Budget{}) {
+	if kl.Budget != (Budget{}) {
 		f.budget = kl.Budget.String()
 	}
 	return f
@@ -420,9 +420,9 @@ func (s *Store) PatchKeyLimit(ctx context.Context, key string, p LimitPatch) (Ke
 		if n, ok := parseLimitValue(limit.Val()); ok {
 			was.Limit = &n
 		}
-		was.Budget, _ = lease.ParseBudget(budget.Val()) // one written by hand is none, as workers take it
+		was.Budget, _ = ParseBudget(budget.Val()) // one written by hand is none, as workers take it
 		kl := p.apply(was)
-		if kl.Limit == nil && kl.Budget == (lease.Budget{}) {
+		if kl.Limit == nil && kl.Budget == (Budget{}) {
 			return KeyLimit{}, &ValidationError{Errors: []FieldError{{Field: "limit",
 				Message: "the patch would leave no limit and no budget: delete the key's limit instead"}}}
 		}
@@ -513,7 +513,7 @@ func (s *Store) LimitsPage(ctx context.Context, q LimitsQuery) ([]Limit, string,
 
 // configured reads every configured key, sorted, with its limit and
 // budgets but nothing measured, and the budgets by key.
-func (s *Store) configured(ctx context.Context) ([]Limit, map[string]lease.Budget, error) {
+func (s *Store) configured(ctx context.Context) ([]Limit, map[string]Budget, error) {
 	var limitsCmd, budgetsCmd *redis.MapStringStringCmd
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		limitsCmd = p.HGetAll(ctx, s.keys.Limits())
@@ -528,10 +528,10 @@ func (s *Store) configured(ctx context.Context) ([]Limit, map[string]lease.Budge
 			byKey[k] = &Limit{Key: k, Limit: Some(n)}
 		}
 	}
-	budgets := map[string]lease.Budget{}
+	budgets := map[string]Budget{}
 	for k, v := range budgetsCmd.Val() {
-		b, err := lease.ParseBudget(v)
-		if err != nil || b == (lease.Budget{}) {
+		b, err := ParseBudget(v)
+		if err != nil || b == (Budget{}) {
 			continue
 		}
 		budgets[k] = b
@@ -560,7 +560,7 @@ func (s *Store) configured(ctx context.Context) ([]Limit, map[string]lease.Budge
 
 // measure fills in what limits' keys hold now: live leases, ready jobs
 // waiting, and budget state (budgets by key, from configured).
-func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]lease.Budget) ([]Limit, error) {
+func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]Budget) ([]Limit, error) {
 	if len(limits) == 0 {
 		return []Limit{}, nil
 	}
@@ -574,7 +574,7 @@ func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]
 	}
 	live := "(" + strconv.FormatInt(now.UnixMilli(), 10)
 	counts := make([]*redis.IntCmd, len(limits))
-	states := make([]*lease.BudgetReading, len(limits))
+	states := make([]*store.BudgetReading, len(limits))
 	lanes := make([]*redis.MapStringStringCmd, len(queues))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range queues {
@@ -586,7 +586,7 @@ func (s *Store) measure(ctx context.Context, limits []Limit, budgets map[string]
 			}
 			counts[i] = p.ZCount(ctx, s.keys.LeaseSet(l.Key), live, "+inf")
 			if _, ok := budgets[l.Key]; ok {
-				r := s.leases.BudgetIn(ctx, p, l.Key)
+				r := s.data.BudgetIn(ctx, p, l.Key)
 				states[i] = &r
 			}
 		}
@@ -673,7 +673,7 @@ func (m LimitMinute) MarshalJSON() ([]byte, error) {
 // (its settlements), oldest first: none for a key that does not adapt, or a
 // wildcard, whose keys adapt each on its own.
 func (s *Store) LimitHistory(ctx context.Context, key string) ([]LimitMinute, error) {
-	minutes, err := s.leases.History(ctx, key)
+	minutes, err := s.data.History(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}

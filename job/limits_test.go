@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 func TestParseLimits(t *testing.T) {
@@ -28,10 +27,10 @@ func TestParseLimits(t *testing.T) {
 		{in: "model:gpt-4o=200,tenant:*=10", want: map[string]job.KeyLimit{"model:gpt-4o": limitOf(200), "tenant:*": limitOf(10)}},
 		{in: " model:gpt-4o = 0 , a/b.c_d-e=1000000", want: map[string]job.KeyLimit{"model:gpt-4o": limitOf(0), "a/b.c_d-e": limitOf(1000000)}},
 		{in: "model:gpt-4o=200;rpm=3000;tpm=400000;adaptive", want: map[string]job.KeyLimit{
-			"model:gpt-4o": {Limit: ptr(200), Budget: lease.Budget{RPM: 3000, TPM: 400000, Adaptive: true}}}},
+			"model:gpt-4o": {Limit: ptr(200), Budget: job.Budget{RPM: 3000, TPM: 400000, Adaptive: true}}}},
 		{in: "model:mini=;tpm=400000 , model:*= 5 ; adaptive", want: map[string]job.KeyLimit{
-			"model:mini": {Budget: lease.Budget{TPM: 400000}}, "model:*": {Limit: ptr(5), Budget: lease.Budget{Adaptive: true}}}},
-		{in: "model:*=200;per_tenant=50", want: map[string]job.KeyLimit{"model:*": {Limit: ptr(200), Budget: lease.Budget{PerTenant: 50}}}},
+			"model:mini": {Budget: job.Budget{TPM: 400000}}, "model:*": {Limit: ptr(5), Budget: job.Budget{Adaptive: true}}}},
+		{in: "model:*=200;per_tenant=50", want: map[string]job.KeyLimit{"model:*": {Limit: ptr(200), Budget: job.Budget{PerTenant: 50}}}},
 		{in: "model:x=10;per_tenant=11", wantErr: "between 1 and the limit"},
 		{in: "model:x=;tpm=100;per_tenant=1", wantErr: "needs a limit"},
 		{in: "model:x=10;per_tenant=0", wantErr: "per_tenant=N"},

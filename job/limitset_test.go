@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/testenv"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // A patch's write (limit_set.lua given the fields as read) lands only on
@@ -20,7 +19,7 @@ func TestSetLimitRefusesAStaleRead(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		ctx := t.Context()
 		ten := int64(10)
-		if err := s.SetKeyLimit(ctx, "model:m", KeyLimit{Limit: &ten, Budget: lease.Budget{RPM: 100}}); err != nil {
+		if err := s.SetKeyLimit(ctx, "model:m", KeyLimit{Limit: &ten, Budget: Budget{RPM: 100}}); err != nil {
 			t.Fatal(err)
 		}
 		twenty := limitFields{limit: "20"}
@@ -68,7 +67,7 @@ func TestPatchKeyLimitLosesNoConcurrentPatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := fmt.Sprintf("limit %d %+v", n.Value, lease.Budget{RPM: n.Value, TPM: n.Value, Adaptive: adaptive})
+			want := fmt.Sprintf("limit %d %+v", n.Value, Budget{RPM: n.Value, TPM: n.Value, Adaptive: adaptive})
 			if got := fmt.Sprintf("limit %d %+v", limits["model:m"], budgets["model:m"]); got != want {
 				t.Fatalf("round %d: the key is %s, want %s: a patch was lost", round, got, want)
 			}

@@ -14,10 +14,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/internal/jobid"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -94,7 +94,7 @@ type Store struct {
 	idemTTL   time.Duration
 	usageTTL  time.Duration // Config.UsageRetention
 	limited   bool          // Config.OnlyLimitedKeys
-	leases    *lease.Client
+	data      *store.Store
 	submit    *scripts.Script
 	cancel    *scripts.Script
 	retry     *scripts.Script
@@ -112,13 +112,9 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if rdb == nil {
 		return nil, errors.New("job: nil redis client")
 	}
-	leases, err := lease.New(rdb, lease.Config{Prefix: cfg.Prefix})
-	if err != nil {
-		return nil, err
-	}
 	s := &Store{
 		rdb:       rdb,
-		leases:    leases,
+		data:      store.New(rdb, store.Config{Prefix: cfg.Prefix}),
 		keys:      keys.New(cfg.Prefix),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		idemTTL:   cmp.Or(cfg.IdempotencyTTL, DefaultIdempotencyTTL),

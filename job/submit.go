@@ -15,9 +15,9 @@ import (
 
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/parallel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // MaxBatch is the most submissions one SubmitBatch takes.
@@ -655,7 +655,7 @@ func (s *Store) unended(ctx context.Context, tenant string, queues []string) (ma
 // than a whole budget, and on_busy "reject".
 type keyRules struct {
 	limits  map[string]int64
-	budgets map[string]lease.Budget
+	budgets map[string]Budget
 	named   bool // check the keys the submitter named (Config.OnlyLimitedKeys)
 }
 
@@ -738,9 +738,9 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 		b, budgeted := scripts.Lookup(r.budgets, k)
 		label := scripts.Label(r.limits, r.budgets, k)
 		if budgeted {
-			var reading lease.BudgetReading
+			var reading store.BudgetReading
 			if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				reading = s.leases.BudgetIn(ctx, p, k)
+				reading = s.data.BudgetIn(ctx, p, k)
 				return nil
 			}); err != nil {
 				return fmt.Errorf("job: room in %s: %w", k, err)
@@ -765,7 +765,7 @@ func (s *Store) room(ctx context.Context, r *keyRules, keys []string, tokens int
 		if l < 0 {
 			continue
 		}
-		ok, wait, err := s.leases.Room(ctx, k, int(l))
+		ok, wait, err := s.data.LeaseRoom(ctx, k, int(l))
 		if err != nil {
 			return fmt.Errorf("job: room in %s: %w", k, err)
 		}

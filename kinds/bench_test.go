@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // utilSteps are the upstream's hidden capacities, one per phase of
@@ -39,7 +38,7 @@ type utilMode struct {
 func (m utilMode) limit(capacity int) job.KeyLimit {
 	if m.factor == 0 {
 		n := int64(4 * utilSteps[2])
-		return job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}
+		return job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}}
 	}
 	n := int64(m.factor * capacity)
 	return job.KeyLimit{Limit: &n}

@@ -15,7 +15,6 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // The tests of this file put llm.chat in front of an upstream whose limits
@@ -120,7 +119,7 @@ func TestAdaptiveLimitLearnsTheUpstreamsCapacity(t *testing.T) {
 	fl := newFleet(t)
 	store := fl.store
 	n := int64(limit)
-	if err := store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}); err != nil {
+	if err := store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}}); err != nil {
 		t.Fatal(err)
 	}
 	var workers []*testenv.Process
@@ -184,7 +183,7 @@ func TestTPMSettlesToActualUsage(t *testing.T) {
 	upstream := fakellm.New(fakellm.Config{AnswerTokens: 20, Delay: 2 * time.Millisecond})
 	const tpm = 6000 // an estimate is ~310 tokens: prompt and max_tokens 300
 	upstream.SetLimits(fakellm.Limits{TPM: tpm})
-	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: lease.Budget{TPM: tpm}})
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: job.Budget{TPM: tpm}})
 	took, done := runAll(t, f.store, 60, 30*time.Second, func(i int) job.Submission { return chatJob(i, 300, 1) })
 	for _, j := range done {
 		if j.State != job.StateSucceeded {
@@ -208,7 +207,7 @@ func TestRPMHoldsTheRestQueued(t *testing.T) {
 	t.Parallel()
 	upstream := fakellm.New(fakellm.Config{Tokens: 2})
 	const rpm = 10
-	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: lease.Budget{RPM: rpm}})
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 8}, job.KeyLimit{Budget: job.Budget{RPM: rpm}})
 	ids := make([]string, 15)
 	for i := range ids {
 		j, _, err := f.store.Submit(t.Context(), "acme", chatJob(i, 0, 1), "")
@@ -259,7 +258,7 @@ func TestThrottleHoldsEveryWorker(t *testing.T) {
 	upstream := fakellm.New(fakellm.Config{Tokens: 2})
 	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "2", Message: "slow down"})
 	n := int64(10)
-	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4}, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}})
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4}, job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}})
 	// A second worker, in a process of its own.
 	fleet{prefix: f.prefix, store: f.store}.start(t, f.srv.URL)
 	first, _, err := f.store.Submit(t.Context(), "acme", chatJob(0, 0, 1), "")
@@ -299,7 +298,7 @@ func TestThrottledClaimsComeBackAsTheThrottleEnds(t *testing.T) {
 	upstream := fakellm.New(fakellm.Config{Tokens: 2})
 	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "1", Message: "slow down"})
 	n := int64(10)
-	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4, Poll: 30 * time.Second}, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}})
+	f := startWithLimit(t, upstream, execution.Config{Concurrency: 4, Poll: 30 * time.Second}, job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}})
 	nc := testenv.NATS(t).Conn(t)
 	wake := func() {
 		if err := execution.Wake(nc, f.prefix, job.DefaultQueue); err != nil {
@@ -345,7 +344,7 @@ func TestPushbackCutsOnlyItsModelsKey(t *testing.T) {
 	upstream := fakellm.New(fakellm.Config{Tokens: 2})
 	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "30", Message: "slow down"})
 	n := int64(16)
-	adaptive := job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}
+	adaptive := job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}}
 	f := startKinds(t, upstream, SleepConfig{}, LLMConfig{}, execution.Config{}, func(store *job.Store) {
 		for _, k := range []string{"model:fake-1", "model:shared"} {
 			if err := store.SetKeyLimit(t.Context(), k, adaptive); err != nil {

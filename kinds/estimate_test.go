@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // hangingUpstream serves fakellm's answers, except to a request that asks
@@ -60,7 +59,7 @@ func TestCutShortStreamGivesBackItsEstimate(t *testing.T) {
 	calls := make(chan int, 10)
 	srv := hangingUpstream(t, 100, deltas, calls)
 	fl := newFleet(t)
-	if err := fl.store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Budget: lease.Budget{TPM: tpm}}); err != nil {
+	if err := fl.store.SetKeyLimit(t.Context(), "model:fake-1", job.KeyLimit{Budget: job.Budget{TPM: tpm}}); err != nil {
 		t.Fatal(err)
 	}
 	fl.start(t, srv.URL)

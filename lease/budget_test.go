@@ -10,14 +10,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
 
 // ask asks for slots of key for holders under budget b, each estimated at
 // tokens, and returns the holders granted.
-func ask(t testing.TB, c *lease.Client, key string, limit int, b lease.Budget, tokens int64, holders ...string) []string {
+func ask(t testing.TB, c *lease.Client, key string, limit int, b job.Budget, tokens int64, holders ...string) []string {
 	t.Helper()
 	a := lease.Ask{Key: key, Limit: limit, Holders: holders, Budget: b}
 	for range holders {
@@ -36,18 +38,18 @@ func ask(t testing.TB, c *lease.Client, key string, limit int, b lease.Budget, t
 	return got
 }
 
-func settle(t testing.TB, c *lease.Client, key string, limit int, b lease.Budget, ss ...lease.Settlement) {
+func settle(t testing.TB, c *lease.Client, key string, limit int, b job.Budget, ss ...lease.Settlement) {
 	t.Helper()
 	if _, err := c.Settle(t.Context(), key, limit, b, ss); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func budgetState(t testing.TB, c *lease.Client, rdb redis.UniversalClient, key string) lease.BudgetState {
+func budgetState(t testing.TB, c *lease.Client, rdb redis.UniversalClient, key string) store.BudgetState {
 	t.Helper()
-	var r lease.BudgetReading
+	var r store.BudgetReading
 	if _, err := rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
-		r = c.BudgetIn(t.Context(), p, key)
+		r = c.Data().BudgetIn(t.Context(), p, key)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -78,7 +80,7 @@ func age(t testing.TB, rdb redis.UniversalClient, ks keys.Space, key string) {
 func TestBudgetRPMCountsStartsInTheRollingMinute(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, ks := newClient(t, rdb)
-		b := lease.Budget{RPM: 3}
+		b := job.Budget{RPM: 3}
 		if got := ask(t, c, "model:r", -1, b, 0, "a", "b", "c", "d", "e"); len(got) != 3 {
 			t.Fatalf("granted %v, want the first 3 of rpm 3", got)
 		}
@@ -100,7 +102,7 @@ func TestBudgetRPMCountsStartsInTheRollingMinute(t *testing.T) {
 func TestBudgetTPMReservesEstimatesAndSettlesActualUsage(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		b := lease.Budget{TPM: 1000}
+		b := job.Budget{TPM: 1000}
 		if got := ask(t, c, "model:t", -1, b, 400, "a", "b", "c"); len(got) != 2 {
 			t.Fatalf("granted %v, want 2 estimates of 400 in tpm 1000", got)
 		}
@@ -132,7 +134,7 @@ func TestBudgetTPMReservesEstimatesAndSettlesActualUsage(t *testing.T) {
 func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		b := lease.Budget{TPM: 1000}
+		b := job.Budget{TPM: 1000}
 		inRange := func(when string) {
 			t.Helper()
 			if st := budgetState(t, c, rdb, "model:w"); st.Tokens < 0 || st.Tokens > b.TPM {
@@ -165,8 +167,8 @@ func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 		inRange("after a huge estimate")
 		// Tokens spent beyond any tpm count as the largest tpm.
 		settle(t, c, "model:w", -1, b, lease.Settlement{Holder: "whole", Outcome: lease.OutcomeOK, Tokens: math.MaxInt64, Estimate: 1000})
-		if st := budgetState(t, c, rdb, "model:w"); st.Tokens != lease.MaxBudget {
-			t.Fatalf("tokens of the last minute %d after a settlement of 2^63-1, want %d", st.Tokens, int64(lease.MaxBudget))
+		if st := budgetState(t, c, rdb, "model:w"); st.Tokens != job.MaxBudget {
+			t.Fatalf("tokens of the last minute %d after a settlement of 2^63-1, want %d", st.Tokens, int64(job.MaxBudget))
 		}
 	})
 }
@@ -178,7 +180,7 @@ func TestBudgetReservationsAreClampedToTheTPM(t *testing.T) {
 func TestBudgetSettlesPastTheMinuteOverTheClampedReservation(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, ks := newClient(t, rdb)
-		b := lease.Budget{TPM: 1000}
+		b := job.Budget{TPM: 1000}
 		if got := ask(t, c, "model:p", -1, b, 5000, "big"); len(got) != 1 {
 			t.Fatalf("granted %v, want big: a job larger than the tpm runs alone", got)
 		}
@@ -193,7 +195,7 @@ func TestBudgetSettlesPastTheMinuteOverTheClampedReservation(t *testing.T) {
 func TestBudgetUnusedReservationLeavesTheWindow(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		b := lease.Budget{RPM: 1, TPM: 100}
+		b := job.Budget{RPM: 1, TPM: 100}
 		if got := ask(t, c, "model:u", 1, b, 100, "a"); len(got) != 1 {
 			t.Fatalf("granted %v, want a", got)
 		}
@@ -213,7 +215,7 @@ func TestBudgetUnusedReservationLeavesTheWindow(t *testing.T) {
 func TestPushbackCutsTheEffectiveLimitAndThrottlesTheKey(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		b := lease.Budget{Adaptive: true}
+		b := job.Budget{Adaptive: true}
 		// A key new to adapting starts low: an eighth of its limit of 20.
 		if got := ask(t, c, "model:p", 20, b, 0, "a", "b", "c", "d"); len(got) != 2 {
 			t.Fatalf("granted %v, want 2 (the slow start of limit 20)", got)
@@ -236,7 +238,7 @@ func TestPushbackCutsTheEffectiveLimitAndThrottlesTheKey(t *testing.T) {
 func TestAdaptiveLimitGrowsBackNeverAboveTheLimit(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		b := lease.Budget{Adaptive: true}
+		b := job.Budget{Adaptive: true}
 		const limit = 6
 		last := 0.0
 		for round := range 40 {
@@ -276,16 +278,16 @@ func TestBudgetsAreNeverExceededUnderConcurrency(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, ks := newClient(t, rdb)
 		const key, limit = "model:s", 4
-		b := lease.Budget{RPM: 60, TPM: 3000}
+		b := job.Budget{RPM: 60, TPM: 3000}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var violations []string
 		check := func() {
 			var leases *redis.IntCmd
-			var r lease.BudgetReading
+			var r store.BudgetReading
 			if _, err := rdb.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
 				leases = p.ZCount(t.Context(), ks.LeaseSet(key), fmt.Sprint("(", time.Now().UnixMilli()), "+inf")
-				r = c.BudgetIn(t.Context(), p, key)
+				r = c.Data().BudgetIn(t.Context(), p, key)
 				return nil
 			}); err != nil {
 				t.Error(err)
@@ -333,7 +335,7 @@ func TestBudgetsAreNeverExceededUnderConcurrency(t *testing.T) {
 func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, ks := newClient(t, rdb)
-		b := lease.Budget{Adaptive: true}
+		b := job.Budget{Adaptive: true}
 		if got := ask(t, c, "model:h", 20, b, 0, "a", "b"); len(got) != 2 {
 			t.Fatalf("granted %v, want 2 (the slow start of limit 20)", got)
 		}
@@ -355,7 +357,7 @@ func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
 		settle(t, c, "model:h", 20, b, lease.Settlement{Holder: "a", Outcome: lease.OutcomePushback, Tokens: -1})
 		settle(t, c, "model:h", 20, b, lease.Settlement{Holder: "b", Outcome: lease.OutcomeOK, Tokens: -1})
 
-		got, err := c.History(t.Context(), "model:h")
+		got, err := c.Data().History(t.Context(), "model:h")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,13 +379,13 @@ func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
 			t.Fatalf("history expires in %v, want an hour", ttl)
 		}
 
-		plain := lease.Budget{RPM: 10}
+		plain := job.Budget{RPM: 10}
 		ask(t, c, "model:plain", 5, plain, 0, "x")
 		settle(t, c, "model:plain", 5, plain, lease.Settlement{Holder: "x", Outcome: lease.OutcomePushback, Tokens: -1})
 		if n := rdb.Exists(t.Context(), ks.LeaseHistory("model:plain")).Val(); n != 0 {
 			t.Fatal("a key that does not adapt keeps a history")
 		}
-		if got, err := c.History(t.Context(), "model:plain"); err != nil || len(got) != 0 {
+		if got, err := c.Data().History(t.Context(), "model:plain"); err != nil || len(got) != 0 {
 			t.Fatalf("history of a key that does not adapt: %+v, %v; want none", got, err)
 		}
 	})
@@ -395,7 +397,7 @@ func TestAdaptiveKeyKeepsAnHourOfMinutes(t *testing.T) {
 func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, _ := newClient(t, rdb)
-		byBudget := func(key string, limit int, b lease.Budget, holders ...string) bool {
+		byBudget := func(key string, limit int, b job.Budget, holders ...string) bool {
 			t.Helper()
 			g, err := c.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: key, Limit: limit, Holders: holders, Budget: b}})
 			if err != nil {
@@ -403,10 +405,10 @@ func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
 			}
 			return g[0].ByBudget
 		}
-		if byBudget("model:full", 1, lease.Budget{RPM: 100}, "a", "b") {
+		if byBudget("model:full", 1, job.Budget{RPM: 100}, "a", "b") {
 			t.Error("a key whose one slot is taken: refused by its budget, want by its limit")
 		}
-		adaptive := lease.Budget{Adaptive: true}
+		adaptive := job.Budget{Adaptive: true}
 		if !byBudget("model:adapt", 20, adaptive, "a", "b", "c") { // the slow start: 2 of 20
 			t.Error("an adaptive key at its effective limit: not refused by its budget")
 		}
@@ -415,10 +417,10 @@ func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
 		if !byBudget("model:adapt", 20, adaptive, "d") {
 			t.Error("a throttled key: not refused by its budget")
 		}
-		if !byBudget("model:rpm", 10, lease.Budget{RPM: 1}, "a", "b") {
+		if !byBudget("model:rpm", 10, job.Budget{RPM: 1}, "a", "b") {
 			t.Error("a key whose rpm is spent: not refused by its budget")
 		}
-		if byBudget("model:rpm2", 10, lease.Budget{RPM: 2}, "a", "b") {
+		if byBudget("model:rpm2", 10, job.Budget{RPM: 2}, "a", "b") {
 			t.Error("every holder granted, and ByBudget says refused")
 		}
 	})
@@ -432,7 +434,7 @@ func TestGrantSaysWhenTheBudgetRefused(t *testing.T) {
 func TestSemaphoreCountsInABudgetedKeyButIsNotHeldByIt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		c, ks := newClient(t, rdb)
-		adaptive := lease.Budget{Adaptive: true}
+		adaptive := job.Budget{Adaptive: true}
 		// Throttled for a minute by a pushback; its effective limit cut to 1.
 		ask(t, c, "model:s", 20, adaptive, 0, "job-a")
 		settle(t, c, "model:s", 20, adaptive, lease.Settlement{Holder: "job-a", Outcome: lease.OutcomePushback, Tokens: -1, RetryAfter: time.Minute})

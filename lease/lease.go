@@ -10,16 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/job"
 )
 
 var (
 	acquireScript = scripts.Load("lease_acquire.lua", "fence.lua", "budget.lua")
 	settleScript  = scripts.Load("lease_settle.lua", "budget.lua")
-	budgetScript  = scripts.Load("lease_budget.lua", "budget.lua")
 	renewScript   = scripts.Load("lease_renew.lua")
-	countScript   = scripts.Load("lease_count.lua")
 )
 
 // ErrLost means a lease is gone: released, reaped after it expired, or not
@@ -74,6 +74,7 @@ type Config struct {
 type Client struct {
 	rdb   redis.UniversalClient
 	keys  keys.Space
+	store *store.Store
 	clock func() time.Time
 }
 
@@ -87,7 +88,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Client{rdb: rdb, keys: keys.New(cfg.Prefix), clock: clock}, nil
+	return &Client{rdb: rdb, keys: keys.New(cfg.Prefix), store: store.New(rdb, store.Config{Prefix: cfg.Prefix}), clock: clock}, nil
 }
 
 // Acquire takes a slot of key for holder if fewer than limit leases are
@@ -134,7 +135,7 @@ type Ask struct {
 	Holders []string
 	// Budget is the key's budget; a holder gets a slot only if it has room
 	// too, and what it reserves must be settled (SettleIn).
-	Budget Budget
+	Budget job.Budget
 	// Tokens holds each holder's estimated tokens, when Budget has a TPM.
 	Tokens []int64
 }
@@ -235,7 +236,7 @@ func (c *Client) acquireKeys(key string) []string {
 }
 
 func acquireArgs(ttl, mark time.Duration, a Ask) []any {
-	rpm, tpm, adaptive := a.Budget.args()
+	rpm, tpm, adaptive := budgetArgs(a.Budget)
 	args := make([]any, 0, 6+2*len(a.Holders))
 	args = append(args, ttl.Milliseconds(), a.Limit, mark.Milliseconds(), rpm, tpm, adaptive)
 	for i, h := range a.Holders {
@@ -333,7 +334,10 @@ func (c *Client) ReleaseIn(ctx context.Context, rdb redis.Cmdable, key string, h
 
 // InUse returns the number of live leases on key.
 func (c *Client) InUse(ctx context.Context, key string) (int, error) {
-	n, _, err := c.count(ctx, key)
+	if err := validateKey(key); err != nil {
+		return 0, err
+	}
+	n, _, err := c.store.LeaseCount(ctx, key)
 	return n, err
 }
 
@@ -341,28 +345,10 @@ func (c *Client) InUse(ctx context.Context, key string) (int, error) {
 // has none, the time until its earliest lease expires. It takes nothing:
 // a slot free now may be taken before the caller asks for it.
 func (c *Client) Room(ctx context.Context, key string, limit int) (ok bool, retryAfter time.Duration, err error) {
-	n, wait, err := c.count(ctx, key)
-	if err != nil || n < limit {
-		return err == nil, 0, err
-	}
-	if wait == 0 {
-		wait = time.Second // a limit of 0 has no lease to wait for
-	}
-	return false, wait, nil
-}
-
-func (c *Client) count(ctx context.Context, key string) (int, time.Duration, error) {
 	if err := validateKey(key); err != nil {
-		return 0, 0, err
+		return false, 0, err
 	}
-	res, err := countScript.Run(ctx, c.rdb, []string{c.keys.LeaseSet(key)}).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("%d values in the reply, want 2", len(res))
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("lease: count %q: %w", key, err)
-	}
-	return int(res[0]), time.Duration(res[1]) * time.Millisecond, nil
+	return c.store.LeaseRoom(ctx, key, limit)
 }
 
 func validate(key, holder string, ttl time.Duration) error {

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -28,7 +29,7 @@ func TestLeaseScriptsRunAfterScriptFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := lease.Budget{RPM: 100, TPM: 1000}
+	b := job.Budget{RPM: 100, TPM: 1000}
 
 	flush()
 	if got := ask(t, c, "model:a", 2, b, 10, "e1", "e2", "e3"); len(got) != 2 {

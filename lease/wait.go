@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/testsignal"
+	"github.com/leasehold/leasehold/job"
 )
 
 var (
@@ -83,7 +84,7 @@ type WaitConfig struct {
 	// only when the budget has room too, and reserves Tokens of its TPM.
 	// A permit of a key with a budget is ended with Permit.Settle. Default
 	// none: the line counts concurrency only.
-	Budget Budget
+	Budget job.Budget
 	// Tokens is the holder's estimated tokens, for the TPM of Budget and of
 	// the keys of Also.
 	Tokens int64
@@ -213,7 +214,7 @@ type waiter struct {
 	nc          *nats.Conn
 	wakeSubject string
 	waiting     *testsignal.Signal
-	budget      Budget
+	budget      job.Budget
 	tokens      int64
 	also        []Ask
 	// alsoHeld are the leases of also while the waiter holds them: from
@@ -311,12 +312,12 @@ type pollResult struct {
 // heads the line and the key has room.
 func (w *waiter) poll(ctx context.Context, join, grant, back bool) (pollResult, error) {
 	ks, key := w.s.c.keys, w.s.key
-	rpm, tpm, adaptive := w.budget.args()
+	rpm, tpm, adaptive := budgetArgs(w.budget)
 	res, err := pollScript.Run(ctx, w.s.c.rdb,
 		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key),
 			ks.LeaseTurn(key), ks.LeaseWaiting(key), ks.LeaseWindow(key), ks.LeaseSpent(key), ks.LeaseThrottle(key), ks.LeaseAdapt(key)},
 		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit,
-		rpm, tpm, adaptive, min(max(w.tokens, 0), MaxBudget), grant, back).Int64Slice()
+		rpm, tpm, adaptive, min(max(w.tokens, 0), job.MaxBudget), grant, back).Int64Slice()
 	if err == nil && (len(res) == 0 || res[0] == 0 && len(res) != 3 || res[0] == 1 && len(res) != 4) {
 		err = fmt.Errorf("reply %v", res)
 	}
@@ -389,7 +390,7 @@ func (w *waiter) takeAlso(ctx context.Context) (bool, error) {
 // tokens spent (see Settlement).
 func (w *waiter) end(ctx context.Context, line bool, outcome Outcome, tokens int64, retryAfter time.Duration) error {
 	var errs []error
-	settle := func(key string, limit int, b Budget, outcome Outcome) {
+	settle := func(key string, limit int, b job.Budget, outcome Outcome) {
 		if b.IsZero() {
 			errs = append(errs, w.s.c.Release(ctx, Lease{Key: key, Holder: w.holder}))
 			return

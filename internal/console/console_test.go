@@ -874,7 +874,7 @@ func TestConsole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := lease.Budget{RPM: 3000, TPM: 400000, Adaptive: true}
+		b := job.Budget{RPM: 3000, TPM: 400000, Adaptive: true}
 		if _, err := leases.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: "model:budget", Limit: 20, Holders: []string{"a", "b"}, Tokens: []int64{500, 500}, Budget: b}}); err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // BenchmarkChatCall measures what POST /v1/chat/completions adds to a call
@@ -44,7 +43,7 @@ func BenchmarkChatCall(b *testing.B) {
 	// A limit and a tpm budget with room: the call takes the line's way
 	// with its budget, and never waits.
 	limit := int64(100)
-	if err := store.SetKeyLimit(b.Context(), "model:fake", job.KeyLimit{Limit: &limit, Budget: lease.Budget{TPM: lease.MaxBudget}}); err != nil {
+	if err := store.SetKeyLimit(b.Context(), "model:fake", job.KeyLimit{Limit: &limit, Budget: job.Budget{TPM: job.MaxBudget}}); err != nil {
 		b.Fatal(err)
 	}
 	body := chatBody("hello there", false, 1)

@@ -38,7 +38,7 @@ func newChatFixture(t *testing.T, cfg fakellm.Config) *chatFixture {
 }
 
 // setLimit sets key's limit and budget as PUT /v1/limits would.
-func (f *chatFixture) setLimit(key string, limit int64, b lease.Budget) {
+func (f *chatFixture) setLimit(key string, limit int64, b job.Budget) {
 	f.t.Helper()
 	if err := f.store.SetKeyLimit(f.t.Context(), key, job.KeyLimit{Limit: &limit, Budget: b}); err != nil {
 		f.t.Fatal(err)
@@ -83,7 +83,7 @@ func (f *chatFixture) inUse(key string) int64 {
 func TestChatCallsWaitTheirTurnInArrivalOrder(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{Delay: 20 * time.Millisecond})
-	f.setLimit("model:fake", 2, lease.Budget{})
+	f.setLimit("model:fake", 2, job.Budget{})
 	const n = 10
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -130,7 +130,7 @@ func TestChatCallsWaitTheirTurnInArrivalOrder(t *testing.T) {
 func TestChatCallPastItsMaxWaitIsRefused(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{})
-	f.setLimit("model:fake", 1, lease.Budget{})
+	f.setLimit("model:fake", 1, job.Budget{})
 	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestChatCallRefusesBadInput(t *testing.T) {
 func TestChatCallsAndJobsShareTheModelLimit(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{Delay: 10 * time.Millisecond})
-	f.setLimit("model:fake", 2, lease.Budget{})
+	f.setLimit("model:fake", 2, job.Budget{})
 	upstream := httptest.NewServer(f.llm)
 	t.Cleanup(upstream.Close)
 	f.startWorker(map[string]execution.Handler{"llm.chat": kinds.LLMChat(kinds.LLMConfig{BaseURL: upstream.URL + "/v1"})})
@@ -230,7 +230,7 @@ func TestChatCallsAndJobsShareTheModelLimit(t *testing.T) {
 func TestChatClientThatLeavesFreesItsSlot(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{HangAfter: 3})
-	f.setLimit("model:fake", 1, lease.Budget{})
+	f.setLimit("model:fake", 1, job.Budget{})
 	ctx, leave := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -254,7 +254,7 @@ func TestChatClientThatLeavesFreesItsSlot(t *testing.T) {
 func TestChatCallSettlesTPMWithItsRealUsage(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{})
-	f.setLimit("model:fake", 5, lease.Budget{TPM: 100_000})
+	f.setLimit("model:fake", 5, job.Budget{TPM: 100_000})
 	resp, b, err := f.call(t.Context(), chatBody("one two three", true, 4))
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("%v %s", err, b)

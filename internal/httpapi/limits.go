@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // limitList is the body of GET /v1/limits.
@@ -101,7 +100,7 @@ func (s *server) putLimit(w http.ResponseWriter, r *http.Request, c caller) {
 	}
 	ctx, stop := s.redisContext(r.Context(), 0)
 	defer stop()
-	kl := job.KeyLimit{Limit: b.Limit, Budget: lease.Budget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive, PerTenant: b.PerTenant}}
+	kl := job.KeyLimit{Limit: b.Limit, Budget: job.Budget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive, PerTenant: b.PerTenant}}
 	if err := s.store.SetKeyLimit(ctx, key, kl); err != nil {
 		s.fail(w, r, err)
 		return

@@ -225,7 +225,7 @@ func TestLimitHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := lease.Budget{Adaptive: true}
+	b := job.Budget{Adaptive: true}
 	for _, key := range []string{"model:h", "tenant:globex"} {
 		g, err := leases.AcquireAll(t.Context(), time.Minute, time.Second, []lease.Ask{{Key: key, Limit: 20, Holders: []string{"a", "b"}, Tokens: []int64{0, 0}, Budget: b}})
 		if err != nil || g[0].Tokens[1] == 0 {

@@ -9,15 +9,27 @@
 // serve now, returns an error wrapping ErrUnavailable (see Classify).
 package store
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/store/keys"
+)
 
 // Store sends the commands of every operation to one Redis: a single
 // server, a Sentinel-managed primary or a Cluster.
 type Store struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	keys keys.Space
+}
+
+// Config is how a Store lays out and keeps its data.
+type Config struct {
+	// Prefix starts every key; "" is keys.DefaultPrefix. Processes that
+	// share data share it.
+	Prefix string
 }
 
 // New returns the store of rdb's data.
-func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb}
+func New(rdb redis.UniversalClient, cfg Config) *Store {
+	return &Store{rdb: rdb, keys: keys.New(cfg.Prefix)}
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds/remote"
-	"github.com/leasehold/leasehold/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -427,7 +426,7 @@ func TestA429CutsTheKeysItNames(t *testing.T) {
 	})
 	n := int64(16)
 	for _, k := range []string{"model:a", "model:b", "model:c", "model:d"} {
-		if err := f.store.SetKeyLimit(t.Context(), k, job.KeyLimit{Limit: &n, Budget: lease.Budget{Adaptive: true}}); err != nil {
+		if err := f.store.SetKeyLimit(t.Context(), k, job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -23,7 +23,7 @@ func (s Space) WakeSubject(queue string) string {
 func (s Space) Limits() string { return s.key("limits", "limits") }
 
 // Budgets is the hash of keys' budgets: field key (or "prefix:*"), value
-// its options as lease.Budget writes them ("rpm=3000;tpm=400000;adaptive").
+// its options as job.Budget writes them ("rpm=3000;tpm=400000;adaptive").
 // It shares the limits' slot, so both change in one transaction; a worker
 // of a version before budgets reads the limits alone and still enforces them.
 func (s Space) Budgets() string { return s.key("limits", "budgets") }
