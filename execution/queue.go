@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
@@ -40,6 +41,7 @@ const dueBatch = 64
 // hash tag, so each script is atomic on a Redis Cluster too.
 type queue struct {
 	name      string
+	st        *store.Store
 	rdb       redis.UniversalClient
 	keys      keys.Space
 	ttl       time.Duration
@@ -83,7 +85,7 @@ type queue struct {
 	costs laneCosts
 	// folds is where the reaper's next fold starts (fold.go); the reaper
 	// alone uses it.
-	folds folds
+	folds store.FoldCursor
 	// along is the peek the last fused claim read in its round trip, for
 	// the next if it follows within alongFor (see fused); nil once taken.
 	along    atomic.Pointer[peeked]

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/testsignal"
@@ -132,6 +133,7 @@ type Worker struct {
 	tracer   trace.Tracer
 
 	rdb      redis.UniversalClient
+	st       *store.Store
 	slots    chan struct{}   // one token per running execution
 	wake     chan struct{}   // a job may be waiting
 	finishes chan *finishing // for the finisher, which batches them
@@ -237,6 +239,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: map[string]Handler{},
 		rdb:      rdb,
+		st:       store.New(rdb, store.Config{Prefix: cfg.Prefix}),
 		slots:    make(chan struct{}, cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
 		finishes: make(chan *finishing),
@@ -263,7 +266,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
-		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
+		w.queues = append(w.queues, &queue{name: name, st: w.st, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
 			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)})
 	}
