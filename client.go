@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
@@ -61,8 +60,7 @@ type Config struct {
 // Client submits, reads and cancels jobs, and runs a worker for the kinds
 // it was given. It is safe for concurrent use; call Handle before Run.
 type Client struct {
-	nc     *nats.Conn
-	prefix string
+	waker  *execution.Waker
 	store  *job.Store
 	flags  *cancel.Flags
 	worker *execution.Worker
@@ -108,11 +106,12 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS})
+	waker := execution.NewWaker(wcfg.NATS, wcfg.Prefix, wcfg.Logger)
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, Waker: waker})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{nc: wcfg.NATS, prefix: wcfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{waker: waker, store: store, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in
@@ -141,9 +140,7 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 	if err != nil {
 		return j, err
 	}
-	if c.nc != nil {
-		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
-	}
+	c.waker.Wake(ctx, j.Queue)
 	return j, nil
 }
 
@@ -156,14 +153,14 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 // stopped midway (see job.Store.SubmitBatch).
 func (c *Client) SubmitBatch(ctx context.Context, tenant string, items []job.BatchItem) ([]job.BatchResult, error) {
 	res, err := c.store.SubmitBatch(ctx, tenant, items, job.Cap{})
-	if err != nil || c.nc == nil {
+	if err != nil {
 		return res, err
 	}
 	woken := map[string]bool{}
 	for _, r := range res {
 		if r.Created && !woken[r.Job.Queue] {
 			woken[r.Job.Queue] = true
-			_ = execution.Wake(c.nc, c.prefix, r.Job.Queue) // a lost wake-up costs a poll
+			c.waker.Wake(ctx, r.Job.Queue)
 		}
 	}
 	return res, nil
@@ -189,8 +186,8 @@ func (c *Client) Cancel(ctx context.Context, tenant, id string) (job.Job, error)
 // job.ErrSignalsFull when it keeps as many signals as it may.
 func (c *Client) Signal(ctx context.Context, tenant, id, name string, data json.RawMessage) (job.Job, error) {
 	j, resumed, err := c.store.Signal(ctx, tenant, id, false, name, data)
-	if err == nil && resumed && c.nc != nil {
-		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
+	if err == nil && resumed {
+		c.waker.Wake(ctx, j.Queue)
 	}
 	return j, err
 }

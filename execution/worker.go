@@ -136,6 +136,7 @@ type Worker struct {
 	st       *store.Store
 	slots    chan struct{}   // one token per running execution
 	wake     chan struct{}   // a job may be waiting
+	waker    *Waker          // wakes other workers' idle loops
 	finishes chan *finishing // for the finisher, which batches them
 
 	mu      sync.Mutex
@@ -242,6 +243,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		st:       store.New(rdb, store.Config{Prefix: cfg.Prefix}),
 		slots:    make(chan struct{}, cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
+		waker:    NewWaker(cfg.NATS, cfg.Prefix, cfg.Logger),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		handBack: make(chan struct{}),
@@ -719,8 +721,8 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		}
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
-		if w.cfg.NATS != nil && (state == job.StateQueued || limited) {
-			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
+		if state == job.StateQueued || limited {
+			w.waker.Wake(ctx, e.Queue)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -55,9 +54,9 @@ type Config struct {
 	Prefix string
 	// Jobs creates the fired jobs; default job.NewStore(rdb, job.Config{Prefix: Prefix}).
 	Jobs *job.Store
-	// NATS wakes an idle worker of a fired job's queue; nil: workers find
-	// the job when they poll.
-	NATS *nats.Conn
+	// Waker wakes an idle worker of a fired job's queue; nil: workers
+	// find the job when they poll.
+	Waker *execution.Waker
 	// TracerProvider makes the span of each fire, which starts the fired
 	// job's trace; default the global one.
 	TracerProvider trace.TracerProvider
@@ -74,7 +73,7 @@ type Store struct {
 	keys    keys.Space
 	prefix  string
 	jobs    *job.Store
-	nc      *nats.Conn
+	waker   *execution.Waker
 	tracer  trace.Tracer
 	max     int
 	create  *scripts.Script
@@ -107,7 +106,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:    keys.New(cfg.Prefix),
 		prefix:  cfg.Prefix,
 		jobs:    jobs,
-		nc:      cfg.NATS,
+		waker:   cfg.Waker,
 		tracer:  telemetry.Tracer(cfg.TracerProvider),
 		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
 		create:  scripts.Load("schedule_create.lua", lib...),
@@ -542,9 +541,7 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 	if !created {
 		return j, false, nil
 	}
-	if s.nc != nil {
-		_ = execution.Wake(s.nc, s.prefix, j.Queue) // a lost wake-up costs a poll
-	}
+	s.waker.Wake(ctx, j.Queue)
 	return j, true, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -23,7 +24,7 @@ func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, NATS: nc, Jobs: jobs})
+	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
 	if err != nil {
 		return nil, nil, err
 	}

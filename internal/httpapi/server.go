@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -186,6 +187,7 @@ type server struct {
 	batches      *slots
 	flags        *cancel.Flags
 	nc           *nats.Conn
+	waker        *execution.Waker
 	prefix       string
 	keys         Keys
 	rate         ratelimit.Limiter
@@ -247,6 +249,7 @@ func New(cfg Config) (http.Handler, error) {
 		log:          cmp.Or(cfg.Logger, slog.Default()),
 		llm:          cfg.LLM,
 	}
+	s.waker = execution.NewWaker(cfg.NATS, cfg.Prefix, s.log)
 	if len(s.queues) == 0 {
 		s.queues = []string{job.DefaultQueue}
 	}
@@ -286,7 +289,7 @@ func New(cfg Config) (http.Handler, error) {
 	if s.leases, err = lease.New(cfg.Redis, lease.Config{Prefix: cfg.Prefix}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, TenantMax: cfg.TenantMaxSchedules}); err != nil {
+	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider
