@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/scripts"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // claim does the queue's due work for the candidates it looks at (reaping
@@ -233,7 +233,7 @@ func (q *queue) peek(ctx context.Context, want, look int, last *hints, r *reserv
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pk = q.peekIn(ctx, pipe, look, last.heads, perLaneOf(want, last.heads, blocked), blocked)
 		if early != nil {
-			early.acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, early.asks.list)
+			early.acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
 		return nil
 	})
@@ -332,11 +332,11 @@ func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, n
 	c, single := q.rdb.(*redis.Client)
 	switch {
 	case next != nil:
-		var acquiring *lease.Acquiring
+		var acquiring *store.LeasesAcquiring
 		var run *scripts.Queued
 		_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			if len(r.later) > 0 {
-				acquiring = q.leases.AcquireIn(ctx, pipe, q.ttl, q.back, r.later)
+				acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, r.later)
 			}
 			run = claimScript.In(ctx, pipe, q.rdb, args)
 			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)

@@ -19,7 +19,6 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -50,9 +49,9 @@ type queue struct {
 	limits    *limits
 	// leases holds the slots of concurrency keys: one lease set per key
 	// for the whole fleet, in the key's own hash slot.
-	leases *lease.Client
+	leases *store.Store
 	// back is how soon this worker comes back to a lane whose keys were
-	// full: how long a refusal marks the jobs as waiting (lease.AcquireAll).
+	// full: how long a refusal marks the jobs as waiting (store.AcquireLeases).
 	back time.Duration
 	// usageTTL is how long a day's usage counts are kept (0: executions
 	// are not counted).
@@ -373,7 +372,7 @@ type reservation struct {
 	// tokens it reserved.
 	cost map[string]int64
 	// byBudget holds, for each execution id refused by a key whose budget
-	// refused a holder of the claim (lease.Grant.ByBudget), that key.
+	// refused a holder of the claim (store.LeaseGrant.ByBudget), that key.
 	byBudget map[string]string
 	// room is the soonest a budget that refused one has room again.
 	room time.Duration
@@ -384,7 +383,7 @@ type reservation struct {
 	// later holds the asks of keys without a limit or a budget that a
 	// fused claim takes in its own round trip (see reserve), counted in
 	// got and granted already: such a key grants every ask.
-	later []lease.Ask
+	later []store.LeaseAsk
 	// err holds the errors of asks Redis could not run (a key's Cluster
 	// shard down, a lease set of the wrong type): their holders got no
 	// slot, and the claim goes on with the others.
@@ -392,7 +391,7 @@ type reservation struct {
 }
 
 // add records what asks got, or the error that kept each from Redis.
-func (r *reservation) add(asks []lease.Ask, grants []lease.Grant, errs []error) {
+func (r *reservation) add(asks []store.LeaseAsk, grants []store.LeaseGrant, errs []error) {
 	for j, ask := range asks {
 		r.err = errors.Join(r.err, errs[j])
 		for h, tok := range grants[j].Tokens {
@@ -426,7 +425,7 @@ func (r *reservation) took(key, holder string) {
 // in got, released with the slots unused: a release takes out nothing
 // where Redis took nothing, and the slot it took where only the reply was
 // lost.
-func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
+func (r *reservation) tookLater(grants []store.LeaseGrant, errs []error) {
 	for j, ask := range r.later {
 		r.err = errors.Join(r.err, errs[j])
 		for h, holder := range ask.Holders {
@@ -437,9 +436,9 @@ func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
 	}
 }
 
-// slotAsks gathers the slots a claim asks for: one lease.Ask per key.
+// slotAsks gathers the slots a claim asks for: one store.LeaseAsk per key.
 type slotAsks struct {
-	list []lease.Ask
+	list []store.LeaseAsk
 	at   map[string]int // key -> its ask in list
 }
 
@@ -481,7 +480,7 @@ type earlyAsk struct {
 	ids       map[string][]string // lane -> the execution ids asked for
 	cost      map[string]int64    // execution id -> the tokens asked for it, for a lane with a tpm key
 	asks      slotAsks
-	acquiring *lease.Acquiring
+	acquiring *store.LeasesAcquiring
 }
 
 // askEarly returns the early ask of a claim of want jobs that the last
@@ -570,7 +569,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			}
 		}
 	case len(asks.list) > 0:
-		grants, errs := q.leases.AcquireEach(ctx, q.ttl, q.back, asks.list)
+		grants, errs := q.leases.AcquireLeases(ctx, q.ttl, q.back, asks.list)
 		r.add(asks.list, grants, errs)
 	}
 	for _, i := range asked {
@@ -594,7 +593,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 }
 
 // grantAll says whether every ask of asks is granted to all its holders.
-func grantAll(asks []lease.Ask) bool {
+func grantAll(asks []store.LeaseAsk) bool {
 	for _, a := range asks {
 		if !a.GrantsAll() {
 			return false
@@ -676,12 +675,12 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 	if len(held) == 0 {
 		return nil
 	}
-	var settles []*lease.Settling
+	var settles []*store.LeaseSettling
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, ids := range held {
-			ss := make([]lease.Settlement, len(ids))
+			ss := make([]store.LeaseSettlement, len(ids))
 			for i, id := range ids {
-				ss[i] = lease.Settlement{Holder: id, Outcome: lease.OutcomeUnused, Tokens: -1}
+				ss[i] = store.LeaseSettlement{Holder: id, Outcome: store.LeaseUnused, Tokens: -1}
 			}
 			if s := q.releaseIn(ctx, p, key, ss); s != nil {
 				settles = append(settles, s)
@@ -702,17 +701,17 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 // releaseIn queues on p the end of holders' slots of key: a plain release,
 // or, for a key with a budget, a settlement of what each reserved. It
 // returns the settlement, nil for a plain release.
-func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []lease.Settlement) *lease.Settling {
+func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []store.LeaseSettlement) *store.LeaseSettling {
 	b := q.limits.budgetOf(key)
 	if b.IsZero() {
 		holders := make([]string, len(ss))
 		for i, s := range ss {
 			holders[i] = s.Holder
 		}
-		q.leases.ReleaseIn(ctx, p, key, holders...)
+		q.leases.ReleaseLeasesIn(ctx, p, key, holders...)
 		return nil
 	}
-	return q.leases.SettleIn(ctx, p, key, int(q.limits.of(key)), b, ss)
+	return q.leases.SettleLeasesIn(ctx, p, key, int(q.limits.of(key)), leaseBudget(b), ss)
 }
 
 // perLane is how many jobs of each of n lanes a claim of want reads: enough
@@ -840,7 +839,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}
-	gone, err := q.leases.RenewAll(ctx, q.ttl, held)
+	gone, err := q.leases.RenewLeases(ctx, q.ttl, held)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}
@@ -929,15 +928,15 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 // settlement is what f's end settles of key's budget: the upstream served
 // it, refused it for capacity (a pushback that concerns key), or neither (a
 // failure, a cancel, another key's pushback).
-func (f *finishing) settlement(key string) lease.Settlement {
-	s := lease.Settlement{Holder: f.e.ID, Outcome: lease.OutcomeOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
+func (f *finishing) settlement(key string) store.LeaseSettlement {
+	s := store.LeaseSettlement{Holder: f.e.ID, Outcome: store.LeaseOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
 	switch {
 	case f.o.unrun:
-		s.Outcome = lease.OutcomeUnused // no request started: it leaves the window
+		s.Outcome = store.LeaseUnused // no request started: it leaves the window
 	case f.o.state == StateSucceeded:
-		s.Outcome = lease.OutcomeOK
+		s.Outcome = store.LeaseOK
 	case f.o.pushedBackOn(key):
-		s.Outcome, s.RetryAfter = lease.OutcomePushback, f.o.minBackoff
+		s.Outcome, s.RetryAfter = store.LeasePushback, f.o.minBackoff
 	}
 	return s
 }
@@ -963,8 +962,8 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 	type settling struct {
 		q   *queue
 		key string
-		ss  []lease.Settlement
-		run *lease.Settling
+		ss  []store.LeaseSettlement
+		run *store.LeaseSettling
 	}
 	var settlings []*settling
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -972,7 +971,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 			b.run = finishScript.In(ctx, p, rdb, b.a)
 		}
 		for q, fs := range byQueue {
-			held := map[string][]lease.Settlement{}
+			held := map[string][]store.LeaseSettlement{}
 			for _, f := range fs {
 				for _, k := range f.e.keys {
 					held[k] = append(held[k], f.settlement(k))

@@ -254,10 +254,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	w.metrics = metrics
 	ks := keys.New(cfg.Prefix)
-	leases, err := lease.New(rdb, lease.Config{Prefix: cfg.Prefix})
-	if err != nil {
-		return nil, err
-	}
+	leases := store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	var usageTTL time.Duration // 0: not counted
 	if cfg.Usage != nil {
 		usageTTL = cfg.Usage.Retention()
@@ -274,8 +271,8 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
-		watcher, err := cancel.NewWatcher(rdb, cfg.NATS, cancel.WatcherConfig{
-			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
+		watcher, err := cancel.NewWatcher(leases, cfg.NATS, cancel.WatcherConfig{
+			Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
 			Poll:      cfg.LeaseTTL,
