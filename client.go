@@ -29,6 +29,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -74,6 +75,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		return nil, errors.New("leasehold: nil redis client")
 	}
 	wcfg := cfg.Worker
+	data := store.New(rdb, store.Config{Prefix: wcfg.Prefix})
 	if wcfg.Usage == nil {
 		counters, err := usage.New(rdb, usage.Config{Prefix: wcfg.Prefix})
 		if err != nil {
@@ -90,7 +92,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	flags, err := cancel.New(rdb, wcfg.NATS, cancel.Config{Prefix: wcfg.Prefix, Logger: wcfg.Logger})
+	flags, err := cancel.New(data, wcfg.NATS, cancel.Config{Logger: wcfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}

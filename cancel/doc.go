@@ -62,12 +62,7 @@
 // (timeout × remaining attempts, plus backoff). Requesting again never
 // shortens a flag: it lives at least as long as the longest request promised.
 //
-// The flag's value is the time of the first request, on Redis's clock
-// (RequestedAt reads it): workers measure cancel latency from it. Flags
-// written before it was recorded hold "1" and read as no time.
-//
-// # Heartbeats
-//
-// A lease keeper can learn of a request in the round trip it already makes:
-// Flags.CheckPipe queues the flag read into its renew pipeline.
+// The flag's value is the time of the first request, on Redis's clock:
+// workers measure cancel latency from it. Flags written before it was
+// recorded hold "1" and read as no time.
 package cancel

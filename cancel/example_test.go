@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 )
 
 // A worker watches the job it runs; an API process asks for it to stop. The
@@ -25,7 +26,7 @@ func Example() {
 	defer nc.Close()
 
 	// Worker side: one Watcher per process, running for the process's life.
-	w, err := cancel.NewWatcher(rdb, nc, cancel.WatcherConfig{})
+	w, err := cancel.NewWatcher(store.New(rdb, store.Config{}), nc, cancel.WatcherConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func Example() {
 	defer stop()
 
 	// API side: the flag first, then the message.
-	flags, err := cancel.New(rdb, nc, cancel.Config{})
+	flags, err := cancel.New(store.New(rdb, store.Config{}), nc, cancel.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,13 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/internal/store"
 )
-
-var requestScript = scripts.Load("cancel_request.lua")
 
 // ErrRequested is the cause a watched context carries once cancellation of
 // its id was requested: context.Cause(ctx) == ErrRequested.
@@ -28,7 +24,7 @@ var ErrRequested = errors.New("cancel: requested")
 // callers can tell a request to fix from a backend to retry.
 var ErrInvalid = errors.New("cancel: invalid argument")
 
-// MaxIDLen is the longest id, in bytes, that Request, Check and CheckPipe accept.
+// MaxIDLen is the longest id, in bytes, that Request and Check accept.
 const MaxIDLen = 255
 
 const defaultSubject = "leasehold.cancel"
@@ -44,9 +40,6 @@ const (
 
 // Config configures Flags. The zero value is ready to use.
 type Config struct {
-	// Prefix starts every Redis key; default keys.DefaultPrefix. Requesters
-	// and watchers must agree on it.
-	Prefix string
 	// Subject is the NATS subject requests are published on; default
 	// "leasehold.cancel". Requesters and watchers must agree on it.
 	Subject string
@@ -58,18 +51,18 @@ type Config struct {
 // Flags requests cancellation and reads whether it was requested. It is
 // safe for concurrent use.
 type Flags struct {
-	rdb     redis.UniversalClient
+	store   *store.Store
 	nc      *nats.Conn
-	keys    keys.Space
 	subject string
 	log     *slog.Logger
 }
 
-// New returns Flags that write to rdb and publish on nc. nc may be nil: then
-// nothing is published and watchers learn of requests by polling alone.
-func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Flags, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+// New returns Flags that write to st and publish on nc. Requesters and
+// watchers must share st's prefix. nc may be nil: then nothing is published
+// and watchers learn of requests by polling alone.
+func New(st *store.Store, nc *nats.Conn, cfg Config) (*Flags, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	subject := cmp.Or(cfg.Subject, defaultSubject)
 	if err := validSubject(subject); err != nil {
@@ -81,7 +74,7 @@ func New(rdb redis.UniversalClient, nc *nats.Conn, cfg Config) (*Flags, error) {
 		// configuration, not a failure.
 		log.Info("cancel: no NATS connection; watchers see requests at their next poll")
 	}
-	return &Flags{rdb: rdb, nc: nc, keys: keys.New(cfg.Prefix), subject: subject, log: log}, nil
+	return &Flags{store: st, nc: nc, subject: subject, log: log}, nil
 }
 
 // Request asks every execution of id to stop. It writes the flag first and
@@ -98,10 +91,8 @@ func (f *Flags) Request(ctx context.Context, id string, ttl time.Duration) error
 	if ttl <= 0 {
 		return fmt.Errorf("%w: ttl %v: must be positive", ErrInvalid, ttl)
 	}
-	// Round up: the flag must live at least ttl, never a fraction of a ms less.
-	ms := (ttl + time.Millisecond - 1) / time.Millisecond
-	if err := requestScript.Run(ctx, f.rdb, []string{f.keys.CancelFlag(id)}, int64(ms)).Err(); err != nil {
-		return fmt.Errorf("cancel: write flag: %w", err)
+	if err := f.store.RequestCancel(ctx, id, ttl); err != nil {
+		return fmt.Errorf("cancel: %w", err)
 	}
 	f.publish(ctx, id)
 	return nil
@@ -132,60 +123,11 @@ func (f *Flags) Check(ctx context.Context, id string) (bool, error) {
 	if err := validID(id); err != nil {
 		return false, err
 	}
-	n, err := f.rdb.Exists(ctx, f.keys.CancelFlag(id)).Result()
+	set, err := f.store.CancelRequested(ctx, id)
 	if err != nil {
-		return false, fmt.Errorf("cancel: read flag: %w", err)
+		return false, fmt.Errorf("cancel: %w", err)
 	}
-	return n == 1, nil
-}
-
-// RequestedAt returns when cancellation of id was first requested, on
-// Redis's clock, read from its flag under prefix ("" for the default). It is
-// the zero time when the flag is gone or predates the flag recording it.
-// Workers measure cancel latency from it.
-func RequestedAt(ctx context.Context, rdb redis.UniversalClient, prefix, id string) (time.Time, error) {
-	v, err := rdb.Get(ctx, keys.New(prefix).CancelFlag(id)).Int64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return time.Time{}, nil
-	case err != nil:
-		return time.Time{}, fmt.Errorf("cancel: read flag: %w", err)
-	case v <= 1: // "1": written before the time was recorded
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(v), nil
-}
-
-// Clear removes the flags of ids under prefix ("" for the default), in one
-// round trip: a job run again (retried) or forgotten (deleted) must not be
-// stopped by a request made of its earlier run. Each flag has a hash slot
-// of its own, so on a Redis Cluster the pipeline goes out to each node.
-func Clear(ctx context.Context, rdb redis.UniversalClient, prefix string, ids ...string) error {
-	ks := keys.New(prefix)
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			p.Del(ctx, ks.CancelFlag(id))
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("cancel: clear flags: %w", err)
-	}
-	return nil
-}
-
-// CheckPipe queues the read of id's flag (EXISTS) into p, so a heartbeat
-// learns of a cancel request in the same round trip as its renew. After
-// p.Exec, Val() == 1 means cancellation was requested. The flag has a hash
-// slot of its own, so it cannot join the renew script itself; on a Redis
-// Cluster the pipeline still goes out to each node at once. A bad id is not
-// queued: the returned command carries an ErrInvalid error instead.
-func (f *Flags) CheckPipe(ctx context.Context, p redis.Pipeliner, id string) *redis.IntCmd {
-	if err := validID(id); err != nil {
-		cmd := redis.NewIntCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
-	}
-	return p.Exists(ctx, f.keys.CancelFlag(id))
+	return set[0], nil
 }
 
 // validID refuses ids that would be unreadable in logs or change the flag

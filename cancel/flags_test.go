@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -43,62 +44,6 @@ func TestRequestSetsFlag(t *testing.T) {
 				t.Fatalf("Check of another id = %v, %v; want false, nil", set, err)
 			}
 		})
-	}
-}
-
-// Clear removes the flags it names, on a Redis and on a Cluster (where
-// they are in different slots), and leaves the others.
-func TestClearRemovesTheFlagsItNames(t *testing.T) {
-	t.Parallel()
-	for _, b := range testenv.Backends(t) {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			f := e.flags(t, b.Client, nil)
-			ctx := t.Context()
-			for _, id := range []string{"job-1", "job-2", "job-3"} {
-				if err := f.Request(ctx, id, time.Minute); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := cancel.Clear(ctx, b.Client, e.prefix, "job-1", "job-3"); err != nil {
-				t.Fatal(err)
-			}
-			for id, want := range map[string]bool{"job-1": false, "job-2": true, "job-3": false} {
-				if set, err := f.Check(ctx, id); err != nil || set != want {
-					t.Errorf("Check(%s) after Clear = %v, %v; want %v", id, set, err, want)
-				}
-			}
-		})
-	}
-}
-
-func TestCheckPipeJoinsTheCallersRoundTrip(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	rdb := testenv.Redis(t).Client(t)
-	f := e.flags(t, rdb, nil)
-	ctx := t.Context()
-	if err := f.Request(ctx, "requested", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-
-	p := rdb.Pipeline()
-	other := p.Incr(ctx, e.prefix+"heartbeat") // stands in for the caller's renew
-	yes := f.CheckPipe(ctx, p, "requested")
-	no := f.CheckPipe(ctx, p, "not-requested")
-	bad := f.CheckPipe(ctx, p, "")
-	if p.Len() != 3 {
-		t.Fatalf("pipeline holds %d commands, want 3: a bad id must not be queued", p.Len())
-	}
-	if _, err := p.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if other.Val() != 1 || yes.Val() != 1 || no.Val() != 0 {
-		t.Fatalf("renew = %d, requested = %d, not requested = %d; want 1, 1, 0", other.Val(), yes.Val(), no.Val())
-	}
-	if !errors.Is(bad.Err(), cancel.ErrInvalid) {
-		t.Fatalf("CheckPipe with an empty id: err = %v, want ErrInvalid", bad.Err())
 	}
 }
 
@@ -275,55 +220,20 @@ func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t).Client(t)
 	for _, subject := range []string{"leasehold.>", "leasehold.*.cancel", "leasehold..cancel", "lease hold", ".cancel"} {
-		if _, err := cancel.New(rdb, nil, cancel.Config{Subject: subject}); !errors.Is(err, cancel.ErrInvalid) {
+		if _, err := cancel.New(store.New(rdb, store.Config{}), nil, cancel.Config{Subject: subject}); !errors.Is(err, cancel.ErrInvalid) {
 			t.Errorf("New with subject %q: err = %v, want ErrInvalid", subject, err)
 		}
-		if _, err := cancel.NewWatcher(rdb, nil, cancel.WatcherConfig{Subject: subject}); !errors.Is(err, cancel.ErrInvalid) {
+		if _, err := cancel.NewWatcher(store.New(rdb, store.Config{}), nil, cancel.WatcherConfig{Subject: subject}); !errors.Is(err, cancel.ErrInvalid) {
 			t.Errorf("NewWatcher with subject %q: err = %v, want ErrInvalid", subject, err)
 		}
 	}
 	if _, err := cancel.New(nil, nil, cancel.Config{}); !errors.Is(err, cancel.ErrInvalid) {
-		t.Errorf("New with a nil client: err = %v, want ErrInvalid", err)
+		t.Errorf("New with a nil store: err = %v, want ErrInvalid", err)
 	}
 	if _, err := cancel.NewWatcher(nil, nil, cancel.WatcherConfig{}); !errors.Is(err, cancel.ErrInvalid) {
-		t.Errorf("NewWatcher with a nil client: err = %v, want ErrInvalid", err)
+		t.Errorf("NewWatcher with a nil store: err = %v, want ErrInvalid", err)
 	}
-	if _, err := cancel.NewWatcher(rdb, nil, cancel.WatcherConfig{Poll: -time.Second}); !errors.Is(err, cancel.ErrInvalid) {
+	if _, err := cancel.NewWatcher(store.New(rdb, store.Config{}), nil, cancel.WatcherConfig{Poll: -time.Second}); !errors.Is(err, cancel.ErrInvalid) {
 		t.Errorf("NewWatcher with a negative poll: err = %v, want ErrInvalid", err)
-	}
-}
-
-func TestRequestedAtIsTheFirstRequestsTime(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	rdb := testenv.Redis(t).Client(t)
-	f := e.flags(t, rdb, nil)
-	ctx := t.Context()
-	if at, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1"); err != nil || !at.IsZero() {
-		t.Fatalf("RequestedAt before Request = %v, %v; want zero, nil", at, err)
-	}
-	// Redis runs on this machine: its clock is ours.
-	before := time.Now().Truncate(time.Millisecond)
-	if err := f.Request(ctx, "job-1", time.Second); err != nil {
-		t.Fatal(err)
-	}
-	first, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1")
-	if err != nil || first.Before(before) || first.After(time.Now()) {
-		t.Fatalf("RequestedAt = %v, %v; want between %v and now", first, err, before)
-	}
-	// A later request that lengthens the flag keeps the first one's time.
-	testenv.Eventually(t, time.Second, func() bool { return time.Since(first) > 2*time.Millisecond }, "clock stuck")
-	if err := f.Request(ctx, "job-1", time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := cancel.RequestedAt(ctx, rdb, e.prefix, "job-1"); err != nil || !again.Equal(first) {
-		t.Fatalf("RequestedAt after a second request = %v, %v; want %v", again, err, first)
-	}
-	// A flag written before the time was recorded holds "1": no time.
-	if err := rdb.Set(ctx, keys.New(e.prefix).CancelFlag("old"), "1", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if at, err := cancel.RequestedAt(ctx, rdb, e.prefix, "old"); err != nil || !at.IsZero() {
-		t.Fatalf("RequestedAt of an old flag = %v, %v; want zero, nil", at, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func newEnv(t testing.TB) env {
 
 func (e env) flags(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn) *cancel.Flags {
 	t.Helper()
-	f, err := cancel.New(rdb, nc, cancel.Config{Prefix: e.prefix, Subject: e.subject, Logger: e.log})
+	f, err := cancel.New(store.New(rdb, store.Config{Prefix: e.prefix}), nc, cancel.Config{Subject: e.subject, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func (e env) flags(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn) *canc
 // the test ends, that Run returned nil.
 func (e env) watcher(t testing.TB, rdb redis.UniversalClient, nc *nats.Conn, poll time.Duration) *cancel.Watcher {
 	t.Helper()
-	w, err := cancel.NewWatcher(rdb, nc, cancel.WatcherConfig{Prefix: e.prefix, Subject: e.subject, Poll: poll, Logger: e.log})
+	w, err := cancel.NewWatcher(store.New(rdb, store.Config{Prefix: e.prefix}), nc, cancel.WatcherConfig{Subject: e.subject, Poll: poll, Logger: e.log})
 	if err != nil {
 		t.Fatal(err)
 	}

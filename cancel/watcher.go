@@ -12,10 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/store/keys"
 )
 
 const defaultPoll = 2 * time.Second
@@ -26,9 +24,6 @@ const flushTimeout = time.Second
 
 // WatcherConfig configures a Watcher. The zero value is ready to use.
 type WatcherConfig struct {
-	// Prefix starts every Redis key; default keys.DefaultPrefix. It must be
-	// the prefix requests are written under.
-	Prefix string
 	// Subject is the NATS subject requests arrive on; default
 	// "leasehold.cancel". It must be the subject requests are published on.
 	Subject string
@@ -54,9 +49,8 @@ type WatcherConfig struct {
 // whole process: one NATS subscription and one poll loop, however many ids
 // are watched. It is safe for concurrent use.
 type Watcher struct {
-	rdb     redis.UniversalClient
+	store   *store.Store
 	nc      *nats.Conn
-	keys    keys.Space
 	subject string
 	poll    time.Duration
 	log     *slog.Logger
@@ -107,11 +101,12 @@ type watch struct {
 	cancel context.CancelCauseFunc
 }
 
-// NewWatcher returns a Watcher that reads flags from rdb and listens on nc.
-// nc may be nil: then the Watcher works by polling alone.
-func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*Watcher, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+// NewWatcher returns a Watcher that reads flags from st, which must have
+// the prefix requests are written under, and listens on nc. nc may be nil:
+// then the Watcher works by polling alone.
+func NewWatcher(st *store.Store, nc *nats.Conn, cfg WatcherConfig) (*Watcher, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	subject := cmp.Or(cfg.Subject, defaultSubject)
 	if err := validSubject(subject); err != nil {
@@ -121,9 +116,8 @@ func NewWatcher(rdb redis.UniversalClient, nc *nats.Conn, cfg WatcherConfig) (*W
 		return nil, fmt.Errorf("%w: poll %v: must not be negative", ErrInvalid, cfg.Poll)
 	}
 	return &Watcher{
-		rdb:     rdb,
+		store:   st,
 		nc:      nc,
-		keys:    keys.New(cfg.Prefix),
 		subject: subject,
 		poll:    cmp.Or(cfg.Poll, defaultPoll),
 		log:     cmp.Or(cfg.Logger, slog.Default()),
@@ -357,20 +351,14 @@ func (w *Watcher) check(ctx context.Context, ids []string, via string) {
 	if len(ids) == 0 {
 		return
 	}
-	cmds := make([]*redis.IntCmd, len(ids))
-	_, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.Exists(ctx, w.keys.CancelFlag(id))
-		}
-		return nil
-	})
+	flagged, err := w.store.CancelRequested(ctx, ids...)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "cancel: reading flags failed; retrying at the next poll", attrCount, len(ids), attrErr, err)
 	}
 	// On a cluster some nodes may have answered when others did not.
 	var set []string
-	for i, cmd := range cmds {
-		if cmd.Err() == nil && cmd.Val() == 1 {
+	for i, yes := range flagged {
+		if yes {
 			set = append(set, ids[i])
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -332,7 +333,7 @@ func TestRunFailsOnAClosedConnection(t *testing.T) {
 	t.Parallel()
 	nc := testenv.NATS(t).Conn(t)
 	nc.Close()
-	w, err := cancel.NewWatcher(testenv.Redis(t).Client(t), nc, cancel.WatcherConfig{})
+	w, err := cancel.NewWatcher(store.New(testenv.Redis(t).Client(t), store.Config{}), nc, cancel.WatcherConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +352,7 @@ func TestWatchWhoseParentEndedIsNotTold(t *testing.T) {
 	var mu sync.Mutex
 	var told []string
 	// No polls: only the read of each id right after it is watched.
-	w, err := cancel.NewWatcher(rdb, nil, cancel.WatcherConfig{Prefix: e.prefix, Poll: time.Hour, Logger: e.log,
+	w, err := cancel.NewWatcher(store.New(rdb, store.Config{Prefix: e.prefix}), nil, cancel.WatcherConfig{Poll: time.Hour, Logger: e.log,
 		Fired: func(id, _ string) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -43,7 +44,7 @@ func newFixtureOn(t *testing.T, rdb redis.UniversalClient, nc *nats.Conn) *fixtu
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
 		t.Fatal(err)
 	}
-	if f.flags, err = cancel.New(rdb, nc, cancel.Config{Prefix: f.prefix, Subject: f.subject}); err != nil {
+	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), nc, cancel.Config{Subject: f.subject}); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -9,10 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 // limits is a worker's copy of the concurrency limits and budgets Redis
@@ -40,8 +40,13 @@ func (l *limits) of(key string) int64 {
 
 // ask returns an ask for slots of key, with no holders yet: its limit
 // and budget as the worker knows them.
-func (l *limits) ask(key string) lease.Ask {
-	return lease.Ask{Key: key, Limit: int(l.of(key)), Budget: l.budgetOf(key)}
+func (l *limits) ask(key string) store.LeaseAsk {
+	return store.LeaseAsk{Key: key, Limit: int(l.of(key)), Budget: leaseBudget(l.budgetOf(key))}
+}
+
+// leaseBudget is what the lease scripts read of b.
+func leaseBudget(b job.Budget) store.LeaseBudget {
+	return store.LeaseBudget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive}
 }
 
 // budgetOf returns key's budget, the zero Budget for none; a share key's

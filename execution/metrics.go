@@ -10,10 +10,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 )
 
 const meterName = "github.com/leasehold/leasehold/execution"
@@ -62,7 +61,7 @@ var (
 // as a longer lag rather than as no sample at all.
 type metrics struct {
 	rdb    redis.UniversalClient
-	prefix string
+	data   *store.Store
 	limits *limits // the worker's: what labels a key
 	// byQueue holds each queue's attribute sets, built once: a set built
 	// at each recording costs allocations, for every execution.
@@ -104,7 +103,7 @@ func newQueueAttrs(queue string) queueAttrs {
 
 func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	m := mp.Meter(meterName)
-	in := &metrics{rdb: w.rdb, prefix: w.cfg.Prefix, limits: w.limits, byQueue: map[string]queueAttrs{}}
+	in := &metrics{rdb: w.rdb, data: store.New(w.rdb, store.Config{Prefix: w.cfg.Prefix}), limits: w.limits, byQueue: map[string]queueAttrs{}}
 	for _, q := range w.cfg.Queues {
 		in.byQueue[q] = newQueueAttrs(q)
 	}
@@ -290,7 +289,7 @@ func (w *Worker) cancelFired(id, via string) {
 // settled records a settlement of key, which has budget b: its outcomes and
 // its tokens, under key's label (a share key's are its key's). (The keys'
 // effective limits and windows are the API's gauges, read from Redis.)
-func (m *metrics) settled(ctx context.Context, key string, b job.Budget, ss []lease.Settlement, err error) {
+func (m *metrics) settled(ctx context.Context, key string, b job.Budget, ss []store.LeaseSettlement, err error) {
 	label, ok := m.limits.label(key)
 	if !ok {
 		return
@@ -331,7 +330,7 @@ func (m *metrics) ended(ctx context.Context, r *running, o outcome, state job.St
 	finished := time.Now()
 	rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer stop()
-	requested, err := cancel.RequestedAt(rctx, m.rdb, m.prefix, r.e.JobID)
+	requested, err := m.data.CancelRequestedAt(rctx, r.e.JobID)
 	if err != nil || requested.IsZero() {
 		return // no request time: nothing to measure from
 	}

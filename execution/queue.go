@@ -19,13 +19,12 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
-	"github.com/leasehold/leasehold/lease"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
 var (
 	peekScript       = scripts.Load("execution_peek.lua", "fair.lua")
-	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
+	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua", "due.lua")
 	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
 	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
@@ -33,9 +32,8 @@ var (
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
-// deadlines) one claim does, so a claim's cost stays bounded however large
-// the backlog.
-const dueBatch = 64
+// deadlines) one claim does, as it bounds the reaper's.
+const dueBatch = store.DueBatch
 
 // queue runs one queue's execution scripts. All its keys share the queue's
 // hash tag, so each script is atomic on a Redis Cluster too.
@@ -51,44 +49,25 @@ type queue struct {
 	limits    *limits
 	// leases holds the slots of concurrency keys: one lease set per key
 	// for the whole fleet, in the key's own hash slot.
-	leases *lease.Client
+	leases *store.Store
 	// back is how soon this worker comes back to a lane whose keys were
-	// full: how long a refusal marks the jobs as waiting (lease.AcquireAll).
+	// full: how long a refusal marks the jobs as waiting (store.AcquireLeases).
 	back time.Duration
 	// usageTTL is how long a day's usage counts are kept (0: executions
 	// are not counted).
 	usageTTL time.Duration
 	metrics  *metrics
-	// blocked holds what the last claim found waiting for a full key: the
-	// next one looks at more lanes, reads one job of each lane that waits
-	// (its jobs share its keys: one tells whether there is room for any)
-	// and asks for one of each tenant's (see waits).
-	blocked atomic.Pointer[waits]
-	// heads holds the lanes the last claim's peek saw at the head of the
-	// ready set: the next claim reads their first jobs along with its peek.
-	heads atomic.Pointer[[]string]
-	// left holds, for each of those lanes whose jobs the last claim read
-	// to the end, how many of them it did not take: the next claim asks
-	// early for no more slots for it than that (askEarly).
-	left atomic.Pointer[map[string]int]
-	// room is when (unix ns) the budget that refused the last claim's jobs
-	// has room again (its throttle ends, its window frees a request or
-	// tokens), 0 when none did: an idle worker claims again then, not a
-	// poll later.
-	room atomic.Int64
+	// hints is what the last claim left for the next (see hints); never
+	// nil.
+	hints atomic.Pointer[hints]
 	// waits holds when this worker's claims first saw each job refused by
 	// a key's budget, for the trace of its execution (budgetWaits).
 	waits budgetWaits
-	// costs holds the cost of the last job the claim script read of each
-	// lane with a tpm key: the early ask reserves it for the lane's next
-	// jobs, before they are read (laneCosts).
-	costs laneCosts
 	// folds is where the reaper's next fold starts (fold.go); the reaper
 	// alone uses it.
 	folds store.FoldCursor
-	// along is the peek the last fused claim read in its round trip, for
-	// the next if it follows within alongFor (see fused); nil once taken.
-	along    atomic.Pointer[peeked]
+	// alongFor is how long the peek read along with a fused claim stands
+	// in for the next claim's own (hints.along).
 	alongFor time.Duration
 	// acked is whether its client waits for replicas (see confirmation):
 	// 0 not known yet, 1 it does, 2 it does not.
@@ -197,7 +176,7 @@ func (l *laneCosts) set(lane string, cost int64) {
 // jobsLeft returns, for each lane at the head of which a claim read fewer
 // jobs than the per it asked for (all it had), how many of them it did not
 // take. read holds the lane of each job read.
-func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]int {
+func jobsLeft(heads, read []string, per int, claimed []*Execution) map[string]int {
 	n := map[string]int{}
 	for _, lane := range read {
 		n[lane]++
@@ -212,7 +191,7 @@ func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]i
 			left[lane] = max(0, n[lane]-taken[lane])
 		}
 	}
-	return &left
+	return left
 }
 
 // peekReply is the peek script's reply (see execution_peek.lua): the work
@@ -393,7 +372,7 @@ type reservation struct {
 	// tokens it reserved.
 	cost map[string]int64
 	// byBudget holds, for each execution id refused by a key whose budget
-	// refused a holder of the claim (lease.Grant.ByBudget), that key.
+	// refused a holder of the claim (store.LeaseGrant.ByBudget), that key.
 	byBudget map[string]string
 	// room is the soonest a budget that refused one has room again.
 	room time.Duration
@@ -404,7 +383,7 @@ type reservation struct {
 	// later holds the asks of keys without a limit or a budget that a
 	// fused claim takes in its own round trip (see reserve), counted in
 	// got and granted already: such a key grants every ask.
-	later []lease.Ask
+	later []store.LeaseAsk
 	// err holds the errors of asks Redis could not run (a key's Cluster
 	// shard down, a lease set of the wrong type): their holders got no
 	// slot, and the claim goes on with the others.
@@ -412,7 +391,7 @@ type reservation struct {
 }
 
 // add records what asks got, or the error that kept each from Redis.
-func (r *reservation) add(asks []lease.Ask, grants []lease.Grant, errs []error) {
+func (r *reservation) add(asks []store.LeaseAsk, grants []store.LeaseGrant, errs []error) {
 	for j, ask := range asks {
 		r.err = errors.Join(r.err, errs[j])
 		for h, tok := range grants[j].Tokens {
@@ -446,7 +425,7 @@ func (r *reservation) took(key, holder string) {
 // in got, released with the slots unused: a release takes out nothing
 // where Redis took nothing, and the slot it took where only the reply was
 // lost.
-func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
+func (r *reservation) tookLater(grants []store.LeaseGrant, errs []error) {
 	for j, ask := range r.later {
 		r.err = errors.Join(r.err, errs[j])
 		for h, holder := range ask.Holders {
@@ -457,9 +436,9 @@ func (r *reservation) tookLater(grants []lease.Grant, errs []error) {
 	}
 }
 
-// slotAsks gathers the slots a claim asks for: one lease.Ask per key.
+// slotAsks gathers the slots a claim asks for: one store.LeaseAsk per key.
 type slotAsks struct {
-	list []lease.Ask
+	list []store.LeaseAsk
 	at   map[string]int // key -> its ask in list
 }
 
@@ -501,57 +480,25 @@ type earlyAsk struct {
 	ids       map[string][]string // lane -> the execution ids asked for
 	cost      map[string]int64    // execution id -> the tokens asked for it, for a lane with a tpm key
 	asks      slotAsks
-	acquiring *lease.Acquiring
+	acquiring *store.LeasesAcquiring
 }
 
-// askEarly returns the early ask of a claim of want jobs whose last claim
-// saw lanes at the head: slots for want executions, taking turns between
-// the lanes as reserve does, at most as many for a lane as the jobs of it
-// the claim reads, and as the last claim left of it when it read them all
-// (left); none for a lane left waiting for a full key (it would only be
-// refused again). An ask for jobs that are not there would hold slots
-// that others wait for until the claim gives them back. nil when there is
-// nothing to ask for.
-func (q *queue) askEarly(want int, lanes []string, blocked *waits, left *map[string]int) *earlyAsk {
-	per := perLaneOf(want, lanes, blocked)
-	var most map[string]int
-	if left != nil {
-		most = *left
+// askEarly returns the early ask of a claim of want jobs that the last
+// claim left h (hints.early): an execution id for each slot planned, and
+// the asks for their keys. nil when there is nothing to ask for.
+func (q *queue) askEarly(want int, h *hints) *earlyAsk {
+	slots := h.early(want, q.keysOf, q.limits.needsCost)
+	if len(slots) == 0 {
+		return nil
 	}
 	e := &earlyAsk{ids: map[string][]string{}, cost: map[string]int64{}}
-	keysOf := map[string][]string{}
-	n := 0
-	for round := 0; round < per && n < want; round++ {
-		for _, lane := range lanes {
-			if n == want || blocked.has(lane) {
-				continue
-			}
-			if k, ok := most[lane]; ok && round >= k {
-				continue
-			}
-			id := newExecID()
-			keys, ok := keysOf[lane]
-			if !ok {
-				keys = q.keysOf(lane)
-				keysOf[lane] = keys
-			}
-			var cost int64
-			if q.limits.needsCost(keys) {
-				// Its jobs' estimates are not known before they are read:
-				// reserve its last job's, which the claim script checks.
-				var ok bool
-				if cost, ok = q.costs.get(lane); !ok {
-					continue
-				}
-				e.cost[id] = cost
-			}
-			e.ids[lane] = append(e.ids[lane], id)
-			n++
-			e.asks.add(q.limits, keys, id, cost)
+	for _, s := range slots {
+		id := newExecID()
+		if s.reserve {
+			e.cost[id] = s.cost
 		}
-	}
-	if n == 0 {
-		return nil
+		e.ids[s.lane] = append(e.ids[s.lane], id)
+		e.asks.add(q.limits, s.keys, id, s.cost)
 	}
 	return e
 }
@@ -570,49 +517,15 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 // lease, limited or not: a limit set later counts the executions already
 // running.
 //
-// The candidates asked for are chosen as the claim script serves lanes,
-// one job of each in turn, so that a slot taken is seldom left unused.
-// A fused claim's asks whose keys grant every ask are left to the claim's
+// The candidates asked for are chosen as the claim script serves lanes
+// (ask). A fused claim's asks whose keys grant every ask are left to the claim's
 // own round trip (r.later): no round trip is spent on an answer known
 // before it is asked.
 func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk, fused bool, blocked *waits) error {
 	ids, lanes, ckeys := pl.ids, pl.lanes, pl.ckeys
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
-	byLane := map[string][]int{}
-	var order []string
-	for i, lane := range lanes {
-		if lane == "" || !q.serves(lane) {
-			continue // the job is gone, or of a kind another worker serves
-		}
-		if _, ok := byLane[lane]; !ok {
-			order = append(order, lane)
-		}
-		byLane[lane] = append(byLane[lane], i)
-	}
-	var asked []int
-	probe := map[string]string{} // tenant key -> the one of its lanes that waits asked for
-	for round := 0; len(asked) < want; round++ {
-		more := false
-		for _, lane := range order {
-			c := byLane[lane]
-			if round >= len(c) || len(asked) == want {
-				continue
-			}
-			if blocked.has(lane) {
-				t := tenantKey(ckeys[c[0]])
-				if p, ok := probe[t]; ok && p != lane {
-					continue
-				}
-				probe[t] = lane
-			}
-			asked = append(asked, c[round])
-			more = true
-		}
-		if !more {
-			break
-		}
-	}
+	asked := ask(want, lanes, ckeys, blocked, q.serves)
 	var pool map[string][]string
 	if early != nil {
 		pool = early.ids
@@ -656,7 +569,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			}
 		}
 	case len(asks.list) > 0:
-		grants, errs := q.leases.AcquireEach(ctx, q.ttl, q.back, asks.list)
+		grants, errs := q.leases.AcquireLeases(ctx, q.ttl, q.back, asks.list)
 		r.add(asks.list, grants, errs)
 	}
 	for _, i := range asked {
@@ -680,7 +593,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 }
 
 // grantAll says whether every ask of asks is granted to all its holders.
-func grantAll(asks []lease.Ask) bool {
+func grantAll(asks []store.LeaseAsk) bool {
 	for _, a := range asks {
 		if !a.GrantsAll() {
 			return false
@@ -762,12 +675,12 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 	if len(held) == 0 {
 		return nil
 	}
-	var settles []*lease.Settling
+	var settles []*store.LeaseSettling
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, ids := range held {
-			ss := make([]lease.Settlement, len(ids))
+			ss := make([]store.LeaseSettlement, len(ids))
 			for i, id := range ids {
-				ss[i] = lease.Settlement{Holder: id, Outcome: lease.OutcomeUnused, Tokens: -1}
+				ss[i] = store.LeaseSettlement{Holder: id, Outcome: store.LeaseUnused, Tokens: -1}
 			}
 			if s := q.releaseIn(ctx, p, key, ss); s != nil {
 				settles = append(settles, s)
@@ -788,17 +701,17 @@ func (q *queue) release(ctx context.Context, held map[string][]string) error {
 // releaseIn queues on p the end of holders' slots of key: a plain release,
 // or, for a key with a budget, a settlement of what each reserved. It
 // returns the settlement, nil for a plain release.
-func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []lease.Settlement) *lease.Settling {
+func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss []store.LeaseSettlement) *store.LeaseSettling {
 	b := q.limits.budgetOf(key)
 	if b.IsZero() {
 		holders := make([]string, len(ss))
 		for i, s := range ss {
 			holders[i] = s.Holder
 		}
-		q.leases.ReleaseIn(ctx, p, key, holders...)
+		q.leases.ReleaseLeasesIn(ctx, p, key, holders...)
 		return nil
 	}
-	return q.leases.SettleIn(ctx, p, key, int(q.limits.of(key)), b, ss)
+	return q.leases.SettleLeasesIn(ctx, p, key, int(q.limits.of(key)), leaseBudget(b), ss)
 }
 
 // perLane is how many jobs of each of n lanes a claim of want reads: enough
@@ -833,11 +746,9 @@ func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string
 func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *waits,
 	ahead map[string]*redis.StringSliceCmd) (ids, lanes []string, err error) {
 	var missed []string
-	if want > 0 {
-		for _, lane := range heads {
-			if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
-				missed = append(missed, lane)
-			}
+	for _, lane := range heads {
+		if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
+			missed = append(missed, lane)
 		}
 	}
 	laneOf := make([]*redis.SliceCmd, len(due))
@@ -869,9 +780,6 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 			kind = "" // the job is gone: no lane
 		}
 		lanes = append(lanes, scripts.Lane(kind, keys))
-	}
-	if want == 0 {
-		return ids, lanes, nil // the reaper claims nothing
 	}
 	for _, lane := range heads {
 		for _, id := range ahead[lane].Val() {
@@ -931,7 +839,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}
-	gone, err := q.leases.RenewAll(ctx, q.ttl, held)
+	gone, err := q.leases.RenewLeases(ctx, q.ttl, held)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}
@@ -1020,15 +928,15 @@ func newFinishBatch(q *queue, fs []*finishing) *finishBatch {
 // settlement is what f's end settles of key's budget: the upstream served
 // it, refused it for capacity (a pushback that concerns key), or neither (a
 // failure, a cancel, another key's pushback).
-func (f *finishing) settlement(key string) lease.Settlement {
-	s := lease.Settlement{Holder: f.e.ID, Outcome: lease.OutcomeOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
+func (f *finishing) settlement(key string) store.LeaseSettlement {
+	s := store.LeaseSettlement{Holder: f.e.ID, Outcome: store.LeaseOther, Tokens: f.e.tokens(), Estimate: f.e.cost}
 	switch {
 	case f.o.unrun:
-		s.Outcome = lease.OutcomeUnused // no request started: it leaves the window
+		s.Outcome = store.LeaseUnused // no request started: it leaves the window
 	case f.o.state == StateSucceeded:
-		s.Outcome = lease.OutcomeOK
+		s.Outcome = store.LeaseOK
 	case f.o.pushedBackOn(key):
-		s.Outcome, s.RetryAfter = lease.OutcomePushback, f.o.minBackoff
+		s.Outcome, s.RetryAfter = store.LeasePushback, f.o.minBackoff
 	}
 	return s
 }
@@ -1054,8 +962,8 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 	type settling struct {
 		q   *queue
 		key string
-		ss  []lease.Settlement
-		run *lease.Settling
+		ss  []store.LeaseSettlement
+		run *store.LeaseSettling
 	}
 	var settlings []*settling
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -1063,7 +971,7 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 			b.run = finishScript.In(ctx, p, rdb, b.a)
 		}
 		for q, fs := range byQueue {
-			held := map[string][]lease.Settlement{}
+			held := map[string][]store.LeaseSettlement{}
 			for _, f := range fs {
 				for _, k := range f.e.keys {
 					held[k] = append(held[k], f.settlement(k))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -36,7 +37,7 @@ func TestClaimsGiveBackSlotsTheyDoNotUse(t *testing.T) {
 	f := newFixture(t)
 	f.setLimit(t, "model:a", 1)
 	f.setLimit(t, "model:b", 1)
-	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	leases, err := lease.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -289,7 +290,7 @@ func stressOneKey(t *testing.T, f *fixture, helperEnv ...string) {
 
 	// The waiters join once jobs hold the key: the plain ones first, then,
 	// behind them in line, those that time out or are cancelled.
-	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	leases, err := lease.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

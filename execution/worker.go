@@ -256,10 +256,7 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	w.metrics = metrics
 	ks := keys.New(cfg.Prefix)
-	leases, err := lease.New(rdb, lease.Config{Prefix: cfg.Prefix})
-	if err != nil {
-		return nil, err
-	}
+	leases := store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	var usageTTL time.Duration // 0: not counted
 	if cfg.Usage != nil {
 		usageTTL = cfg.Usage.Retention()
@@ -268,14 +265,16 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
-		w.queues = append(w.queues, &queue{name: name, st: w.st, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
+		q := &queue{name: name, st: w.st, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
-			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)})
+			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)}
+		q.hints.Store(&hints{costs: &laneCosts{}}) // the first claim finds nothing left
+		w.queues = append(w.queues, q)
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
-		watcher, err := cancel.NewWatcher(rdb, cfg.NATS, cancel.WatcherConfig{
-			Prefix: cfg.Prefix, Subject: cfg.CancelSubject, Logger: cfg.Logger,
+		watcher, err := cancel.NewWatcher(leases, cfg.NATS, cancel.WatcherConfig{
+			Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
 			Poll:      cfg.LeaseTTL,
@@ -604,7 +603,7 @@ func (w *Worker) confirmer(workCtx, bgCtx context.Context, confirms <-chan *conf
 func (w *Worker) idle(ctx context.Context) {
 	wait := w.cfg.Poll/2 + rand.N(w.cfg.Poll+1)
 	for _, q := range w.queues {
-		if d := time.Until(time.Unix(0, q.room.Load())); d > 0 {
+		if d := time.Until(q.hints.Load().room); d > 0 {
 			wait = min(wait, d) // past: the last claim came after it
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -19,7 +20,7 @@ var benchValue = bytes.Repeat([]byte("v"), 64)
 // grows each time), one client, one goroutine: the latency of the script.
 func BenchmarkFencedWrite(b *testing.B) {
 	rdb, trips := countingClient(b)
-	s := fencing.NewStore(rdb, fencing.StoreConfig{Prefix: testenv.Prefix(b)})
+	s := store.New(rdb, store.Config{Prefix: testenv.Prefix(b)}).Fence()
 	ctx := b.Context()
 	// The first call loads the script (EVALSHA, then EVAL): keep it untimed.
 	if err := s.Write(ctx, "bench", 1, benchValue); err != nil {

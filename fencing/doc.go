@@ -34,11 +34,11 @@
 // admitted: it is the same owner writing again. A higher token is admitted
 // and becomes the highest. Tokens of different resources are independent.
 //
-// Store keeps this in Redis, in one hash per resource (the key comes from
-// internal/store/keys): the highest token, the last value and the token it was
-// written with. Store.Write checks and writes in one Lua script, so no write
+// Leasehold's store keeps this in Redis (store.Fence), in one hash per
+// resource (the key comes from internal/store/keys): the highest token, the
+// last value and the token it was written with. Fence.Write checks and writes in one Lua script, so no write
 // with a lower token can land after a higher one was accepted, even under
-// concurrent writers and on a Redis Cluster. Store.Admit moves the highest
+// concurrent writers and on a Redis Cluster. Fence.Admit moves the highest
 // without storing a value. The hashes have no TTL: a forgotten highest token
 // would let a stale owner write again.
 //

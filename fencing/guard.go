@@ -12,7 +12,21 @@ import (
 // is not a token. Nothing is read or written.
 var ErrInvalid = errors.New("fencing: invalid input")
 
-var errEmptyResource = fmt.Errorf("%w: empty resource name", ErrInvalid)
+// CheckResource refuses an empty resource name.
+func CheckResource(resource string) error {
+	if resource == "" {
+		return fmt.Errorf("%w: empty resource name", ErrInvalid)
+	}
+	return nil
+}
+
+// Record is what a fenced resource holds: the last value written and the
+// token it was written with. The zero Record (Token 0) means no value has
+// been written.
+type Record struct {
+	Token Token
+	Value []byte
+}
 
 // StaleError is the error a refused call returns. It matches ErrStale with
 // errors.Is and tells the caller how far behind it is.
@@ -35,8 +49,9 @@ func (e *StaleError) Is(target error) bool { return target == ErrStale }
 // error means the guard could not decide (its store is unreachable): the
 // caller must not treat the token as admitted.
 //
-// *Store keeps the highest tokens in Redis, shared by every replica of a
-// service; *Memory keeps them in the process, for a service of one replica.
+// The store's Fence keeps the highest tokens in Redis, shared by every
+// replica of a service; *Memory keeps them in the process, for a service
+// of one replica.
 type Guard interface {
 	Admit(ctx context.Context, resource string, token Token) error
 }
@@ -53,7 +68,7 @@ type Memory struct {
 
 // Admit implements Guard.
 func (m *Memory) Admit(_ context.Context, resource string, token Token) error {
-	if err := check(resource, token); err != nil {
+	if err := Check(resource, token); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -68,12 +83,12 @@ func (m *Memory) Admit(_ context.Context, resource string, token Token) error {
 	return nil
 }
 
-// check refuses what no guard can fence: tokens start at 1, so 0 can only be
+// Check refuses what no guard can fence: tokens start at 1, so 0 can only be
 // an unset token, and an empty resource name is a caller's bug that would put
-// unrelated writers under one fence.
-func check(resource string, token Token) error {
-	if resource == "" {
-		return errEmptyResource
+// unrelated writers under one fence (CheckResource).
+func Check(resource string, token Token) error {
+	if err := CheckResource(resource); err != nil {
+		return err
 	}
 	if token == 0 {
 		return fmt.Errorf("%w: token 0 (tokens are issued from 1)", ErrInvalid)

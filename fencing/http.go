@@ -53,7 +53,7 @@ func FromHeader(h http.Header) (Token, error) {
 //
 // Admission is a gate, not a lock: a handler admitted with token 7 may still
 // be running when token 8 is admitted. A handler whose writes must not land
-// out of order writes through Store.Write, which checks and writes in one
+// out of order writes through a fenced write (the store's Fence.Write), which checks and writes in one
 // step. The handler reads the token again with FromHeader if it needs it.
 func Middleware(g Guard, resource func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {

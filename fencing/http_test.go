@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
@@ -99,7 +100,7 @@ func TestMiddlewareWithStore(t *testing.T) {
 	for _, b := range testenv.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			h := fencedHandler(fencing.NewStore(b.Client, fencing.StoreConfig{Prefix: testenv.Prefix(t)}))
+			h := fencedHandler(store.New(b.Client, store.Config{Prefix: testenv.Prefix(t)}).Fence())
 			for _, c := range []struct {
 				token  string
 				status int
@@ -126,7 +127,7 @@ func TestMiddlewareRedisDown(t *testing.T) {
 		MaxRetries:    -1,
 	})
 	t.Cleanup(func() { rdb.Close() })
-	h := fencedHandler(fencing.NewStore(rdb, fencing.StoreConfig{Prefix: testenv.Prefix(t)}))
+	h := fencedHandler(store.New(rdb, store.Config{Prefix: testenv.Prefix(t)}).Fence())
 
 	if rec := serve(h, "/jobs/a", "3"); rec.Code != http.StatusOK {
 		t.Fatalf("with Redis up: status %d, want 200 (body %s)", rec.Code, rec.Body)

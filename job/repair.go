@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 )
@@ -74,7 +73,7 @@ func (s *Store) RetryWithin(ctx context.Context, tenant, id string, admin bool, 
 		}
 	}
 	if State(state) == StateCancelled {
-		if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), id); err != nil {
+		if err := s.data.ClearCancels(ctx, id); err != nil {
 			return Job{}, fmt.Errorf("job: retry %s: %w", id, err)
 		}
 	}
@@ -501,7 +500,7 @@ func (s *Store) retryMatching(ctx context.Context, queue, owner string, f RetryF
 		}
 		moving := match[start : start+n]
 		if n > 0 && f.State == StateCancelled {
-			if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), moving...); err != nil {
+			if err := s.data.ClearCancels(ctx, moving...); err != nil {
 				return moved, false, nil, fmt.Errorf("job: retry in %s: %w", queue, err)
 			}
 		}
@@ -611,7 +610,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string, admin bool) (Job,
 			return Job{}, fmt.Errorf("job: delete %s: drop lookup: %w", id, err)
 		}
 	}
-	if err := cancel.Clear(ctx, s.rdb, s.keys.Prefix(), id); err != nil {
+	if err := s.data.ClearCancels(ctx, id); err != nil {
 		return Job{}, fmt.Errorf("job: delete %s: %w", id, err)
 	}
 	return Job{}, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -63,7 +64,7 @@ func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: prefix}); err != nil {
 		t.Fatal(err)
 	}
-	if f.flags, err = cancel.New(rdb, nc, cancel.Config{Prefix: prefix, Subject: subject}); err != nil {
+	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: prefix}), nc, cancel.Config{Subject: subject}); err != nil {
 		t.Fatal(err)
 	}
 	if setup != nil {

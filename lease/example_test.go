@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/lease"
 )
 
@@ -19,7 +20,7 @@ func ExampleSemaphore() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
-	leases, err := lease.New(rdb, lease.Config{})
+	leases, err := lease.New(store.New(rdb, store.Config{}), lease.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/lease"
 )
@@ -30,7 +31,7 @@ const (
 
 func helperClient() (*lease.Client, func()) {
 	rdb := testenv.HelperRedis()
-	c, err := lease.New(rdb, lease.Config{Prefix: os.Getenv(envPrefix)})
+	c, err := lease.New(store.New(rdb, store.Config{Prefix: os.Getenv(envPrefix)}), lease.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +68,7 @@ func TestCrashedHolderSlotIsReclaimedWithinTTL(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t).Client(t)
 	prefix := testenv.Prefix(t)
-	c, err := lease.New(rdb, lease.Config{Prefix: prefix})
+	c, err := lease.New(store.New(rdb, store.Config{Prefix: prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,19 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/store"
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/job"
-)
-
-var (
-	acquireScript = scripts.Load("lease_acquire.lua", "fence.lua", "budget.lua")
-	settleScript  = scripts.Load("lease_settle.lua", "budget.lua")
-	renewScript   = scripts.Load("lease_renew.lua")
 )
 
 // ErrLost means a lease is gone: released, reaped after it expired, or not
@@ -62,8 +52,6 @@ type Lease struct {
 
 // Config configures a Client. The zero value is ready to use.
 type Config struct {
-	// Prefix starts every key; default keys.DefaultPrefix.
-	Prefix string
 	// Clock reads the holder's own time for trust windows; default time.Now.
 	// Redis never sees it: expiry and reaping use Redis TIME.
 	Clock func() time.Time
@@ -72,23 +60,21 @@ type Config struct {
 // Client acquires, renews and releases leases in Redis. It is safe for
 // concurrent use.
 type Client struct {
-	rdb   redis.UniversalClient
-	keys  keys.Space
 	store *store.Store
 	clock func() time.Time
 }
 
-// New returns a Client on rdb, which may be a Redis Cluster client: every
-// script touches keys of one hash slot.
-func New(rdb redis.UniversalClient, cfg Config) (*Client, error) {
-	if rdb == nil {
-		return nil, errors.New("lease: nil redis client")
+// New returns a Client of st's leases, which may be on a Redis Cluster:
+// every operation touches keys of one hash slot.
+func New(st *store.Store, cfg Config) (*Client, error) {
+	if st == nil {
+		return nil, errors.New("lease: nil store")
 	}
 	clock := cfg.Clock
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Client{rdb: rdb, keys: keys.New(cfg.Prefix), store: store.New(rdb, store.Config{Prefix: cfg.Prefix}), clock: clock}, nil
+	return &Client{store: st, clock: clock}, nil
 }
 
 // Acquire takes a slot of key for holder if fewer than limit leases are
@@ -134,7 +120,7 @@ type Ask struct {
 	Limit   int // -1: the key has no limit, every holder gets a slot
 	Holders []string
 	// Budget is the key's budget; a holder gets a slot only if it has room
-	// too, and what it reserves must be settled (SettleIn).
+	// too, and what it reserves must be settled (Settle).
 	Budget job.Budget
 	// Tokens holds each holder's estimated tokens, when Budget has a TPM.
 	Tokens []int64
@@ -177,79 +163,29 @@ func (c *Client) AcquireAll(ctx context.Context, ttl, mark time.Duration, asks [
 }
 
 // AcquireEach is AcquireAll that answers each ask on its own, with the
-// error that kept it from Redis (see Acquiring.Each).
+// error that kept it from Redis: one key's failure need not fail the
+// others' asks (on a Redis Cluster each key's lease set is on a shard of
+// its own, which may be down alone). An ask that failed has the zero
+// Grant: its holders got no slot.
 func (c *Client) AcquireEach(ctx context.Context, ttl, mark time.Duration, asks []Ask) ([]Grant, []error) {
-	var a *Acquiring
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		a = c.AcquireIn(ctx, p, ttl, mark, asks)
-		return nil
-	})
-	return a.Each(ctx)
-}
-
-// Acquiring is an AcquireAll queued on a caller's pipeline.
-type Acquiring struct {
-	asks []Ask
-	runs []*scripts.Queued
-}
-
-// AcquireIn queues AcquireAll's asks on p, so that they share the round
-// trip of the caller's other commands; Each reads them once p has run.
-func (c *Client) AcquireIn(ctx context.Context, p redis.Pipeliner, ttl, mark time.Duration, asks []Ask) *Acquiring {
-	a := &Acquiring{asks: asks, runs: make([]*scripts.Queued, len(asks))}
-	for i, ask := range asks {
-		a.runs[i] = acquireScript.In(ctx, p, c.rdb, scripts.Args{Keys: c.acquireKeys(ask.Key), Argv: acquireArgs(ttl, mark, ask)})
+	stored := make([]store.LeaseAsk, len(asks))
+	for i, a := range asks {
+		stored[i] = a.stored()
 	}
-	return a
-}
-
-// Each returns what each ask got, in the order of the asks, and for each
-// the error that kept it from Redis (nil for one that ran): one key's
-// failure need not fail the others' asks (on a Redis Cluster each key's
-// lease set is on a shard of its own, which may be down alone). An ask
-// that failed has the zero Grant: its holders got no slot.
-func (a *Acquiring) Each(ctx context.Context) ([]Grant, []error) {
-	grants, errs := make([]Grant, len(a.asks)), make([]error, len(a.asks))
-	for i, ask := range a.asks {
-		res, err := a.runs[i].Reply(ctx).Int64Slice()
-		if err == nil && len(res) != 4+len(ask.Holders) {
-			err = fmt.Errorf("%d values in the reply, want %d", len(res), 4+len(ask.Holders))
-		}
-		if err != nil {
-			errs[i] = fmt.Errorf("lease: acquire %q: %w", ask.Key, err)
-			continue
-		}
-		g := Grant{RetryAfter: time.Duration(res[0]) * time.Millisecond, Waiters: res[2] == 1, ByBudget: res[3] == 1,
-			Tokens: make([]fencing.Token, len(ask.Holders))}
-		for j := range ask.Holders {
-			g.Tokens[j] = fencing.Token(res[4+j])
-		}
-		grants[i] = g
+	sg, errs := c.store.AcquireLeases(ctx, ttl, mark, stored)
+	grants := make([]Grant, len(sg))
+	for i, g := range sg {
+		grants[i] = Grant(g)
 	}
 	return grants, errs
 }
 
-func (c *Client) acquireKeys(key string) []string {
-	return []string{c.keys.LeaseSet(key), c.keys.LeaseFence(key), c.keys.SemTickets(key),
-		c.keys.LeaseTurn(key), c.keys.LeaseWaiting(key),
-		c.keys.LeaseWindow(key), c.keys.LeaseSpent(key), c.keys.LeaseThrottle(key), c.keys.LeaseAdapt(key)}
+func (a Ask) stored() store.LeaseAsk {
+	return store.LeaseAsk{Key: a.Key, Limit: a.Limit, Holders: a.Holders, Budget: storedBudget(a.Budget), Tokens: a.Tokens}
 }
 
-func acquireArgs(ttl, mark time.Duration, a Ask) []any {
-	rpm, tpm, adaptive := budgetArgs(a.Budget)
-	args := make([]any, 0, 6+2*len(a.Holders))
-	args = append(args, ttl.Milliseconds(), a.Limit, mark.Milliseconds(), rpm, tpm, adaptive)
-	for i, h := range a.Holders {
-		args = append(args, h)
-		if a.Budget.TPM > 0 {
-			var est int64
-			if i < len(a.Tokens) {
-				est = a.Tokens[i]
-			}
-			args = append(args, est)
-		}
-	}
-	return args
+func storedBudget(b job.Budget) store.LeaseBudget {
+	return store.LeaseBudget{RPM: b.RPM, TPM: b.TPM, Adaptive: b.Adaptive}
 }
 
 // Renew moves l's expiry to a TTL from now and returns l with its trust
@@ -275,61 +211,14 @@ func (c *Client) Renew(ctx context.Context, l Lease) (Lease, error) {
 // round trip, and returns the holders whose leases were gone: those must
 // stop. It never adds a lease back.
 func (c *Client) RenewAll(ctx context.Context, ttl time.Duration, held map[string][]string) (gone map[string][]string, err error) {
-	type renewal struct {
-		key     string
-		holders []string
-		run     *scripts.Queued
-	}
-	rs := make([]renewal, 0, len(held))
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for key, holders := range held {
-			a := scripts.Args{Keys: []string{c.keys.LeaseSet(key)}, Argv: append([]any{ttl.Milliseconds()}, anys(holders)...)}
-			rs = append(rs, renewal{key, holders, renewScript.In(ctx, p, c.rdb, a)})
-		}
-		return nil
-	})
-	for _, r := range rs {
-		res, err := r.run.Reply(ctx).Int64Slice()
-		if err == nil && len(res) != len(r.holders) {
-			err = fmt.Errorf("%d values in the reply, want %d", len(res), len(r.holders))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lease: renew %q: %w", r.key, err)
-		}
-		for i, expires := range res {
-			if expires == 0 {
-				if gone == nil {
-					gone = map[string][]string{}
-				}
-				gone[r.key] = append(gone[r.key], r.holders[i])
-			}
-		}
-	}
-	return gone, nil
-}
-
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
+	return c.store.RenewLeases(ctx, ttl, held)
 }
 
 // Release frees l's slot. It is idempotent, and a release that comes after
 // the lease was reaped removes nothing but l's own member: it can never free
 // a slot that someone else holds now.
 func (c *Client) Release(ctx context.Context, l Lease) error {
-	if err := c.ReleaseIn(ctx, c.rdb, l.Key, l.Holder).Err(); err != nil {
-		return fmt.Errorf("lease: release %q: %w", l.Key, err)
-	}
-	return nil
-}
-
-// ReleaseIn sends on rdb, which may be a pipeline of the caller's, the
-// release of holders' slots of key (see Release).
-func (c *Client) ReleaseIn(ctx context.Context, rdb redis.Cmdable, key string, holders ...string) *redis.IntCmd {
-	return rdb.ZRem(ctx, c.keys.LeaseSet(key), anys(holders)...)
+	return c.store.ReleaseLeases(ctx, l.Key, l.Holder)
 }
 
 // InUse returns the number of live leases on key.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/lease"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 func newClient(t testing.TB, rdb redis.UniversalClient) (*lease.Client, keys.Space) {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	c, err := lease.New(rdb, lease.Config{Prefix: prefix})
+	c, err := lease.New(store.New(rdb, store.Config{Prefix: prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,11 +262,11 @@ func TestSkewedClientClockStillReapsCorrectly(t *testing.T) {
 		t.Run(skew.String(), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 				prefix := testenv.Prefix(t)
-				skewed, err := lease.New(rdb, lease.Config{Prefix: prefix, Clock: func() time.Time { return time.Now().Add(skew) }})
+				skewed, err := lease.New(store.New(rdb, store.Config{Prefix: prefix}), lease.Config{Clock: func() time.Time { return time.Now().Add(skew) }})
 				if err != nil {
 					t.Fatal(err)
 				}
-				honest, err := lease.New(rdb, lease.Config{Prefix: prefix})
+				honest, err := lease.New(store.New(rdb, store.Config{Prefix: prefix}), lease.Config{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,14 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/leasehold/leasehold/fencing"
-	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
-)
-
-var (
-	pollScript  = scripts.Load("semaphore_poll.lua", "fence.lua", "budget.lua")
-	leaveScript = scripts.Load("semaphore_leave.lua")
 )
 
 // ErrTimedOut means Wait gave up after its MaxWait without a slot.
@@ -196,7 +191,7 @@ func (s *Semaphore) Wait(ctx context.Context, holder string, cfg WaitConfig) (*P
 		a.Holders, a.Tokens = []string{holder}, []int64{cfg.Tokens}
 		w.also = append(w.also, a)
 	}
-	w.wakeSubject = s.c.keys.SemWake(s.key)
+	w.wakeSubject = s.c.store.LineWakeSubject(s.key)
 
 	state, p, err := w.wait(ctx, poll, cfg.MaxWait)
 	if cfg.Done != nil {
@@ -307,32 +302,20 @@ type pollResult struct {
 	ready bool
 }
 
-// poll runs semaphore_poll.lua: join (the first time), heartbeat, go to
-// the back of the line when back, and take a slot if grant, this ticket
-// heads the line and the key has room.
+// poll joins the line (the first time), heartbeats, goes to the back of
+// the line when back, and takes a slot if grant, this ticket heads the
+// line and the key has room.
 func (w *waiter) poll(ctx context.Context, join, grant, back bool) (pollResult, error) {
-	ks, key := w.s.c.keys, w.s.key
-	rpm, tpm, adaptive := budgetArgs(w.budget)
-	res, err := pollScript.Run(ctx, w.s.c.rdb,
-		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemSeq(key), ks.SemTicket(key, w.ticket), ks.LeaseSet(key), ks.LeaseFence(key),
-			ks.LeaseTurn(key), ks.LeaseWaiting(key), ks.LeaseWindow(key), ks.LeaseSpent(key), ks.LeaseThrottle(key), ks.LeaseAdapt(key)},
-		w.ticket, w.ticketTTL.Milliseconds(), join, w.holder, w.s.ttl.Milliseconds(), w.s.limit,
-		rpm, tpm, adaptive, min(max(w.tokens, 0), job.MaxBudget), grant, back).Int64Slice()
-	if err == nil && (len(res) == 0 || res[0] == 0 && len(res) != 3 || res[0] == 1 && len(res) != 4) {
-		err = fmt.Errorf("reply %v", res)
-	}
-	if err != nil {
-		return pollResult{}, fmt.Errorf("lease: poll ticket on %q: %w", key, err)
-	}
-	switch res[0] {
-	case 0:
-		return pollResult{state: TicketPending, ready: res[1] == 0 && res[2] == 0}, nil
-	case 1:
-		return pollResult{state: TicketGranted, token: fencing.Token(res[1]), more: res[3] == 1}, nil
-	case 3:
-		return pollResult{state: TicketCancelled}, nil
-	case 4:
-		return pollResult{state: TicketTimedOut}, nil
+	st, err := w.s.c.store.PollTicket(ctx, store.TicketPoll{Key: w.s.key, Ticket: w.ticket, Holder: w.holder,
+		TicketTTL: w.ticketTTL, LeaseTTL: w.s.ttl, Limit: w.s.limit, Budget: storedBudget(w.budget), Tokens: w.tokens,
+		Join: join, Grant: grant, Back: back})
+	switch {
+	case err != nil:
+		return pollResult{}, err
+	case st.Pending:
+		return pollResult{state: TicketPending, ready: st.Ready}, nil
+	case st.Token != 0:
+		return pollResult{state: TicketGranted, token: st.Token, more: st.More}, nil
 	}
 	return pollResult{state: TicketExpired}, nil
 }
@@ -344,18 +327,13 @@ func (w *waiter) poll(ctx context.Context, join, grant, back bool) (pollResult, 
 func (w *waiter) leave(ctx context.Context, state TicketState, cause error) (TicketState, *Permit, error) {
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
-	ks, key := w.s.c.keys, w.s.key
-	name := "CANCELLED" // an expired ticket too: any end stops a late join
-	if state == TicketTimedOut {
-		name = "TIMED_OUT"
-	}
-	was, err := leaveScript.Run(ctx, w.s.c.rdb,
-		[]string{ks.SemQueue(key), ks.SemTickets(key), ks.SemTicket(key, w.ticket)},
-		w.ticket, name, w.ticketTTL.Milliseconds()).Text()
+	// An expired ticket ends CANCELLED too: any end stops a late join.
+	was, err := w.s.c.store.LeaveLine(ctx, store.TicketLeave{Key: w.s.key, Ticket: w.ticket,
+		TimedOut: state == TicketTimedOut, TicketTTL: w.ticketTTL})
 	if err != nil {
 		// The ticket expires within a ticket TTL, and a slot granted to it
 		// within a lease TTL: nothing stays held for good.
-		return state, nil, errors.Join(cause, fmt.Errorf("lease: leave line of %q: %w", key, err))
+		return state, nil, errors.Join(cause, err)
 	}
 	if was == "GRANTED" || w.alsoHeld != nil {
 		err = w.end(ctx, was == "GRANTED", OutcomeUnused, -1, 0)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -41,7 +42,7 @@ func helperWait() int {
 	rdb := testenv.HelperRedis()
 	defer rdb.Close()
 	prefix, key, name := os.Getenv(envPrefix), os.Getenv(envKey), os.Getenv(envName)
-	c, err := lease.New(rdb, lease.Config{Prefix: prefix})
+	c, err := lease.New(store.New(rdb, store.Config{Prefix: prefix}), lease.Config{})
 	if err != nil {
 		panic(err)
 	}

@@ -6,8 +6,8 @@
 // 409, so the stale worker learns it has lost the job and corrupts nothing.
 //
 // The service keeps its tokens with fencing.Memory, as it runs as one process
-// and shares no Redis with the workers; with several replicas, use a
-// fencing.Store on a Redis they share.
+// and shares no Redis with the workers; replicas would share a guard in
+// Redis (the store's Fence).
 package main
 
 import (

@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -65,11 +66,12 @@ func newStack(t *testing.T) *stack {
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 
+	data := store.New(rdb, store.Config{Prefix: prefix})
 	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags, err := cancel.New(rdb, nc, cancel.Config{Prefix: prefix, Subject: subject, Logger: log})
+	flags, err := cancel.New(data, nc, cancel.Config{Subject: subject, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +872,7 @@ func TestConsole(t *testing.T) {
 		s.call(http.MethodPut, "/v1/limits/model:budget", adminKey, `{"limit": 20, "rpm": 3000, "tpm": 400000, "adaptive": true}`, http.StatusOK, nil)
 		// Two executions settled as a worker would: one refused (a 429
 		// with Retry-After), one served.
-		leases, err := lease.New(s.rdb, lease.Config{Prefix: s.prefix})
+		leases, err := lease.New(store.New(s.rdb, store.Config{Prefix: s.prefix}), lease.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

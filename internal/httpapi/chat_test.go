@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -131,7 +132,7 @@ func TestChatCallPastItsMaxWaitIsRefused(t *testing.T) {
 	t.Parallel()
 	f := newChatFixture(t, fakellm.Config{})
 	f.setLimit("model:fake", 1, job.Budget{})
-	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	leases, err := lease.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

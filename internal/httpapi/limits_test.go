@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/lease"
@@ -221,7 +222,7 @@ func TestLimitHistory(t *testing.T) {
 	if resp := f.putLimit(adminKey, "model:h", `{"limit": 20, "adaptive": true}`); resp.StatusCode != http.StatusOK {
 		t.Fatalf("put: %s %s", resp.Status, resp.body)
 	}
-	leases, err := lease.New(f.rdb, lease.Config{Prefix: f.prefix})
+	leases, err := lease.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), lease.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

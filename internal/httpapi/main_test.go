@@ -31,6 +31,7 @@ import (
 	"github.com/leasehold/leasehold/docs"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -96,7 +97,7 @@ func (f *fixture) start(rdb redis.UniversalClient, configure ...func(*httpapi.Co
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix, OnlyLimitedKeys: true}); err != nil {
 		t.Fatal(err)
 	}
-	flags, err := cancel.New(rdb, nc, cancel.Config{Prefix: f.prefix, Subject: f.subject, Logger: f.log})
+	flags, err := cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), nc, cancel.Config{Subject: f.subject, Logger: f.log})
 	if err != nil {
 		t.Fatal(err)
 	}

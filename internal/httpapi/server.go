@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/lease"
@@ -79,7 +80,7 @@ type Config struct {
 	// concurrency_keys may name any key, and each creates lease keys.
 	Store *job.Store
 	// Flags requests cancellation of running jobs; default
-	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
+	// cancel.New of a store of Redis under Prefix, NATS and Logger.
 	Flags *cancel.Flags
 	// NATS wakes an idle worker after each new job; default nil: no
 	// wake-ups, workers find new jobs when they poll.
@@ -282,11 +283,11 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}
 	if s.flags == nil {
-		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
+		if s.flags, err = cancel.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), cfg.NATS, cancel.Config{Logger: s.log}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}
-	if s.leases, err = lease.New(cfg.Redis, lease.Config{Prefix: cfg.Prefix}); err != nil {
+	if s.leases, err = lease.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), lease.Config{}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -54,7 +55,7 @@ func newFixture(t testing.TB, handler http.HandlerFunc) *fixture {
 	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
 		t.Fatal(err)
 	}
-	if f.flags, err = cancel.New(rdb, f.nc, cancel.Config{Prefix: f.prefix, Subject: f.subject}); err != nil {
+	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), f.nc, cancel.Config{Subject: f.subject}); err != nil {
 		t.Fatal(err)
 	}
 	f.srv = httptest.NewServer(handler)

@@ -1,6 +1,10 @@
-package fencing
+package store
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/fencing"
+)
 
 // A fenced script's reply of any shape but {1, token} or {0, highest} is
 // an error, never a panic.
@@ -9,7 +13,7 @@ func TestDecodeFenceChecksTheReply(t *testing.T) {
 		name     string
 		reply    []any
 		accepted bool
-		highest  Token
+		highest  fencing.Token
 		ok       bool
 	}{
 		{"accepted", []any{int64(1), "7"}, true, 0, true},
