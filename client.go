@@ -30,6 +30,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -63,7 +64,7 @@ type Config struct {
 type Client struct {
 	nc     *nats.Conn
 	prefix string
-	store  *job.Store
+	store  *store.Store
 	flags  *cancel.Flags
 	worker *execution.Worker
 	sched  *schedule.Store
@@ -86,12 +87,13 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	// An idempotency key outlives no job: a worker kept short (tests, a
 	// scratch fleet) remembers its Client's keys as long as its jobs.
 	retention := cmp.Or(wcfg.Retention, job.DefaultRetention)
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
+	scfg := store.Config{Prefix: wcfg.Prefix, Retention: retention,
 		IdempotencyTTL: min(retention, job.DefaultIdempotencyTTL), TracerProvider: wcfg.TracerProvider,
-		UsageRetention: wcfg.Usage.Retention()})
-	if err != nil {
+		UsageRetention: wcfg.Usage.Retention()}
+	if err := scfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
+	jobs := store.New(rdb, scfg)
 	flags, err := cancel.New(rdb, wcfg.NATS, cancel.Config{Prefix: wcfg.Prefix, Logger: wcfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
@@ -108,11 +110,11 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS})
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: jobs, NATS: wcfg.NATS})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{nc: wcfg.NATS, prefix: wcfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{nc: wcfg.NATS, prefix: wcfg.Prefix, store: jobs, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in
@@ -153,7 +155,7 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 // job.BatchResult.Err, and a refused item writes nothing; it takes a few
 // round trips to Redis, one per queue, not several per job. It wakes an
 // idle worker of each queue that got a job. An error means the batch
-// stopped midway (see job.Store.SubmitBatch).
+// stopped midway (see store.Store.SubmitBatch).
 func (c *Client) SubmitBatch(ctx context.Context, tenant string, items []job.BatchItem) ([]job.BatchResult, error) {
 	res, err := c.store.SubmitBatch(ctx, tenant, items, job.Cap{})
 	if err != nil || c.nc == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -22,8 +23,8 @@ import (
 //
 // It returns the job as it stands, and job.ErrConflict (with the job) when
 // the job already ended otherwise than cancelled.
-func CancelJob(ctx context.Context, store *job.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
-	j, err := store.Cancel(ctx, tenant, id, admin)
+func CancelJob(ctx context.Context, jobs *store.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
+	j, err := jobs.Cancel(ctx, tenant, id, admin)
 	if err != nil {
 		return j, err
 	}

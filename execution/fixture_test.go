@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
@@ -25,7 +27,7 @@ type fixture struct {
 	nc      *nats.Conn
 	prefix  string
 	subject string
-	store   *job.Store
+	store   *store.Store
 	flags   *cancel.Flags
 }
 
@@ -40,9 +42,7 @@ func newFixtureOn(t *testing.T, rdb redis.UniversalClient, nc *nats.Conn) *fixtu
 	f.subject = "test.cancel." + f.prefix[:len(f.prefix)-1]
 	f.subject = subjectSafe(f.subject)
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
-		t.Fatal(err)
-	}
+	f.store = store.New(rdb, store.Config{Prefix: f.prefix})
 	if f.flags, err = cancel.New(rdb, nc, cancel.Config{Prefix: f.prefix, Subject: f.subject}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -65,10 +67,7 @@ func newStack(t *testing.T) *stack {
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	flags, err := cancel.New(rdb, nc, cancel.Config{Prefix: prefix, Subject: subject, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/lease"
@@ -71,12 +72,12 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis,
-	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// Store reads and writes jobs; default store.New(Redis,
+	// store.Config{Prefix: Prefix, TracerProvider: TracerProvider,
 	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
 	// given here should set OnlyLimitedKeys too: without it a tenant's
 	// concurrency_keys may name any key, and each creates lease keys.
-	Store *job.Store
+	Store *store.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New(Redis, NATS, cancel.Config{Prefix: Prefix, Logger: Logger}).
 	Flags *cancel.Flags
@@ -121,7 +122,7 @@ type Config struct {
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
 	// answered with its job. Concurrent submissions to different queues may
-	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).
+	// pass the cap by as many as are in flight (see store.Store.SubmitWithin).
 	TenantMaxJobs int64
 	// TenantMaxRetainedBytes caps the bytes each tenant's jobs, not ended
 	// and ended within their retention, are charged (job.Cap.MaxBytes),
@@ -180,8 +181,8 @@ type Config struct {
 // server holds what every handler needs.
 type server struct {
 	rdb          redis.UniversalClient
-	store        *job.Store
-	blocking     *job.Store // the Store's reads, on Config.Blocking
+	store        *store.Store
+	blocking     *store.Store // the Store's reads, on Config.Blocking
 	streams      *slots
 	batches      *slots
 	flags        *cancel.Flags
@@ -267,16 +268,12 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
-			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.store = store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
+			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()})
 	}
 	s.blocking = s.store
 	if cfg.Blocking != nil {
-		if s.blocking, err = job.NewStore(cfg.Blocking, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.blocking = store.New(cfg.Blocking, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider})
 	}
 	if s.flags == nil {
 		if s.flags, err = cancel.New(cfg.Redis, cfg.NATS, cancel.Config{Prefix: cfg.Prefix, Logger: s.log}); err != nil {
