@@ -62,7 +62,7 @@ type Config struct {
 // it was given. It is safe for concurrent use; call Handle before Run.
 type Client struct {
 	waker  *execution.Waker
-	store  *job.Store
+	store  *store.Store
 	flags  *cancel.Flags
 	worker *execution.Worker
 	sched  *schedule.Store
@@ -75,7 +75,6 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		return nil, errors.New("leasehold: nil redis client")
 	}
 	wcfg := cfg.Worker
-	data := store.New(rdb, store.Config{Prefix: wcfg.Prefix})
 	if wcfg.Usage == nil {
 		counters, err := usage.New(rdb, usage.Config{Prefix: wcfg.Prefix})
 		if err != nil {
@@ -86,12 +85,13 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	// An idempotency key outlives no job: a worker kept short (tests, a
 	// scratch fleet) remembers its Client's keys as long as its jobs.
 	retention := cmp.Or(wcfg.Retention, job.DefaultRetention)
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
+	scfg := store.Config{Prefix: wcfg.Prefix, Retention: retention,
 		IdempotencyTTL: min(retention, job.DefaultIdempotencyTTL), TracerProvider: wcfg.TracerProvider,
-		UsageRetention: wcfg.Usage.Retention()})
-	if err != nil {
+		UsageRetention: wcfg.Usage.Retention()}
+	if err := scfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
+	data := store.New(rdb, scfg)
 	flags, err := cancel.New(data, wcfg.NATS, cancel.Config{Logger: wcfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
@@ -109,11 +109,11 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
 	waker := execution.NewWaker(wcfg.NATS, wcfg.Prefix, wcfg.Logger)
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, Waker: waker})
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: data, Waker: waker})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{waker: waker, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{waker: waker, store: data, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in
@@ -152,7 +152,7 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 // job.BatchResult.Err, and a refused item writes nothing; it takes a few
 // round trips to Redis, one per queue, not several per job. It wakes an
 // idle worker of each queue that got a job. An error means the batch
-// stopped midway (see job.Store.SubmitBatch).
+// stopped midway (see store.Store.SubmitBatch).
 func (c *Client) SubmitBatch(ctx context.Context, tenant string, items []job.BatchItem) ([]job.BatchResult, error) {
 	res, err := c.store.SubmitBatch(ctx, tenant, items, job.Cap{})
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 //
 // It returns the job as it stands, and job.ErrConflict (with the job) when
 // the job already ended otherwise than cancelled.
-func CancelJob(ctx context.Context, store *job.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
-	j, err := store.Cancel(ctx, tenant, id, admin)
+func CancelJob(ctx context.Context, jobs *store.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
+	j, err := jobs.Cancel(ctx, tenant, id, admin)
 	if err != nil {
 		return j, err
 	}

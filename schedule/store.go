@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -52,8 +53,8 @@ func (e *CapError) Error() string {
 type Config struct {
 	// Prefix starts every key; default keys.DefaultPrefix.
 	Prefix string
-	// Jobs creates the fired jobs; default job.NewStore(rdb, job.Config{Prefix: Prefix}).
-	Jobs *job.Store
+	// Jobs creates the fired jobs; default store.New(rdb, store.Config{Prefix: Prefix}).
+	Jobs *store.Store
 	// Waker wakes an idle worker of a fired job's queue; nil: workers
 	// find the job when they poll.
 	Waker *execution.Waker
@@ -72,7 +73,7 @@ type Store struct {
 	rdb     redis.UniversalClient
 	keys    keys.Space
 	prefix  string
-	jobs    *job.Store
+	jobs    *store.Store
 	waker   *execution.Waker
 	tracer  trace.Tracer
 	max     int
@@ -95,10 +96,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	jobs := cfg.Jobs
 	if jobs == nil {
-		var err error
-		if jobs, err = job.NewStore(rdb, job.Config{Prefix: cfg.Prefix}); err != nil {
-			return nil, fmt.Errorf("schedule: %w", err)
-		}
+		jobs = store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	}
 	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
@@ -517,7 +515,7 @@ func (s *Store) spend(ctx context.Context, tenant, key string, rate ratelimit.Li
 }
 
 // submit creates the job of sch's fire for due time due through the one
-// submission path (job.Store.SubmitWithin) with idempotency key key.
+// submission path (store.Store.SubmitWithin) with idempotency key key.
 func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key string, limit job.Cap) (j job.Job, created bool, err error) {
 	// The fire's span is the root of the fired job's trace (a trigger's,
 	// the child of its request's): the job's submit span is its child.

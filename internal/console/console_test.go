@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -28,7 +30,6 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -68,12 +69,8 @@ func newStack(t *testing.T) *stack {
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 
-	data := store.New(rdb, store.Config{Prefix: prefix})
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	flags, err := cancel.New(data, nc, cancel.Config{Subject: subject, Logger: log})
+	store := store.New(rdb, store.Config{Prefix: prefix})
+	flags, err := cancel.New(store, nc, cancel.Config{Subject: subject, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

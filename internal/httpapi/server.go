@@ -73,12 +73,12 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis,
-	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// Store reads and writes jobs; default store.New(Redis,
+	// store.Config{Prefix: Prefix, TracerProvider: TracerProvider,
 	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
 	// given here should set OnlyLimitedKeys too: without it a tenant's
 	// concurrency_keys may name any key, and each creates lease keys.
-	Store *job.Store
+	Store *store.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New of a store of Redis under Prefix, NATS and Logger.
 	Flags *cancel.Flags
@@ -123,7 +123,7 @@ type Config struct {
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
 	// answered with its job. Concurrent submissions to different queues may
-	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).
+	// pass the cap by as many as are in flight (see store.Store.SubmitWithin).
 	TenantMaxJobs int64
 	// TenantMaxRetainedBytes caps the bytes each tenant's jobs, not ended
 	// and ended within their retention, are charged (job.Cap.MaxBytes),
@@ -182,8 +182,8 @@ type Config struct {
 // server holds what every handler needs.
 type server struct {
 	rdb          redis.UniversalClient
-	store        *job.Store
-	blocking     *job.Store // the Store's reads, on Config.Blocking
+	store        *store.Store
+	blocking     *store.Store // the Store's reads, on Config.Blocking
 	streams      *slots
 	batches      *slots
 	flags        *cancel.Flags
@@ -271,16 +271,12 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
-			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.store = store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
+			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()})
 	}
 	s.blocking = s.store
 	if cfg.Blocking != nil {
-		if s.blocking, err = job.NewStore(cfg.Blocking, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.blocking = store.New(cfg.Blocking, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider})
 	}
 	if s.flags == nil {
 		if s.flags, err = cancel.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), cfg.NATS, cancel.Config{Logger: s.log}); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 )
@@ -26,7 +27,7 @@ const (
 	DefaultMarkTTL = 8 * 24 * time.Hour
 	// DefaultRetention is how long a day's counts are kept after the day
 	// ends: a year and a month, for billing and a year-on-year look.
-	DefaultRetention = 400 * 24 * time.Hour
+	DefaultRetention = store.DefaultUsageRetention
 )
 
 // MaxDays is the most days one Get returns.
@@ -82,10 +83,7 @@ type group struct {
 }
 
 // Day is one UTC day's counts of a tenant.
-type Day struct {
-	Date   time.Time        // midnight UTC
-	Counts map[string]int64 // by counter; counters with no usage are absent
-}
+type Day = store.UsageDay
 
 // New returns Counters on rdb, which may be a Redis Cluster client.
 func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
@@ -426,7 +424,7 @@ func Lifecycle() []string {
 // retention after the day ends: what a queue's day of lifecycle counts
 // expires at.
 func DropAt(at time.Time, retention time.Duration) time.Time {
-	return utcDay(at).Add(24 * time.Hour).Add(retention)
+	return store.UsageDropAt(at, retention)
 }
 
 // Retention is how long c keeps a day's counts after the day ends.

@@ -1,10 +1,12 @@
-package job_test
+package store_test
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,7 +28,7 @@ func TestSubmitBatchKeepsTheRecordsOfALostRun(t *testing.T) {
 	proxy := testenv.StartProxy(t, testenv.Redis(t).Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	fx := newFixture(t, rdb, job.Config{})
+	fx := newFixture(t, rdb, store.Config{})
 	const n, lost = 250, 100 // three runs of the script; the second's reply is lost
 	items := make([]job.BatchItem, n)
 	for i := range items {

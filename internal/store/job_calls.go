@@ -1,6 +1,8 @@
-package job
+package store
 
 import (
+	"github.com/leasehold/leasehold/job"
+
 	"context"
 	"errors"
 	"fmt"
@@ -15,13 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
-	"github.com/leasehold/leasehold/ratelimit/usage"
 )
-
-// The calls of this package's scripts: one params struct each, whose
-// layout method is the one place in Go that knows where each key and
-// argument goes. The header of the script (internal/store/scripts/job_*.lua)
-// documents the same layout: change the two together.
 
 // submitCall creates items, all of queue, for tenant (job_submit.lua),
 // counted on the usage day of at, kept usageTTL after it. room is how
@@ -41,7 +37,7 @@ func (c submitCall) layout(ks keys.Space) scripts.Args {
 	a.Keys = append(a.Keys, ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueDeadlines(q),
 		ks.QueueFair(q), ks.QueueStats(q), ks.QueueTenantJobs(q, c.tenant), ks.QueueUsage(q, c.at),
 		ks.QueueRetained(q, c.tenant))
-	a.Argv = append(a.Argv, c.tenant, scripts.EventsMaxLen, c.room, usage.DropAt(c.at, c.usageTTL).UnixMilli(), c.quota)
+	a.Argv = append(a.Argv, c.tenant, scripts.EventsMaxLen, c.room, UsageDropAt(c.at, c.usageTTL).UnixMilli(), c.quota)
 	for _, p := range c.items {
 		n, id := p.n, p.id
 		a.Keys = append(a.Keys, ks.Job(q, id), ks.JobEvents(q, id), ks.QueueLane(q, p.lane), ks.JobDeleted(q, id),
@@ -49,7 +45,7 @@ func (c submitCall) layout(ks keys.Space) scripts.Args {
 		a.Argv = append(a.Argv,
 			id, n.Kind, n.Priority, n.MaxAttempts, p.keys, []byte(n.Input), []byte(n.Metadata),
 			millis(n.Timeout), millis(n.MaxWait), string(n.OnBusy), millis(n.Delay), p.trace, nonce(p),
-			n.Schedule, cost(p.tokens), n.Webhook.url(), flag(p.replay()))
+			n.Schedule, cost(p.tokens), n.Webhook.Address(), flag(p.replay()))
 	}
 	return a
 }
@@ -73,14 +69,14 @@ func nonce(p *submitting) string {
 // job's fields back, and directly, not through the map of strings that
 // HGETALL would read; TestSubmitBatchAnswersTheJobsRecords holds the two
 // to the same job.
-func (c submitCall) created(p *submitting, createdAt string) (Job, error) {
+func (c submitCall) created(p *submitting, createdAt string) (job.Job, error) {
 	ms, err := strconv.ParseInt(createdAt, 10, 64)
 	if err != nil {
-		return Job{}, fmt.Errorf("job: record %s: field created_at: %w", p.id, err)
+		return job.Job{}, fmt.Errorf("job: record %s: field created_at: %w", p.id, err)
 	}
 	n := p.n
-	j := Job{
-		ID: p.id, Tenant: c.tenant, Queue: c.queue, Kind: n.Kind, State: StateQueued,
+	j := job.Job{
+		ID: p.id, Tenant: c.tenant, Queue: c.queue, Kind: n.Kind, State: job.StateQueued,
 		MaxAttempts: n.MaxAttempts, Priority: n.Priority, ConcurrencyKeys: n.ConcurrencyKeys,
 		CreatedAt: time.UnixMilli(ms).UTC(), Input: n.Input, Metadata: n.Metadata,
 		// What the hash holds: whole milliseconds.
@@ -92,10 +88,10 @@ func (c submitCall) created(p *submitting, createdAt string) (Job, error) {
 		j.Schedule = &name
 	}
 	if p.tokens != 0 {
-		j.Cost = &Cost{Tokens: p.tokens}
+		j.Cost = &job.Cost{Tokens: p.tokens}
 	}
-	if url := n.Webhook.url(); url != "" {
-		j.Webhook = &Webhook{URL: url, State: WebhookPending, Tries: []WebhookTry{}}
+	if url := n.Webhook.Address(); url != "" {
+		j.Webhook = &job.Webhook{URL: url, State: job.WebhookPending, Tries: []job.WebhookTry{}}
 	}
 	return j, nil
 }
@@ -129,7 +125,7 @@ func (c signalCall) layout(ks keys.Space) scripts.Args {
 	return scripts.Args{
 		Keys: []string{ks.Job(q, id), ks.QueueReady(q), ks.QueueScheduled(q), ks.QueueStats(q),
 			ks.JobEvents(q, id), ks.QueueFair(q), ks.QueueLane(q, c.lane), ks.QueueRetired(q), ks.JobFolded(q, id)},
-		Argv: []any{c.owner, c.name, c.data, scripts.EventsMaxLen, MaxKeptSignals, MaxKeptSignalBytes, id},
+		Argv: []any{c.owner, c.name, c.data, scripts.EventsMaxLen, job.MaxKeptSignals, job.MaxKeptSignalBytes, id},
 	}
 }
 
@@ -269,7 +265,7 @@ func (s *Store) unpackJob(ctx context.Context, owner, queue, id string) error {
 		return fmt.Errorf("job: %s: %w", folded, err)
 	}
 	c := unpackCall{queue: queue, id: id, value: value, p: p, repack: time.Now().Add(repackAfter)}
-	if err := s.run(ctx, s.unpack, c).Err(); err != nil {
+	if err := s.run(ctx, jobUnpackScript, c).Err(); err != nil {
 		return fmt.Errorf("job: unpack: %w", err)
 	}
 	return nil

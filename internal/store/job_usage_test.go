@@ -1,9 +1,11 @@
-package job_test
+package store_test
 
 import (
 	"maps"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -18,7 +20,7 @@ import (
 // at its drop time.
 func TestStoreCountsTheJobsItCreates(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		counters, err := usage.New(fx.rdb, usage.Config{Prefix: fx.prefix})
 		if err != nil {
@@ -51,7 +53,7 @@ func TestStoreCountsTheJobsItCreates(t *testing.T) {
 		} {
 			days, err := counters.Get(ctx, tenant, time.Now().Add(-24*time.Hour), time.Now())
 			if err == nil {
-				err = fx.store.AddUsage(ctx, tenant, days)
+				err = fx.store.AddUsage(ctx, tenant, usage.Lifecycle(), days)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -72,7 +74,7 @@ func TestStoreCountsTheJobsItCreates(t *testing.T) {
 		if want := usage.DropAt(time.Now(), usage.DefaultRetention); err != nil || at.Milliseconds() != want.UnixMilli() {
 			t.Errorf("%s expires at %v (%v), want %v", key, at, err, want.UnixMilli())
 		}
-		if err := fx.store.AddUsage(ctx, "no/tenant", nil); err == nil {
+		if err := fx.store.AddUsage(ctx, "no/tenant", usage.Lifecycle(), nil); err == nil {
 			t.Error("AddUsage of a malformed tenant: no error")
 		}
 	})

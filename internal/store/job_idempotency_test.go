@@ -1,4 +1,4 @@
-package job
+package store
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 // A request that won the idempotency key and crashed before creating its job
@@ -19,25 +20,22 @@ func TestCrashedWinnerIsCompletedByTheNextRequest(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
+			s := New(b.Client, Config{Prefix: testenv.Prefix(t)})
+			sub := job.Submission{Kind: "echo", Input: json.RawMessage(`{"x":1}`)}
+			n, err := sub.Normalize("acme")
 			if err != nil {
 				t.Fatal(err)
 			}
-			sub := Submission{Kind: "echo", Input: json.RawMessage(`{"x":1}`)}
-			n, err := sub.normalize("acme")
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, err := n.hash()
+			body, err := n.Hash()
 			if err != nil {
 				t.Fatal(err)
 			}
 			id := uuid.Must(uuid.NewV7()).String()
 			rec, _ := json.Marshal(idempotencyRecord{Job: id, Queue: n.Queue, Body: body})
-			if err := b.Client.Set(ctx, s.keys.Idempotency("acme", "k"), rec, s.idemTTL).Err(); err != nil {
+			if err := b.Client.Set(ctx, s.keys.Idempotency("acme", "k"), rec, s.jobs.idemTTL).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Get(ctx, "acme", id, false); err != ErrNotFound {
+			if _, err := s.Get(ctx, "acme", id, false); err != job.ErrNotFound {
 				t.Fatalf("the crashed request's job is visible: %v", err)
 			}
 
@@ -49,7 +47,7 @@ func TestCrashedWinnerIsCompletedByTheNextRequest(t *testing.T) {
 			if err != nil || created || j.ID != id {
 				t.Fatalf("second retry: id %s created %v err %v; want %s not created", j.ID, created, err, id)
 			}
-			if got, err := s.Get(ctx, "acme", id, false); err != nil || got.State != StateQueued {
+			if got, err := s.Get(ctx, "acme", id, false); err != nil || got.State != job.StateQueued {
 				t.Fatalf("Get: %+v, %v", got, err)
 			}
 		})
@@ -64,11 +62,8 @@ func TestReplaysFindsTheKeysATenantUsed(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo"}, "used"); err != nil {
+			s := New(b.Client, Config{Prefix: testenv.Prefix(t)})
+			if _, _, err := s.Submit(ctx, "acme", job.Submission{Kind: "echo"}, "used"); err != nil {
 				t.Fatal(err)
 			}
 			for tenant, want := range map[string][]bool{"acme": {true, false, false}, "beta": {false, false, false}} {

@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,30 +20,28 @@ import (
 	"github.com/leasehold/leasehold/job"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 // fixture is a Store on its own key prefix, with the key space to inspect
 // what it wrote.
 type fixture struct {
-	store  *job.Store
+	store  *store.Store
 	rdb    redis.UniversalClient
 	keys   keys.Space
 	prefix string
 }
 
-func newFixture(t testing.TB, rdb redis.UniversalClient, cfg job.Config) fixture {
+func newFixture(t testing.TB, rdb redis.UniversalClient, cfg store.Config) fixture {
 	t.Helper()
 	cfg.Prefix = testenv.Prefix(t)
-	s, err := job.NewStore(rdb, cfg)
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return fixture{store: s, rdb: rdb, keys: keys.New(cfg.Prefix), prefix: cfg.Prefix}
+	return fixture{store: store.New(rdb, cfg), rdb: rdb, keys: keys.New(cfg.Prefix), prefix: cfg.Prefix}
 }
 
 // eachBackend runs f in parallel subtests on the single Redis and on the
 // Redis Cluster, each with a fresh fixture.
-func eachBackend(t *testing.T, cfg job.Config, f func(t *testing.T, fx fixture)) {
+func eachBackend(t *testing.T, cfg store.Config, f func(t *testing.T, fx fixture)) {
 	t.Helper()
 	for _, b := range testenv.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
@@ -144,3 +145,5 @@ func (fx fixture) stats(t testing.TB, queue string) map[string]string {
 	}
 	return h
 }
+
+func dur(d time.Duration) job.Duration { return job.Duration(d) }

@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,7 +31,7 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	for _, traced := range []bool{true, false} {
-		cfg := job.Config{TracerProvider: noop.NewTracerProvider()}
+		cfg := store.Config{TracerProvider: noop.NewTracerProvider()}
 		if traced {
 			cfg.TracerProvider = tp
 		}
@@ -80,7 +82,7 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 // reorders it (a chunk run again after those behind it).
 func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		for _, flush := range []bool{false, true} {
 			t.Run(fmt.Sprintf("flushed=%v", flush), func(t *testing.T) {
@@ -134,7 +136,7 @@ func TestSubmitBatchCreatesInOrderAcrossItsScripts(t *testing.T) {
 // reported), or when the failure is not reported.
 func TestSubmitBatchAnswersTheChunksAfterAFailedOne(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		// A replay of key "k" names job x, whose key now holds a string:
 		// the submit script's read of it fails, and with it x's chunk.
@@ -173,7 +175,7 @@ func TestSubmitBatchAnswersTheChunksAfterAFailedOne(t *testing.T) {
 // or one is handed another result than the one returned.
 func TestSubmitBatchEachHandsEveryJobOnce(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		const n, invalid, first, replay = 250, 7, 100, 201 // three chunks
 		items := make([]job.BatchItem, n)
 		for i := range items {

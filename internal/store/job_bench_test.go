@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/google/uuid"
 
@@ -24,7 +26,7 @@ func BenchmarkSubmit(b *testing.B) {
 		Metadata:        json.RawMessage(`{"conversation":"c-1"}`),
 	}
 	b.Run("Submit", func(b *testing.B) {
-		fx := newFixture(b, rdb, job.Config{})
+		fx := newFixture(b, rdb, store.Config{})
 		for b.Loop() {
 			if _, _, err := fx.store.Submit(b.Context(), "acme", sub, ""); err != nil {
 				b.Fatal(err)
@@ -32,7 +34,7 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	})
 	b.Run("Submit/idempotency-key", func(b *testing.B) {
-		fx := newFixture(b, rdb, job.Config{})
+		fx := newFixture(b, rdb, store.Config{})
 		i := 0
 		for b.Loop() {
 			i++
@@ -42,7 +44,7 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	})
 	b.Run("HSET-baseline", func(b *testing.B) {
-		fx := newFixture(b, rdb, job.Config{})
+		fx := newFixture(b, rdb, store.Config{})
 		j := fx.submit(b, "acme", sub)
 		record := fx.rdb.HGetAll(b.Context(), fx.keys.Job(j.Queue, j.ID)).Val()
 		for b.Loop() {
@@ -59,7 +61,7 @@ func BenchmarkSubmit(b *testing.B) {
 // bench/instructions/batch).
 func BenchmarkSubmitBatch(b *testing.B) {
 	rdb := testenv.Redis(b).Client(b)
-	fx := newFixture(b, rdb, job.Config{})
+	fx := newFixture(b, rdb, store.Config{})
 	items := make([]job.BatchItem, job.MaxBatch)
 	for i := range items {
 		items[i] = job.BatchItem{Submission: job.Submission{Kind: "echo",

@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
@@ -26,26 +28,28 @@ import (
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
-func TestNewStoreConfig(t *testing.T) {
+// Validate refuses job settings that contradict each other, and takes
+// the defaults.
+func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.Redis(t).Client(t)
-	for _, cfg := range []job.Config{
+	for _, cfg := range []store.Config{
 		{Retention: -time.Second},
 		{IdempotencyTTL: -time.Second},
+		{UsageRetention: -time.Second},
 		{Retention: time.Hour}, // shorter than the default idempotency TTL
 	} {
-		if _, err := job.NewStore(rdb, cfg); err == nil {
-			t.Errorf("NewStore(%+v) accepted", cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Validate(%+v) accepted", cfg)
 		}
 	}
-	if _, err := job.NewStore(nil, job.Config{}); err == nil {
-		t.Error("NewStore(nil) accepted")
+	if err := (store.Config{}).Validate(); err != nil {
+		t.Errorf("Validate of the defaults: %v", err)
 	}
 }
 
 func TestSubmitGetRoundTrip(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		before := time.Now().Add(-time.Second)
 		sub := job.Submission{
@@ -175,7 +179,7 @@ func jobDiff(got, want job.Job) string {
 
 func TestSubmitDefaults(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Input: json.RawMessage("null"), Timeout: dur(time.Nanosecond)})
 		if j.Queue != job.DefaultQueue || j.MaxAttempts != 3 || j.OnBusy != job.OnBusyQueue ||
 			j.MaxWait != 0 || string(j.Input) != "{}" || j.Metadata != nil ||
@@ -195,7 +199,7 @@ func TestSubmitDefaults(t *testing.T) {
 
 func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		priorities := []int{0, 5, 0, -3, 5, 100, -100, 0}
 		ids, created := make([]string, len(priorities)), make([]int64, len(priorities))
 		for i, p := range priorities {
@@ -232,7 +236,7 @@ func TestReadyOrderIsPriorityThenFIFO(t *testing.T) {
 
 func TestDelayedJobIsScheduled(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		q := job.DefaultQueue
 		delayed := fx.submit(t, "acme", job.Submission{Kind: "echo", Delay: dur(90 * time.Second), MaxWait: dur(time.Minute)})
@@ -267,7 +271,7 @@ func TestDelayedJobIsScheduled(t *testing.T) {
 
 func TestIdempotentSubmit(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		first, created, err := fx.store.Submit(ctx, "acme", job.Submission{
 			Kind: "echo", Input: json.RawMessage(`{"a":1,"b":[1,2]}`), ConcurrencyKeys: []string{"m:x"},
@@ -306,7 +310,7 @@ func TestIdempotentSubmit(t *testing.T) {
 
 func TestConcurrentSubmitsWithOneKeyCreateOneJob(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		const n = 50
 		var (
@@ -355,7 +359,7 @@ func TestConcurrentSubmitsWithOneKeyCreateOneJob(t *testing.T) {
 
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 		if _, err := fx.store.Get(ctx, "globex", j.ID, false); !errors.Is(err, job.ErrNotFound) {
@@ -391,10 +395,7 @@ func TestMalformedIDNeverReachesRedis(t *testing.T) {
 	// connection error, not ErrNotFound.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	s, err := job.NewStore(rdb, job.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := store.New(rdb, store.Config{})
 	id := uuid.Must(uuid.NewV7()).String()
 	for _, bad := range []string{"", "x", "{" + id + "}", "urn:uuid:" + id, id + "}", "01J0000000",
 		"00000000000000000000000000000000", string([]byte{0xff})} {
@@ -417,7 +418,7 @@ func TestMalformedIDNeverReachesRedis(t *testing.T) {
 // naming the id, whose replay creates the job.
 func TestJobOfAnUntaggedIDIsFound(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "a"})
 		sub := job.Submission{Kind: "echo", Queue: "b"}
@@ -451,16 +452,13 @@ func TestJobOfAnUntaggedIDIsFound(t *testing.T) {
 func TestJobsOfQueuesSharingATagAreFound(t *testing.T) {
 	t.Parallel()
 	a, b := sameTag()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		ja := fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: a})
 		if _, err := fx.store.Get(ctx, "acme", ja.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		other, err := job.NewStore(fx.rdb, job.Config{Prefix: fx.prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := store.New(fx.rdb, store.Config{Prefix: fx.prefix})
 		jb, _, err := other.Submit(ctx, "acme", job.Submission{Kind: "echo", Queue: b}, "")
 		if err != nil {
 			t.Fatal(err)
@@ -490,7 +488,7 @@ func sameTag() (string, string) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{Retention: 48 * time.Hour}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{Retention: 48 * time.Hour}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		q := job.DefaultQueue
 		t.Run("queued", func(t *testing.T) {
@@ -651,7 +649,7 @@ func mapsEqual(a, b map[string]string) bool {
 
 func TestStatsAreExact(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		var all []job.Job
 		for i := range 12 {
@@ -714,7 +712,7 @@ func TestStatsAreExact(t *testing.T) {
 // EventsPage events, and the pages together are the whole stream, once.
 func TestEventsAreReadInPages(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 		const logs = 2*job.EventsPage + 50
@@ -744,7 +742,7 @@ func TestEventsAreReadInPages(t *testing.T) {
 
 func TestEvents(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 		evs, err := fx.store.Events(ctx, "acme", j.ID, false, "", 0)
@@ -872,7 +870,7 @@ func TestSubmitResentAfterALostReplyIsCreated(t *testing.T) {
 					return &loseReply{Conn: conn, marker: []byte("resent.kind"), lost: &lost}, nil
 				}})
 			t.Cleanup(func() { rdb.Close() })
-			fx := newFixture(t, rdb, job.Config{})
+			fx := newFixture(t, rdb, store.Config{})
 			// Redis knows the script before the reply is lost, so the
 			// lost reply is the script's, not a NOSCRIPT.
 			fx.submit(t, "acme", job.Submission{Kind: "warm.up"})
@@ -889,7 +887,7 @@ func TestSubmitResentAfterALostReplyIsCreated(t *testing.T) {
 			}
 			// Run twice, the script counted its job once.
 			days := []usage.Day{{Date: time.Now().UTC().Truncate(24 * time.Hour)}}
-			if err := fx.store.AddUsage(t.Context(), "acme", days); err != nil || days[0].Counts[usage.JobsSubmitted] != 2 {
+			if err := fx.store.AddUsage(t.Context(), "acme", usage.Lifecycle(), days); err != nil || days[0].Counts[usage.JobsSubmitted] != 2 {
 				t.Errorf("jobs_submitted of the warm-up and the resent job: %v, %v; want 2", days[0].Counts, err)
 			}
 			if idemKey == "" {
@@ -911,7 +909,7 @@ func TestReadsByTaggedIDDoNotSearch(t *testing.T) {
 	trips := &tripCount{}
 	counted := testenv.Redis(t).Client(t)
 	counted.AddHook(trips)
-	fx := newFixture(t, counted, job.Config{})
+	fx := newFixture(t, counted, store.Config{})
 	ctx := t.Context()
 	j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 	if _, err := fx.store.Get(ctx, "acme", j.ID, false); err != nil { // learns the queues

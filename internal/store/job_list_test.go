@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"encoding/base64"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/google/uuid"
 
@@ -76,7 +78,7 @@ func newestFirst(jobs []job.Job, keep func(job.Job) bool) []string {
 
 func TestListPagesAcrossQueues(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		// 120 jobs, many created in the same millisecond, spread over three
 		// queues, two kinds and two tenants.
@@ -161,7 +163,7 @@ func TestListPagesAcrossQueues(t *testing.T) {
 
 func TestListSkipsAndForgetsExpiredJobs(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		a := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 		b := fx.submit(t, "acme", job.Submission{Kind: "echo"})
@@ -181,7 +183,7 @@ func TestListSkipsAndForgetsExpiredJobs(t *testing.T) {
 
 func TestListWorkPerPageIsBounded(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.Redis(t).Client(t), store.Config{})
 	for range 1001 {
 		fx.submit(t, "acme", job.Submission{Kind: "common"})
 	}
@@ -206,7 +208,7 @@ func TestListWorkPerPageIsBounded(t *testing.T) {
 
 func TestListRefusesBadQueries(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.Redis(t).Client(t), store.Config{})
 	id := uuid.Must(uuid.NewV7()).String()
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for _, c := range []string{"!!!", enc("x:" + id), enc("123:not-a-uuid"), enc("-5:" + id), enc("123"), enc("123:{" + id + "}")} {
@@ -236,7 +238,7 @@ func TestListRefusesBadQueries(t *testing.T) {
 // index: the entries after it still belong to the next page.
 func TestListPageFullInsideTheLastRound(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.Redis(t).Client(t), store.Config{})
 	var all []job.Job
 	for i := range 10 {
 		all = append(all, fx.submit(t, "acme", job.Submission{Kind: []string{"a", "b"}[i%2]}))
@@ -256,7 +258,7 @@ func TestListPageFullInsideTheLastRound(t *testing.T) {
 // answer. Paging on still lists every job once, whole.
 func TestListPageIsBoundedInBytes(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.Redis(t).Client(t), store.Config{})
 	result := `"` + strings.Repeat("r", 1<<20-2) + `"` // 1 MiB of JSON
 	const n = 9
 	var want []string
@@ -291,7 +293,7 @@ func TestListPageIsBoundedInBytes(t *testing.T) {
 // early nor count against it. The page is still cut by what it returns.
 func TestListPageBytesCountOnlyTheJobsListed(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.Redis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.Redis(t).Client(t), store.Config{})
 	ctx := t.Context()
 	listed := `"` + strings.Repeat("r", 1<<20-2) + `"` // 1 MiB of JSON
 	other := `"` + strings.Repeat("o", 3<<20) + `"`    // 3 MiB, cancelled
@@ -336,7 +338,7 @@ func TestListPageBytesCountOnlyTheJobsListed(t *testing.T) {
 // counts in).
 func TestAdminListOfManyTenants(t *testing.T) {
 	t.Parallel()
-	fx := newFixture(t, testenv.StartRedis(t).Client(t), job.Config{})
+	fx := newFixture(t, testenv.StartRedis(t).Client(t), store.Config{})
 	var all []job.Job
 	for i := range 1000 {
 		tenant := "busy"

@@ -1,6 +1,8 @@
-package job
+package store
 
 import (
+	"github.com/leasehold/leasehold/job"
+
 	"context"
 	"errors"
 	"fmt"
@@ -75,7 +77,7 @@ func (b *batch) reread(ctx context.Context, q string) error {
 // overQuota returns a *QuotaError when tenant's jobs in limit's queues and
 // queue are charged limit.MaxBytes or more: a retry adds no bytes, but
 // keeps its job longer than its retention would.
-func (s *Store) overQuota(ctx context.Context, tenant, queue string, limit Cap) error {
+func (s *Store) overQuota(ctx context.Context, tenant, queue string, limit job.Cap) error {
 	if limit.MaxBytes <= 0 {
 		return nil
 	}
@@ -86,7 +88,7 @@ func (s *Store) overQuota(ctx context.Context, tenant, queue string, limit Cap) 
 		return err
 	}
 	if n >= limit.MaxBytes {
-		return &QuotaError{Bytes: n, Max: limit.MaxBytes}
+		return &job.QuotaError{Bytes: n, Max: limit.MaxBytes}
 	}
 	return nil
 }

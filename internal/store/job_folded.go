@@ -1,6 +1,8 @@
-package job
+package store
 
 import (
+	"github.com/leasehold/leasehold/job"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -57,8 +59,8 @@ func (f folded) events(held []any) ([]string, error) {
 	if f.Packed == nil {
 		return f.Events, nil
 	}
-	values := make([]string, len(eventFields))
-	for k, name := range eventFields {
+	values := make([]string, len(scripts.EventFields))
+	for k, name := range scripts.EventFields {
 		if k < len(held) && held[k] != nil {
 			values[k], _ = held[k].(string)
 		} else if v, ok := f.Fields[name]; ok {
@@ -99,11 +101,11 @@ func unpackEvents(packed []string, result string, held []string) ([]string, erro
 			ms += n
 			id = strconv.FormatUint(ms, 10) + "-" + seq
 		} else {
-			sid, err := parseStreamID(id)
+			sid, err := job.ParseStreamID(id)
 			if err != nil {
 				return nil, fmt.Errorf("packed event id %q", id)
 			}
-			ms = sid.ms
+			ms = sid.Ms
 		}
 		switch typ {
 		case "s":

@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -17,7 +19,7 @@ import (
 // rising ids, and a retry's id (the field retries) is its event's.
 func TestStateEventsOutgrowTheirHash(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo", MaxAttempts: 1})
 		hash, stream := fx.keys.Job(j.Queue, j.ID), fx.keys.JobEvents(j.Queue, j.ID)
@@ -73,7 +75,7 @@ func TestStateEventsOutgrowTheirHash(t *testing.T) {
 // Fails when the submit's event is recorded with its data.
 func TestNewJobHashIsAListpack(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)})
 		if enc := fx.rdb.ObjectEncoding(t.Context(), fx.keys.Job(job.DefaultQueue, j.ID)).Val(); enc != "listpack" {
 			t.Fatalf("the new job's hash is a %s, want a listpack", enc)
@@ -85,7 +87,7 @@ func TestNewJobHashIsAListpack(t *testing.T) {
 // hash is woken by the next move, which the job's new stream now holds.
 func TestFollowerOfAHashJobWakes(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
 		first := fx.events(t, j.ID)

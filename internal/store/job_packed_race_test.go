@@ -1,4 +1,4 @@
-package job
+package store
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 // A reader of a packed job that another client unpacks, or retries (an
@@ -23,7 +24,7 @@ func TestAReaderOfAJobUnpackedBetweenItsReadsFindsIt(t *testing.T) {
 		meanwhile func(ctx context.Context, s *Store, id string) error
 	}{
 		{"List while retried", func(ctx context.Context, s *Store, id string) error {
-			page, _, err := s.List(ctx, ListQuery{Tenant: "acme"})
+			page, _, err := s.List(ctx, job.ListQuery{Tenant: "acme"})
 			if err == nil && (len(page) != 1 || page[0].ID != id) {
 				err = errors.New("not listed")
 			}
@@ -38,7 +39,7 @@ func TestAReaderOfAJobUnpackedBetweenItsReadsFindsIt(t *testing.T) {
 			return err
 		}, func(ctx context.Context, s *Store, id string) error {
 			_, _, err := s.Signal(ctx, "acme", id, false, "go", nil) // refused: it ended
-			if errors.Is(err, ErrConflict) {
+			if errors.Is(err, job.ErrConflict) {
 				err = nil
 			}
 			return err
@@ -47,10 +48,7 @@ func TestAReaderOfAJobUnpackedBetweenItsReadsFindsIt(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, srv, prefix := t.Context(), testenv.Redis(t), testenv.Prefix(t)
-			other, err := NewStore(srv.Client(t), Config{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
+			other := New(srv.Client(t), Config{Prefix: prefix})
 			j := packedJob(t, other)
 			hash, rdb := other.keys.Job(j.Queue, j.ID), srv.Client(t)
 			fired := testenv.Between(rdb, func(args []any) bool {
@@ -60,10 +58,7 @@ func TestAReaderOfAJobUnpackedBetweenItsReadsFindsIt(t *testing.T) {
 					t.Errorf("meanwhile: %v", err)
 				}
 			})
-			s, err := NewStore(rdb, Config{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := New(rdb, Config{Prefix: prefix})
 			if err := c.read(ctx, s, j.ID); err != nil || !fired() {
 				t.Fatalf("%v (another client came between: %v)", err, fired())
 			}

@@ -1,4 +1,4 @@
-package job
+package store
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 // A patch's write (limit_set.lua given the fields as read) lands only on
@@ -19,7 +20,7 @@ func TestSetLimitRefusesAStaleRead(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		ctx := t.Context()
 		ten := int64(10)
-		if err := s.SetKeyLimit(ctx, "model:m", KeyLimit{Limit: &ten, Budget: Budget{RPM: 100}}); err != nil {
+		if err := s.SetKeyLimit(ctx, "model:m", job.KeyLimit{Limit: &ten, Budget: job.Budget{RPM: 100}}); err != nil {
 			t.Fatal(err)
 		}
 		twenty := limitFields{limit: "20"}
@@ -53,9 +54,9 @@ func TestPatchKeyLimitLosesNoConcurrentPatch(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *Store) {
 		ctx := t.Context()
 		for round := int64(1); round <= 20; round++ {
-			n, adaptive := Some(round*10), round%2 == 1
+			n, adaptive := job.Some(round*10), round%2 == 1
 			var wg sync.WaitGroup
-			for _, p := range []LimitPatch{{Limit: &n}, {RPM: &n}, {TPM: &n}, {Adaptive: &adaptive}} {
+			for _, p := range []job.LimitPatch{{Limit: &n}, {RPM: &n}, {TPM: &n}, {Adaptive: &adaptive}} {
 				wg.Go(func() {
 					if _, err := s.PatchKeyLimit(ctx, "model:m", p); err != nil {
 						t.Error(err)
@@ -67,7 +68,7 @@ func TestPatchKeyLimitLosesNoConcurrentPatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := fmt.Sprintf("limit %d %+v", n.Value, Budget{RPM: n.Value, TPM: n.Value, Adaptive: adaptive})
+			want := fmt.Sprintf("limit %d %+v", n.Value, job.Budget{RPM: n.Value, TPM: n.Value, Adaptive: adaptive})
 			if got := fmt.Sprintf("limit %d %+v", limits["model:m"], budgets["model:m"]); got != want {
 				t.Fatalf("round %d: the key is %s, want %s: a patch was lost", round, got, want)
 			}
@@ -81,10 +82,7 @@ func eachStore(t *testing.T, f func(t *testing.T, s *Store)) {
 	for _, b := range testenv.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := New(b.Client, Config{Prefix: testenv.Prefix(t)})
 			f(t, s)
 		})
 	}

@@ -1,9 +1,11 @@
-package job_test
+package store_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/leasehold/leasehold/job"
 )
@@ -15,7 +17,7 @@ import (
 // queues then counts each item after the items before it.
 func TestRetainedBytesQuota(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		queues := []string{"default", "other"}
 		limit := job.Cap{MaxBytes: 20_000, Queues: queues}

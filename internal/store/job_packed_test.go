@@ -1,4 +1,4 @@
-package job
+package store
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 // A script that finds a packed job where it needs its fields fails
@@ -35,9 +36,9 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 				script  *scripts.Script
 				outcome string
 			}{
-				{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "acme", retention: s.retention}, s.cancel, "unchanged"},
-				{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "acme", name: "go", data: []byte("null")}, s.signal, "ended"},
-				{"retry", retryCall{queue: q, owner: "acme", ids: []string{j.ID}, lanes: []string{lane}, records: true}, s.retry, "retried"},
+				{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "acme", retention: s.jobs.retention}, jobCancelScript, "unchanged"},
+				{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "acme", name: "go", data: []byte("null")}, jobSignalScript, "ended"},
+				{"retry", retryCall{queue: q, owner: "acme", ids: []string{j.ID}, lanes: []string{lane}, records: true}, jobRetryScript, "retried"},
 			} {
 				if i > 0 {
 					packAs(t, s, hash, folded)
@@ -58,7 +59,7 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			// The retry left it queued: cancelled and packed again, it is
 			// deleted.
 			j, err := s.Cancel(ctx, "acme", j.ID, false)
-			if err != nil || j.State != StateCancelled {
+			if err != nil || j.State != job.StateCancelled {
 				t.Fatalf("cancel: %s, %v", j.State, err)
 			}
 			if err := s.rdb.Set(ctx, folded, `{"f":{},"E":[]}`, 0).Err(); err != nil {
@@ -67,14 +68,11 @@ func TestScriptsUnpackAPackedJobFirst(t *testing.T) {
 			s.rdb.HSet(ctx, hash, "folded", "1")
 			packAs(t, s, hash, folded)
 			// A Store that does not know the job's queue finds it packed.
-			fresh, err := NewStore(b.Client, Config{Prefix: s.keys.Prefix()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := fresh.Get(ctx, "acme", j.ID, false); err != nil || got.State != StateCancelled {
+			fresh := New(b.Client, Config{Prefix: s.keys.Prefix()})
+			if got, err := fresh.Get(ctx, "acme", j.ID, false); err != nil || got.State != job.StateCancelled {
 				t.Fatalf("the packed job read by a new Store: %s, %v", got.State, err)
 			}
-			res, err := s.run(ctx, s.delete, deleteCall{queue: q, id: j.ID, tenant: "acme", owner: "acme", idemTTL: s.idemTTL}).Result()
+			res, err := s.run(ctx, jobDeleteScript, deleteCall{queue: q, id: j.ID, tenant: "acme", owner: "acme", idemTTL: s.jobs.idemTTL}).Result()
 			if r, err2 := decodeVerdict(res); err != nil || err2 != nil || r.outcome != "deleted" {
 				t.Fatalf("delete of the packed job: %v, %v, %v", res, err, err2)
 			}
@@ -101,9 +99,9 @@ func TestAnotherTenantLeavesAPackedJobPacked(t *testing.T) {
 		call   layouter
 		script *scripts.Script
 	}{
-		{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "other", retention: s.retention}, s.cancel},
-		{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "other", name: "go", data: []byte("null")}, s.signal},
-		{"retry", retryCall{queue: q, owner: "other", ids: []string{j.ID}, lanes: []string{lane}}, s.retry},
+		{"cancel", cancelCall{queue: q, id: j.ID, lane: lane, owner: "other", retention: s.jobs.retention}, jobCancelScript},
+		{"signal", signalCall{queue: q, id: j.ID, lane: lane, owner: "other", name: "go", data: []byte("null")}, jobSignalScript},
+		{"retry", retryCall{queue: q, owner: "other", ids: []string{j.ID}, lanes: []string{lane}}, jobRetryScript},
 	} {
 		res, err := s.run(ctx, c.script, c.call).Result()
 		if c.name == "retry" && err == nil {
@@ -126,7 +124,7 @@ func TestDeleteAPackedJobAsItIs(t *testing.T) {
 	ctx := t.Context()
 	s, j := packedStore(t, testenv.Redis(t).Client(t))
 	hash, folded := s.keys.Job(j.Queue, j.ID), s.keys.JobFolded(j.Queue, j.ID)
-	if _, err := s.Delete(ctx, "beta", j.ID, false); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Delete(ctx, "beta", j.ID, false); !errors.Is(err, job.ErrNotFound) {
 		t.Fatalf("another tenant's delete: %v, want ErrNotFound", err)
 	}
 	if err := s.rdb.Set(ctx, folded, "\x01acme\x00not deflate", redis.KeepTTL).Err(); err != nil {
@@ -146,14 +144,14 @@ func TestDeleteAPackedJobAsItIs(t *testing.T) {
 // packedJob returns a job of tenant acme, cancelled, folded as a fold
 // leaves a job of no long field (its events stay in its hash's states
 // field here), and packed.
-func packedJob(t *testing.T, s *Store) Job {
+func packedJob(t *testing.T, s *Store) job.Job {
 	t.Helper()
 	ctx := t.Context()
-	j, _, err := s.Submit(ctx, "acme", Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "")
+	j, _, err := s.Submit(ctx, "acme", job.Submission{Kind: "echo", Input: json.RawMessage(`{"n":1}`)}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != StateCancelled {
+	if j, err = s.Cancel(ctx, "acme", j.ID, false); err != nil || j.State != job.StateCancelled {
 		t.Fatalf("cancel: %s, %v", j.State, err)
 	}
 	hash, folded := s.keys.Job(j.Queue, j.ID), s.keys.JobFolded(j.Queue, j.ID)
@@ -169,12 +167,9 @@ func packedJob(t *testing.T, s *Store) Job {
 
 // packedStore returns a Store on rdb, under a prefix of the test's own,
 // and a packed job of it (packedJob).
-func packedStore(t *testing.T, rdb redis.UniversalClient) (*Store, Job) {
+func packedStore(t *testing.T, rdb redis.UniversalClient) (*Store, job.Job) {
 	t.Helper()
-	s, err := NewStore(rdb, Config{Prefix: testenv.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := New(rdb, Config{Prefix: testenv.Prefix(t)})
 	return s, packedJob(t, s)
 }
 

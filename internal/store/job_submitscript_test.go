@@ -1,4 +1,4 @@
-package job
+package store
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/jobid"
 	"github.com/leasehold/leasehold/internal/testenv"
+	"github.com/leasehold/leasehold/job"
 )
 
 // The submit script lists the jobs it creates, and only those, in the
@@ -25,13 +26,10 @@ func TestSubmitScriptListsWhatItCreates(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			s, err := NewStore(b.Client, Config{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := New(b.Client, Config{Prefix: testenv.Prefix(t)})
 			var items []*submitting
 			for range 3 {
-				n, err := Submission{Kind: "echo"}.normalize("acme")
+				n, err := job.Submission{Kind: "echo"}.Normalize("acme")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -39,21 +37,21 @@ func TestSubmitScriptListsWhatItCreates(t *testing.T) {
 				id := jobid.New(n.Queue)
 				items = append(items, &submitting{n: n, id: id, fresh: id, lane: string(lane)})
 			}
-			call := submitCall{tenant: "acme", queue: DefaultQueue, room: "1", at: time.Now(), usageTTL: time.Hour, items: items}
+			call := submitCall{tenant: "acme", queue: job.DefaultQueue, room: "1", at: time.Now(), usageTTL: time.Hour, items: items}
 			a := call.layout(s.keys)
 			for _, send := range []string{"first", "resent"} {
-				res, err := s.submit.Run(ctx, s.rdb, a.Keys, a.Argv...).Slice()
+				res, err := jobSubmitScript.Run(ctx, s.rdb, a.Keys, a.Argv...).Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
 				if res[0] != int64(1) || res[2] != int64(-1) || res[4] != int64(-1) {
 					t.Fatalf("%s: statuses %v, %v, %v; want created (1), then the cap (-1) twice", send, res[0], res[2], res[4])
 				}
-				index := s.keys.QueueTenantJobs(DefaultQueue, "acme")
+				index := s.keys.QueueTenantJobs(job.DefaultQueue, "acme")
 				if listed := s.rdb.ZRange(ctx, index, 0, -1).Val(); !slices.Equal(listed, []string{items[0].id}) {
 					t.Errorf("%s: %s lists %v, want the created job %s alone", send, index, listed, items[0].id)
 				}
-				if n := s.rdb.HGet(ctx, s.keys.QueueUsage(DefaultQueue, call.at), "jobs_submitted/acme").Val(); n != "1" {
+				if n := s.rdb.HGet(ctx, s.keys.QueueUsage(job.DefaultQueue, call.at), "jobs_submitted/acme").Val(); n != "1" {
 					t.Errorf("%s: jobs_submitted %q, want 1", send, n)
 				}
 			}

@@ -1,4 +1,4 @@
-package job_test
+package store_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -29,7 +31,7 @@ func (fx fixture) end(t testing.TB, j job.Job, end job.State) {
 
 func TestRetry(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		q := job.DefaultQueue
 		for _, end := range []job.State{job.StateFailed, job.StateCancelled, job.StateExpired} {
@@ -120,7 +122,7 @@ func TestRetry(t *testing.T) {
 // shows each with the max_attempts it had.
 func TestRetriesAddTheOriginalMaxAttempts(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		j := fx.submit(t, "acme", job.Submission{Kind: "echo", MaxAttempts: 2})
 		key := fx.keys.Job(j.Queue, j.ID)
@@ -159,7 +161,7 @@ func TestRetriesAddTheOriginalMaxAttempts(t *testing.T) {
 
 func TestRetryAllTwiceMovesOnce(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		var failed []job.Job
 		for i := range 30 {
@@ -237,7 +239,7 @@ func TestRetryAllTwiceMovesOnce(t *testing.T) {
 // one that failed again meanwhile.
 func TestRetryAllPagesWithItsCursor(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		failed := map[string]job.Job{}
 		for i := range job.RetryPageMax + 40 {
@@ -303,7 +305,7 @@ func TestRetryAllPagesWithItsCursor(t *testing.T) {
 // tenant's is not held back, and a call gives its lock back when done.
 func TestRetryAllOneAtATimePerTenant(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		for _, tenant := range []string{"acme", "globex"} {
 			fx.end(t, fx.submit(t, tenant, job.Submission{Kind: "echo"}), job.StateFailed)
@@ -327,7 +329,7 @@ func TestRetryAllOneAtATimePerTenant(t *testing.T) {
 
 func TestDelete(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		for _, state := range []job.State{job.StateQueued, job.StateRunning, job.StateRetrying} {
 			j := fx.submit(t, "acme", job.Submission{Kind: "echo"})
@@ -381,7 +383,7 @@ func TestDelete(t *testing.T) {
 
 func TestPauseShowsInStats(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		fx.submit(t, "acme", job.Submission{Kind: "echo", Queue: "alpha"})
 		got, err := fx.store.Pause(ctx, "beta", true) // no job yet: named by the pause
@@ -405,7 +407,7 @@ func TestPauseShowsInStats(t *testing.T) {
 
 func TestFinishedCountsPerMinute(t *testing.T) {
 	t.Parallel()
-	eachBackend(t, job.Config{}, func(t *testing.T, fx fixture) {
+	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
 		if _, err := fx.store.Finished(ctx, "nothing"); !errors.Is(err, job.ErrNoQueue) {
 			t.Errorf("Finished of an unknown queue: %v", err)
