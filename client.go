@@ -29,6 +29,7 @@ import (
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -84,7 +85,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	// An idempotency key outlives no job: a worker kept short (tests, a
 	// scratch fleet) remembers its Client's keys as long as its jobs.
 	retention := cmp.Or(wcfg.Retention, job.DefaultRetention)
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
+	jobs, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
 		IdempotencyTTL: min(retention, job.DefaultIdempotencyTTL), TracerProvider: wcfg.TracerProvider,
 		UsageRetention: wcfg.Usage.Retention()})
 	if err != nil {
@@ -107,11 +108,11 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
 	waker := execution.NewWaker(wcfg.NATS, wcfg.Prefix, wcfg.Logger)
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, Waker: waker})
+	sched, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: wcfg.Prefix}), schedule.Config{Jobs: jobs, Waker: waker})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{waker: waker, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{waker: waker, store: jobs, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in

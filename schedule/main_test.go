@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -32,11 +33,25 @@ func newFixture(t testing.TB, rdb redis.UniversalClient) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs})
+	s, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: prefix}), schedule.Config{Jobs: jobs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fixture{rdb: rdb, store: s, jobs: jobs, keys: keys.New(prefix), prefix: prefix}
+}
+
+// storeOn returns a Store of fx's schedules on rdb, a client of its own.
+func (fx fixture) storeOn(t testing.TB, rdb redis.UniversalClient) *schedule.Store {
+	t.Helper()
+	jobs, err := job.NewStore(rdb, job.Config{Prefix: fx.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: fx.prefix}), schedule.Config{Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // scheduler returns a Scheduler of fx's schedules on its own Redis client.
@@ -44,10 +59,7 @@ func (fx fixture) scheduler(t testing.TB, rdb redis.UniversalClient, cfg schedul
 	t.Helper()
 	st := fx.store
 	if rdb != nil {
-		var err error
-		if st, err = schedule.NewStore(rdb, schedule.Config{Prefix: fx.prefix}); err != nil {
-			t.Fatal(err)
-		}
+		st = fx.storeOn(t, rdb)
 	}
 	s, err := schedule.NewScheduler(st, cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -26,7 +27,7 @@ func TestFireStartsTheJobsTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs, TracerProvider: tp})
+	st, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: prefix}), schedule.Config{Jobs: jobs, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}

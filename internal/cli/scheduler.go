@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
 )
@@ -24,11 +25,11 @@ func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
+	schedules, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: prefix}), schedule.Config{Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := schedule.NewScheduler(store, schedule.SchedulerConfig{Limits: limits, Logger: log, MeterProvider: meters})
+	s, err := schedule.NewScheduler(schedules, schedule.SchedulerConfig{Limits: limits, Logger: log, MeterProvider: meters})
 	if err != nil {
 		return nil, nil, err
 	}

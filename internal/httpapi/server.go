@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/replicas"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/lease"
@@ -289,7 +290,7 @@ func New(cfg Config) (http.Handler, error) {
 	if s.leases, err = lease.New(cfg.Redis, lease.Config{Prefix: cfg.Prefix}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
+	if s.schedules, err = schedule.NewStore(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), schedule.Config{Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider
