@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/internal/testsignal"
@@ -42,6 +43,7 @@ func key(t testing.TB) []byte {
 // key prefix of their own.
 type fixture struct {
 	rdb    redis.UniversalClient
+	db     *store.Store
 	jobs   *job.Store
 	keys   keys.Space
 	prefix string
@@ -61,8 +63,8 @@ func newFixtureOn(t testing.TB, rdb redis.UniversalClient) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{rdb: rdb, jobs: jobs, keys: keys.New(prefix), prefix: prefix, cfg: webhook.Config{
-		Prefix: prefix, Queues: []string{job.DefaultQueue},
+	return &fixture{rdb: rdb, db: store.New(rdb, store.Config{Prefix: prefix}), jobs: jobs, keys: keys.New(prefix), prefix: prefix, cfg: webhook.Config{
+		Queues:  []string{job.DefaultQueue},
 		Policy:  webhook.Policy{Allow: kinds.NotifyAllow{Loopback: true}, Secrets: webhook.Secrets{"acme": {key(t)}, "beta": {key(t)}}},
 		Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Timeout: 2 * time.Second, Poll: 10 * time.Millisecond,
 	}}
@@ -97,7 +99,7 @@ func (fx *fixture) worker(t *testing.T, cfg execution.Config) *execution.Worker 
 // drain runs a drainer of cfg until the test ends.
 func (fx *fixture) drain(t *testing.T, cfg webhook.Config) *webhook.Drainer {
 	t.Helper()
-	d, err := webhook.New(fx.rdb, cfg)
+	d, err := webhook.New(fx.db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func (fx *fixture) ended(t *testing.T, tenant string, sub job.Submission) (job.J
 	t.Helper()
 	j := fx.submit(t, tenant, sub)
 	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
-	d, err := webhook.New(fx.rdb, fx.cfg)
+	d, err := webhook.New(fx.db, fx.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	storage "github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -101,7 +102,8 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	kinds.Register(w, kinds.SleepConfig{}, kinds.LLMConfig{BaseURL: upstream.URL})
-	drainer, err := webhook.New(rdb, webhook.Config{Prefix: prefix, Queues: []string{job.DefaultQueue}, Policy: hooks,
+	data := storage.New(rdb, storage.Config{Prefix: prefix})
+	drainer, err := webhook.New(data, webhook.Config{Queues: []string{job.DefaultQueue}, Policy: hooks,
 		Backoff: 200 * time.Millisecond, Poll: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 )
 
 var (
-	scheduleTenantsScript = scripts.Load("schedule_due_tenants.lua", scheduleLib...)
-	scheduleDueScript     = scripts.Load("schedule_due.lua", scheduleLib...)
-	scheduleAdvanceScript = scripts.Load("schedule_advance.lua", scheduleLib...)
+	scheduleTenantsScript = scripts.Load("schedule_due_tenants.lua", transitionLib...)
+	scheduleDueScript     = scripts.Load("schedule_due.lua", transitionLib...)
+	scheduleAdvanceScript = scripts.Load("schedule_advance.lua", transitionLib...)
 )
 
 // ScheduleRef names one schedule.

@@ -7,7 +7,7 @@ import (
 	"github.com/leasehold/leasehold/internal/testenv"
 )
 
-func scheduleStore(t *testing.T) *Store {
+func ownRedisStore(t *testing.T) *Store {
 	t.Helper()
 	return New(testenv.StartRedis(t).Client(t), Config{Prefix: "sched:"})
 }
@@ -17,7 +17,7 @@ func scheduleStore(t *testing.T) *Store {
 func TestScheduleRecordThroughItsWrites(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := scheduleStore(t)
+	s := ownRedisStore(t)
 	now, err := s.ScheduleTime(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestScheduleRecordThroughItsWrites(t *testing.T) {
 func TestTakeDueSchedulesAndAdvance(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := scheduleStore(t)
+	s := ownRedisStore(t)
 	now, err := s.ScheduleTime(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestTakeDueSchedulesAndAdvance(t *testing.T) {
 func TestScheduleRecordMalformed(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := scheduleStore(t)
+	s := ownRedisStore(t)
 	if err := s.rdb.HSet(ctx, s.keys.Schedule("acme", "bad"), "name", "bad", "spec", "{}", "next", "soon", "created", "1").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
-// The scripts that load redis_now and int (transition.lua) with their
-// dependencies.
-var scheduleLib = []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"}
+// transitionLib is transition.lua (redis_now, int, record, the
+// delivery's steps) with the libraries it needs.
+var transitionLib = []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"}
 
 var (
-	scheduleCreateScript = scripts.Load("schedule_create.lua", scheduleLib...)
+	scheduleCreateScript = scripts.Load("schedule_create.lua", transitionLib...)
 	scheduleUpdateScript = scripts.Load("schedule_update.lua")
 	schedulePauseScript  = scripts.Load("schedule_pause.lua")
 	scheduleDeleteScript = scripts.Load("schedule_delete.lua")
