@@ -109,7 +109,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
 	waker := execution.NewWaker(wcfg.NATS, wcfg.Prefix, wcfg.Logger)
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: data, Waker: waker})
+	sched, err := schedule.NewStore(data, schedule.Config{Jobs: data, Waker: waker})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}

@@ -37,6 +37,6 @@ func (s *Store) AdvanceStale(ctx context.Context, tenant, name string, due, next
 	if err != nil {
 		return err
 	}
-	_, err = s.moveOn(ctx, sch, due.UnixMilli(), next.UnixMilli(), next.UnixMilli(), job.Job{}, Idle)
+	_, err = s.moveOn(ctx, sch, due, next, next, job.Job{}, Idle)
 	return err
 }

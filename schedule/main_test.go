@@ -31,11 +31,22 @@ func newFixture(t testing.TB, rdb redis.UniversalClient) fixture {
 	t.Helper()
 	prefix := testenv.Prefix(t)
 	jobs := store.New(rdb, store.Config{Prefix: prefix})
-	s, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs})
+	s, err := schedule.NewStore(jobs, schedule.Config{Jobs: jobs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fixture{rdb: rdb, store: s, jobs: jobs, keys: keys.New(prefix), prefix: prefix}
+}
+
+// storeOn returns a Store of fx's schedules on rdb, a client of its own.
+func (fx fixture) storeOn(t testing.TB, rdb redis.UniversalClient) *schedule.Store {
+	t.Helper()
+	jobs := store.New(rdb, store.Config{Prefix: fx.prefix})
+	s, err := schedule.NewStore(jobs, schedule.Config{Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // scheduler returns a Scheduler of fx's schedules on its own Redis client.
@@ -43,10 +54,7 @@ func (fx fixture) scheduler(t testing.TB, rdb redis.UniversalClient, cfg schedul
 	t.Helper()
 	st := fx.store
 	if rdb != nil {
-		var err error
-		if st, err = schedule.NewStore(rdb, schedule.Config{Prefix: fx.prefix}); err != nil {
-			t.Fatal(err)
-		}
+		st = fx.storeOn(t, rdb)
 	}
 	s, err := schedule.NewScheduler(st, cfg)
 	if err != nil {

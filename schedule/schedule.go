@@ -63,10 +63,9 @@ type Schedule struct {
 
 	Tenant string `json:"-"`
 
-	gen       string // a fresh id per creation: a re-created name fires anew
-	spec      string // the spec as stored (canonical JSON)
-	next      int64  // ms
-	lastQueue string
+	gen  string    // a fresh id per creation: a re-created name fires anew
+	spec string    // the spec as stored (canonical JSON)
+	next time.Time // the due time, also while paused
 }
 
 // MarshalJSON writes times as the API does: RFC 3339, milliseconds, UTC.

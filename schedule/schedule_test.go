@@ -212,10 +212,7 @@ func TestConcurrentFiresOfOneDueTimeMakeOneJob(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make(chan schedule.Result, 8)
 	for range 8 {
-		st, err := schedule.NewStore(r.Client(t), schedule.Config{Prefix: fx.prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := fx.storeOn(t, r.Client(t))
 		wg.Go(func() {
 			res, err := st.Fire(ctx, "acme", "tick", redisNow(t, fx.rdb), schedule.Limits{})
 			if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/leasehold/leasehold/internal/store"
 )
 
 // Defaults of SchedulerConfig.
@@ -128,19 +130,20 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// runOnce takes the schedules due now (Store.take: Batch at most, fairly
-// across tenants) and fires each, Concurrency at a time, and returns how
+// runOnce takes the schedules due now (store.TakeDueSchedules: Batch at
+// most, fairly across tenants) and fires each, Concurrency at a time, and returns how
 // many it took; more says that more may be due than it took. A fire that
 // fails is logged; its hold runs out and a later read takes it again.
 func (s *Scheduler) runOnce(ctx context.Context) (n int, more bool, err error) {
-	now, due, more, err := s.store.take(ctx, s.batch, s.hold)
+	taken, err := s.store.db.TakeDueSchedules(ctx, s.batch, s.hold)
 	if err != nil {
-		return 0, false, err
+		return 0, false, fmt.Errorf("schedule: %w", err)
 	}
+	now, due := taken.Now, taken.Due
 	// Schedulers that took overlapping batches (after a hold ran out)
 	// start at different ends.
 	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
-	work := make(chan taken)
+	work := make(chan store.ScheduleRef)
 	var wg sync.WaitGroup
 	for range min(s.conc, len(due)) {
 		wg.Go(func() {
@@ -154,14 +157,14 @@ func (s *Scheduler) runOnce(ctx context.Context) (n int, more bool, err error) {
 	}
 	close(work)
 	wg.Wait()
-	return len(due), more, nil
+	return len(due), taken.More, nil
 }
 
-func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {
-	r, err := s.store.Fire(ctx, t.tenant, t.name, now, s.limits)
+func (s *Scheduler) fire(ctx context.Context, t store.ScheduleRef, now time.Time) {
+	r, err := s.store.Fire(ctx, t.Tenant, t.Name, now, s.limits)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.WarnContext(ctx, "schedules: fire failed; it is tried again", "tenant", t.tenant, "schedule", t.name, "err", err)
+			s.log.WarnContext(ctx, "schedules: fire failed; it is tried again", "tenant", t.Tenant, "schedule", t.Name, "err", err)
 		}
 		return
 	}
@@ -174,11 +177,11 @@ func (s *Scheduler) fire(ctx context.Context, t taken, now time.Time) {
 		}
 	case Skipped:
 		if r.Changed {
-			s.log.InfoContext(ctx, "schedules: skipping due times until the last job ends", "tenant", t.tenant, "schedule", t.name, "due", r.Due)
+			s.log.InfoContext(ctx, "schedules: skipping due times until the last job ends", "tenant", t.Tenant, "schedule", t.Name, "due", r.Due)
 		}
 	case Deferred:
 		if r.Changed {
-			s.log.InfoContext(ctx, "schedules: fire deferred, the tenant is over its rate or cap; deferring until it is not", "tenant", t.tenant, "schedule", t.name, "due", r.Due, "retry_after", r.RetryAfter)
+			s.log.InfoContext(ctx, "schedules: fire deferred, the tenant is over its rate or cap; deferring until it is not", "tenant", t.Tenant, "schedule", t.Name, "due", r.Due, "retry_after", r.RetryAfter)
 		}
 	}
 	if s.fired != nil {

@@ -7,19 +7,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/store"
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -51,9 +47,7 @@ func (e *CapError) Error() string {
 
 // Config configures a Store. Zero values mean the defaults.
 type Config struct {
-	// Prefix starts every key; default keys.DefaultPrefix.
-	Prefix string
-	// Jobs creates the fired jobs; default store.New(rdb, store.Config{Prefix: Prefix}).
+	// Jobs creates the fired jobs, on the same data as the store. Required.
 	Jobs *store.Store
 	// Waker wakes an idle worker of a fired job's queue; nil: workers
 	// find the job when they poll.
@@ -70,50 +64,29 @@ type Config struct {
 
 // Store keeps schedules in Redis and fires them.
 type Store struct {
-	rdb     redis.UniversalClient
-	keys    keys.Space
-	prefix  string
-	jobs    *store.Store
-	waker   *execution.Waker
-	tracer  trace.Tracer
-	max     int
-	create  *scripts.Script
-	tenants *scripts.Script
-	due     *scripts.Script
-	advance *scripts.Script
-	pause   *scripts.Script
-	update  *scripts.Script
-	delete  *scripts.Script
+	db     *store.Store
+	jobs   *store.Store
+	waker  *execution.Waker
+	tracer trace.Tracer
+	max    int
 }
 
-// NewStore returns a Store on rdb.
-func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
-	if rdb == nil {
-		return nil, errors.New("schedule: nil redis client")
-	}
-	if cfg.TenantMax < 0 {
+// NewStore returns a Store of db's schedules.
+func NewStore(db *store.Store, cfg Config) (*Store, error) {
+	switch {
+	case db == nil:
+		return nil, errors.New("schedule: nil store")
+	case cfg.Jobs == nil:
+		return nil, errors.New("schedule: nil Config.Jobs")
+	case cfg.TenantMax < 0:
 		return nil, errors.New("schedule: negative TenantMax")
 	}
-	jobs := cfg.Jobs
-	if jobs == nil {
-		jobs = store.New(rdb, store.Config{Prefix: cfg.Prefix})
-	}
-	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
-		rdb:     rdb,
-		keys:    keys.New(cfg.Prefix),
-		prefix:  cfg.Prefix,
-		jobs:    jobs,
-		waker:   cfg.Waker,
-		tracer:  telemetry.Tracer(cfg.TracerProvider),
-		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
-		create:  scripts.Load("schedule_create.lua", lib...),
-		tenants: scripts.Load("schedule_due_tenants.lua", lib...),
-		due:     scripts.Load("schedule_due.lua", lib...),
-		advance: scripts.Load("schedule_advance.lua", lib...),
-		pause:   scripts.Load("schedule_pause.lua"),
-		update:  scripts.Load("schedule_update.lua"),
-		delete:  scripts.Load("schedule_delete.lua"),
+		db:     db,
+		jobs:   cfg.Jobs,
+		waker:  cfg.Waker,
+		tracer: telemetry.Tracer(cfg.TracerProvider),
+		max:    cmp.Or(cfg.TenantMax, DefaultTenantMax),
 	}, nil
 }
 
@@ -134,25 +107,22 @@ func (s *Store) Create(ctx context.Context, tenant string, spec Spec) (sch Sched
 	if err != nil {
 		return Schedule{}, false, err
 	}
-	res, err := s.create.Run(ctx, s.rdb,
-		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant), s.keys.ScheduleTenants()},
-		tenant, spec.Name, canon, uuid.NewString(), next.UnixMilli(), s.max).Slice()
+	res, err := s.db.CreateSchedule(ctx, store.CreateScheduleParams{
+		ScheduleWrite: store.ScheduleWrite{Tenant: tenant, Name: spec.Name, Spec: canon, Gen: uuid.NewString(), Next: next},
+		Max:           s.max,
+	})
 	if err != nil {
-		return Schedule{}, false, fmt.Errorf("schedule: create %s: %w", spec.Name, err)
+		return Schedule{}, false, fmt.Errorf("schedule: %w", err)
 	}
-	if len(res) != 2 {
-		return Schedule{}, false, fmt.Errorf("schedule: create %s: %d values in the reply, want 2", spec.Name, len(res))
+	if res.OverCap {
+		return Schedule{}, false, &CapError{Schedules: res.Schedules, Max: int64(s.max)}
 	}
-	if res[0] == int64(-1) {
-		n, _ := res[1].(int64)
-		return Schedule{}, false, &CapError{Schedules: n, Max: int64(s.max)}
-	}
-	sch, err = parseReply(tenant, res[1])
+	sch, err = fromRecord(res.Record)
 	if err != nil {
 		return Schedule{}, false, err
 	}
 	switch {
-	case res[0] == int64(1):
+	case res.Created:
 		return sch, true, nil
 	case sch.spec == canon:
 		return sch, false, nil
@@ -170,16 +140,8 @@ func (s *Store) Update(ctx context.Context, tenant string, spec Spec) (Schedule,
 	if err != nil {
 		return Schedule{}, err
 	}
-	res, err := s.update.Run(ctx, s.rdb,
-		[]string{s.keys.Schedule(tenant, spec.Name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()},
-		tenant, spec.Name, canon, uuid.NewString(), next.UnixMilli()).Slice()
-	if err != nil {
-		return Schedule{}, fmt.Errorf("schedule: update %s: %w", spec.Name, err)
-	}
-	if len(res) == 0 {
-		return Schedule{}, ErrNotFound
-	}
-	return parseReply(tenant, res)
+	rec, found, err := s.db.UpdateSchedule(ctx, store.ScheduleWrite{Tenant: tenant, Name: spec.Name, Spec: canon, Gen: uuid.NewString(), Next: next})
+	return found1(rec, found, err)
 }
 
 // prepare checks tenant's spec for Create and Update and returns it with
@@ -192,9 +154,9 @@ func (s *Store) prepare(ctx context.Context, tenant string, spec Spec) (Spec, st
 	if err != nil {
 		return spec, "", time.Time{}, err
 	}
-	now, err := s.now(ctx)
+	now, err := s.db.ScheduleTime(ctx)
 	if err != nil {
-		return spec, "", time.Time{}, err
+		return spec, "", time.Time{}, fmt.Errorf("schedule: %w", err)
 	}
 	next := cr.Next(now)
 	if next.IsZero() {
@@ -208,14 +170,18 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Schedule, error) 
 	if !namePattern.MatchString(name) || job.ValidateTenant(tenant) != nil {
 		return Schedule{}, ErrNotFound
 	}
-	h, err := s.rdb.HGetAll(ctx, s.keys.Schedule(tenant, name)).Result()
-	if err != nil {
-		return Schedule{}, fmt.Errorf("schedule: get %s: %w", name, err)
-	}
-	if len(h) == 0 {
+	return found1(s.db.GetSchedule(ctx, tenant, name))
+}
+
+// found1 is the schedule of a store's reply about one schedule.
+func found1(rec store.ScheduleRecord, found bool, err error) (Schedule, error) {
+	switch {
+	case err != nil:
+		return Schedule{}, fmt.Errorf("schedule: %w", err)
+	case !found:
 		return Schedule{}, ErrNotFound
 	}
-	return parseRecord(tenant, h)
+	return fromRecord(rec)
 }
 
 // Paging of List.
@@ -241,40 +207,25 @@ func (s *Store) List(ctx context.Context, tenant string, limit int, cursor strin
 		return nil, "", &job.ValidationError{Errors: []job.FieldError{{Field: "limit", Message: fmt.Sprintf("must be an integer from 1 to %d", MaxListLimit)}}}
 	}
 	limit = cmp.Or(limit, DefaultListLimit)
-	from := "-"
+	after := ""
 	if cursor != "" {
-		after, err := base64.RawURLEncoding.DecodeString(cursor)
-		if err != nil || !namePattern.Match(after) {
+		b, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || !namePattern.Match(b) {
 			return nil, "", ErrBadCursor
 		}
-		from = "(" + string(after)
+		after = string(b)
 	}
-	// One name more than the page tells whether another page follows.
-	names, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.keys.TenantSchedules(tenant),
-		Start: from, Stop: "+", ByLex: true, Count: int64(limit + 1)}).Result()
+	page, err := s.db.ListSchedules(ctx, tenant, after, limit)
 	if err != nil {
-		return nil, "", fmt.Errorf("schedule: list: %w", err)
+		return nil, "", fmt.Errorf("schedule: %w", err)
 	}
 	next := ""
-	if len(names) > limit {
-		names = names[:limit]
-		next = base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
+	if page.After != "" {
+		next = base64.RawURLEncoding.EncodeToString([]byte(page.After))
 	}
-	cmds := make([]*redis.MapStringStringCmd, len(names))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, n := range names {
-			cmds[i] = p.HGetAll(ctx, s.keys.Schedule(tenant, n))
-		}
-		return nil
-	}); err != nil {
-		return nil, "", fmt.Errorf("schedule: list: %w", err)
-	}
-	out := make([]Schedule, 0, len(names))
-	for _, c := range cmds {
-		if len(c.Val()) == 0 {
-			continue // deleted since the names were read
-		}
-		sch, err := parseRecord(tenant, c.Val())
+	out := make([]Schedule, 0, len(page.Records))
+	for _, rec := range page.Records {
+		sch, err := fromRecord(rec)
 		if err != nil {
 			return nil, "", err
 		}
@@ -288,13 +239,11 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 	if !namePattern.MatchString(name) || job.ValidateTenant(tenant) != nil {
 		return ErrNotFound
 	}
-	n, err := s.delete.Run(ctx, s.rdb,
-		[]string{s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.TenantSchedules(tenant)},
-		name).Int()
-	if err != nil {
-		return fmt.Errorf("schedule: delete %s: %w", name, err)
-	}
-	if n == 0 {
+	found, err := s.db.DeleteSchedule(ctx, tenant, name)
+	switch {
+	case err != nil:
+		return fmt.Errorf("schedule: %w", err)
+	case !found:
 		return ErrNotFound
 	}
 	return nil
@@ -317,28 +266,19 @@ func (s *Store) setPaused(ctx context.Context, tenant, name string, paused bool)
 	if err != nil {
 		return Schedule{}, err
 	}
-	flag, next := "1", int64(0)
+	p := store.PauseScheduleParams{Tenant: tenant, Name: name, Paused: paused}
 	if !paused {
-		flag = "0"
-		now, err := s.now(ctx)
+		now, err := s.db.ScheduleTime(ctx)
 		if err != nil {
-			return Schedule{}, err
+			return Schedule{}, fmt.Errorf("schedule: %w", err)
 		}
 		cr, err := sch.cron()
 		if err != nil {
 			return Schedule{}, err
 		}
-		next = cr.Next(now).UnixMilli()
+		p.Next = cr.Next(now)
 	}
-	res, err := s.pause.Run(ctx, s.rdb, []string{s.keys.Schedule(tenant, name), s.keys.ScheduleTenantDue(tenant), s.keys.ScheduleTenants()},
-		name, flag, next, tenant).Slice()
-	if err != nil {
-		return Schedule{}, fmt.Errorf("schedule: pause %s: %w", name, err)
-	}
-	if len(res) == 0 {
-		return Schedule{}, ErrNotFound
-	}
-	return parseReply(tenant, res)
+	return found1(s.db.PauseSchedule(ctx, p))
 }
 
 // Trigger fires tenant's schedule name once now, paused or not and
@@ -349,9 +289,9 @@ func (s *Store) Trigger(ctx context.Context, tenant, name string, limit job.Cap)
 	if err != nil {
 		return job.Job{}, err
 	}
-	now, err := s.now(ctx)
+	now, err := s.db.ScheduleTime(ctx)
 	if err != nil {
-		return job.Job{}, err
+		return job.Job{}, fmt.Errorf("schedule: %w", err)
 	}
 	// A fresh key: every trigger is a fire of its own; go-redis resending
 	// the submit is still answered with its one job (the script's nonce).
@@ -359,7 +299,7 @@ func (s *Store) Trigger(ctx context.Context, tenant, name string, limit job.Cap)
 	if err != nil {
 		return job.Job{}, err
 	}
-	if _, err := s.moveOn(ctx, sch, now.UnixMilli(), sch.next, sch.next, j, Idle); err != nil {
+	if _, err := s.moveOn(ctx, sch, now, sch.next, sch.next, j, Idle); err != nil {
 		return j, err
 	}
 	return j, nil
@@ -432,8 +372,8 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 	if err != nil {
 		return f, err
 	}
-	f.Due = time.UnixMilli(sch.next).UTC()
-	if sch.Paused || sch.next > now.UnixMilli() {
+	f.Due = sch.next
+	if sch.Paused || sch.next.After(now) {
 		// The index ran ahead of the record; put it back at its due time.
 		_, err := s.moveOn(ctx, sch, sch.next, sch.next, sch.next, job.Job{}, Idle)
 		return f, err
@@ -442,7 +382,7 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 	if err != nil {
 		return f, err
 	}
-	next := cr.Next(now).UnixMilli()
+	next := cr.Next(now)
 	if sch.Overlap == OverlapSkip && sch.LastJobID != nil {
 		last, err := s.jobs.Get(ctx, tenant, *sch.LastJobID, false)
 		switch {
@@ -481,14 +421,14 @@ func (s *Store) Fire(ctx context.Context, tenant, name string, now time.Time, li
 // fire of one due time of one creation of a schedule is one job. (The
 // generation tells a schedule re-created under the same name from the old.)
 func fireKey(sch Schedule) string {
-	return fmt.Sprintf("schedule:%s:%s:%d", sch.Name, sch.gen, sch.next)
+	return fmt.Sprintf("schedule:%s:%s:%d", sch.Name, sch.gen, sch.next.UnixMilli())
 }
 
 // deferFire leaves the due time where it is, to be fired after wait.
 func (s *Store) deferFire(ctx context.Context, f Result, sch Schedule, now time.Time, wait time.Duration) (Result, error) {
 	f.Outcome, f.RetryAfter = Deferred, wait
 	var err error
-	f.Changed, err = s.moveOn(ctx, sch, sch.next, sch.next, now.Add(wait).UnixMilli(), job.Job{}, Deferred)
+	f.Changed, err = s.moveOn(ctx, sch, sch.next, sch.next, now.Add(wait), job.Job{}, Deferred)
 	return f, err
 }
 
@@ -497,11 +437,11 @@ func (s *Store) deferFire(ctx context.Context, f Result, sch Schedule, now time.
 // job exists already (a second scheduler, or a retry after a crash) spends
 // nothing, as a replayed submission does not.
 func (s *Store) spend(ctx context.Context, tenant, key string, rate ratelimit.Limiter) (time.Duration, error) {
-	n, err := s.rdb.Exists(ctx, s.keys.Idempotency(tenant, key)).Result()
+	fired, err := s.db.ScheduleFired(ctx, tenant, key)
 	if err != nil {
-		return 0, fmt.Errorf("schedule: read idempotency record: %w", err)
+		return 0, fmt.Errorf("schedule: %w", err)
 	}
-	if n > 0 {
+	if fired {
 		return 0, nil
 	}
 	d, err := rate.Allow(ctx, tenant, 1)
@@ -543,93 +483,20 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 	return j, true, nil
 }
 
-// moveOn is the second step of a fire (schedule_advance.lua): from due
-// time fired (ms) to next, indexed at score; j is the fired job, if any,
+// moveOn is the second step of a fire (store.AdvanceSchedule): from due
+// time fired to next, looked at again at look; j is the fired job, if any,
 // and o what the due time came to (Idle: nothing to record). changed says
 // that o differs from what the due time before came to.
-func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, score int64, j job.Job, o Outcome) (changed bool, err error) {
+func (s *Store) moveOn(ctx context.Context, sch Schedule, fired, next, look time.Time, j job.Job, o Outcome) (changed bool, err error) {
 	if o == Idle {
 		o = ""
 	}
-	n, err := s.advance.Run(ctx, s.rdb, []string{s.keys.Schedule(sch.Tenant, sch.Name), s.keys.ScheduleTenantDue(sch.Tenant), s.keys.ScheduleTenants()},
-		sch.Name, sch.gen, fired, next, score, j.ID, j.Queue, string(o), sch.Tenant).Int()
+	changed, err = s.db.AdvanceSchedule(ctx, store.AdvanceScheduleParams{Tenant: sch.Tenant, Name: sch.Name, Gen: sch.gen,
+		Fired: fired, Next: next, Look: look, JobID: j.ID, JobQueue: j.Queue, Outcome: string(o)})
 	if err != nil {
-		return false, fmt.Errorf("schedule: advance %s: %w", sch.Name, err)
+		return false, fmt.Errorf("schedule: %w", err)
 	}
-	return n == 2, nil
-}
-
-// taken is a schedule the due index handed to one scheduler.
-type taken struct{ tenant, name string }
-
-// take takes up to n schedules due now, holding them for hold, and
-// returns them with the Redis clock's now; more says that more may be due
-// than it took: some tenant had more due than its share, or n tenants were
-// due, as many as one read reads. Fair across tenants: it reads up to n tenants
-// with schedules due, those looked at longest ago first, and takes an even
-// share of n from each (at least one), so one tenant's many due schedules
-// delay another's by at most a read while fewer than n tenants are due.
-// Two round trips when anything is due, one when nothing is.
-func (s *Store) take(ctx context.Context, n int, hold time.Duration) (now time.Time, out []taken, more bool, err error) {
-	res, err := replyStrings(s.tenants.Run(ctx, s.rdb, []string{s.keys.ScheduleTenants()}, n))
-	if err != nil || len(res) == 0 {
-		return time.Time{}, nil, false, fmt.Errorf("schedule: due tenants: %d values, %w", len(res), err)
-	}
-	if now, err = parseMillis(res[0]); err != nil || len(res) == 1 {
-		return now, nil, false, err
-	}
-	tenants := res[1:]
-	keys := make([]string, 1, 1+len(tenants))
-	keys[0] = s.keys.ScheduleTenants()
-	args := make([]any, 2, 2+len(tenants))
-	args[0], args[1] = max(1, n/len(tenants)), hold.Milliseconds()
-	for _, t := range tenants {
-		keys = append(keys, s.keys.ScheduleTenantDue(t))
-		args = append(args, t)
-	}
-	res, err = replyStrings(s.due.Run(ctx, s.rdb, keys, args...))
-	if err != nil {
-		return time.Time{}, nil, false, fmt.Errorf("schedule: due: %w", err)
-	}
-	if len(res) < 2 || len(res)%2 != 0 {
-		return time.Time{}, nil, false, fmt.Errorf("schedule: due: %d values in the reply, want an even number from 2", len(res))
-	}
-	if now, err = parseMillis(res[0]); err != nil {
-		return time.Time{}, nil, false, err
-	}
-	out = make([]taken, 0, len(res)/2-1)
-	for i := 2; i < len(res); i += 2 {
-		out = append(out, taken{tenant: res[i], name: res[i+1]})
-	}
-	return now, out, res[1] == "1" || len(tenants) == n, nil
-}
-
-// replyStrings reads a script's array reply of strings and integers (a
-// time in ms) as strings.
-func replyStrings(cmd *redis.Cmd) ([]string, error) {
-	vals, err := cmd.Slice()
-	out := make([]string, len(vals))
-	for i, v := range vals {
-		out[i] = fmt.Sprint(v)
-	}
-	return out, err
-}
-
-func parseMillis(v string) (time.Time, error) {
-	ms, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("schedule: due: now %q: %w", v, err)
-	}
-	return time.UnixMilli(ms).UTC(), nil
-}
-
-// now reads the Redis clock, the one every fire is timed by.
-func (s *Store) now(ctx context.Context) (time.Time, error) {
-	t, err := s.rdb.Time(ctx).Result()
-	if err != nil {
-		return time.Time{}, fmt.Errorf("schedule: redis time: %w", err)
-	}
-	return t.UTC().Truncate(time.Millisecond), nil
+	return changed, nil
 }
 
 // cron parses the schedule's stored expression in its time zone.
@@ -645,52 +512,28 @@ func (s Schedule) cron() (located, error) {
 	return located{cr, loc}, nil
 }
 
-// parseReply parses a record that a script returned as HGETALL's flat list.
-func parseReply(tenant string, v any) (Schedule, error) {
-	flat, ok := v.([]any)
-	if !ok || len(flat)%2 != 0 {
-		return Schedule{}, fmt.Errorf("schedule: unexpected script reply %T", v)
-	}
-	h := make(map[string]string, len(flat)/2)
-	for i := 0; i < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		h[k], _ = flat[i+1].(string)
-	}
-	return parseRecord(tenant, h)
-}
-
-// parseRecord builds a Schedule from its hash: the one place that knows
-// how its fields are encoded (written by schedule_create.lua and
-// schedule_advance.lua).
-func parseRecord(tenant string, h map[string]string) (Schedule, error) {
+// fromRecord builds a Schedule from its record: the spec as stored, and
+// the record's state.
+func fromRecord(rec store.ScheduleRecord) (Schedule, error) {
 	var spec Spec
-	if err := json.Unmarshal([]byte(h["spec"]), &spec); err != nil {
-		return Schedule{}, fmt.Errorf("schedule: record %s: spec: %w", h["name"], err)
+	if err := json.Unmarshal([]byte(rec.Spec), &spec); err != nil {
+		return Schedule{}, fmt.Errorf("schedule: record %s: spec: %w", rec.Name, err)
 	}
 	sch := Schedule{
 		Name: spec.Name, Cron: spec.Cron, Timezone: spec.Timezone, Job: spec.Job, Overlap: spec.Overlap,
-		Paused: h["paused"] == "1", Tenant: tenant, gen: h["gen"], spec: h["spec"], lastQueue: h["last_queue"],
+		Paused: rec.Paused, Tenant: rec.Tenant, CreatedAt: rec.Created, gen: rec.Gen, spec: rec.Spec, next: rec.Next,
 	}
-	var err error
-	ms := func(field string) int64 {
-		n, perr := strconv.ParseInt(h[field], 10, 64)
-		if perr != nil && err == nil {
-			err = fmt.Errorf("schedule: record %s: %s: %w", sch.Name, field, perr)
-		}
-		return n
-	}
-	sch.next = ms("next")
-	sch.CreatedAt = time.UnixMilli(ms("created")).UTC()
 	if !sch.Paused {
-		t := time.UnixMilli(sch.next).UTC()
+		t := rec.Next
 		sch.NextRunAt = &t
 	}
-	if h["last_run"] != "" {
-		t := time.UnixMilli(ms("last_run")).UTC()
+	if !rec.LastRun.IsZero() {
+		t := rec.LastRun
 		sch.LastRunAt = &t
 	}
-	if id := h["last_job"]; id != "" {
+	if rec.LastJob != "" {
+		id := rec.LastJob
 		sch.LastJobID = &id
 	}
-	return sch, err
+	return sch, nil
 }

@@ -24,7 +24,7 @@ func TestFireStartsTheJobsTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	prefix := testenv.Prefix(t)
 	jobs := store.New(rdb, store.Config{Prefix: prefix, TracerProvider: tp})
-	st, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs, TracerProvider: tp})
+	st, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: prefix}), schedule.Config{Jobs: jobs, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func BenchmarkDeliveries(b *testing.B) {
 				}
 				cfg := fx.cfg
 				cfg.Concurrency, cfg.PerTenant = concurrency, max(1, concurrency/4)
-				d, err := webhook.New(fx.rdb, cfg)
+				d, err := webhook.New(fx.db, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,23 +16,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
-)
-
-var (
-	takeScript   = scripts.Load("webhook_take.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
-	recordScript = scripts.Load("webhook_record.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua")
 )
 
 // Bounds of one try. A receiver's answer is read to at most maxAnswer
@@ -46,8 +38,6 @@ const (
 
 // Config configures a Drainer. Zero values mean the defaults given.
 type Config struct {
-	// Prefix is the Redis key prefix; default keys.DefaultPrefix.
-	Prefix string
 	// Queues are the queues whose outboxes it drains. Required.
 	Queues []string
 	// Policy is checked before each try: a URL it refuses, or a tenant
@@ -83,9 +73,8 @@ type Config struct {
 // while (hold), so two drainers do not try it at once, and it is due
 // again when a drainer dies with it.
 type Drainer struct {
-	rdb     redis.UniversalClient
+	db      *store.Store
 	cfg     Config
-	keys    keys.Space
 	client  *http.Client
 	log     *slog.Logger
 	tracer  trace.Tracer
@@ -98,11 +87,14 @@ type Drainer struct {
 	wg    sync.WaitGroup
 
 	tried *testsignal.Signal // fired after each try is recorded (tests)
-	names []byte             // the key of the opaque worker names (loadNames); set before the first try
+	names []byte             // the key of the opaque worker names (runOnce); set before the first try
 }
 
-// New returns a Drainer of cfg's queues.
-func New(rdb redis.UniversalClient, cfg Config) (*Drainer, error) {
+// New returns a Drainer of cfg's queues in db.
+func New(db *store.Store, cfg Config) (*Drainer, error) {
+	if db == nil {
+		return nil, errors.New("webhook: nil store")
+	}
 	if len(cfg.Queues) == 0 {
 		return nil, errors.New("webhook: Config.Queues is empty")
 	}
@@ -121,7 +113,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Drainer, error) {
 		cfg.MeterProvider = otel.GetMeterProvider()
 	}
 	d := &Drainer{
-		rdb: rdb, cfg: cfg, keys: keys.New(cfg.Prefix), log: cfg.Logger, tracer: telemetry.Tracer(cfg.TracerProvider),
+		db: db, cfg: cfg, log: cfg.Logger, tracer: telemetry.Tracer(cfg.TracerProvider),
 		// A redirect is an answer, not followed: it could lead a signed
 		// delivery to a URL the allow-list never checked.
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
@@ -169,9 +161,14 @@ func (d *Drainer) Run(ctx context.Context) error {
 // try of each; it returns how many it started.
 func (d *Drainer) runOnce(ctx context.Context) (int, error) {
 	if d.names == nil {
-		names, err := d.loadNames(ctx)
+		// The key of the opaque worker names that delivered job objects
+		// carry: a tenant sees no host names in a webhook's body, as in
+		// the API's answers. (Not the API's key, which is made of API keys
+		// that workers do not have: a worker's name in a webhook body is
+		// stable, but not the one the API shows.)
+		names, err := d.db.WebhookNames(ctx)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("webhook: %w", err)
 		}
 		d.names = names
 	}
@@ -199,12 +196,9 @@ const deferFor = time.Second
 // while (deferFor), untried, so that one tenant's backlog at the head of
 // the outbox does not keep other tenants' deliveries behind it waiting.
 func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, error) {
-	outbox := d.keys.QueueWebhooks(q)
 	// The take checks due times again on the Redis clock.
 	window := max(4*free, 64)
-	members, err := d.rdb.ZRangeByScore(ctx, outbox, &redis.ZRangeBy{
-		Min: "-inf", Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: int64(window),
-	}).Result()
+	members, err := d.db.DueWebhooks(ctx, q, window)
 	if err != nil || len(members) == 0 {
 		return 0, err
 	}
@@ -228,38 +222,16 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 	if len(tried) > 0 || len(members) < window {
 		skipped = nil // the head moves on by itself
 	}
-	var ks []string
-	taken := append(tried, skipped...)
-	args := []any{d.hold().Milliseconds(), deferFor.Milliseconds(), len(taken)}
-	for k, m := range taken {
-		_, id, _ := strings.Cut(m, "/")
-		ks = append(ks, d.keys.Job(q, id), d.keys.JobFolded(q, id))
-		try := "0" // skipped: deferred
-		if k < len(tried) {
-			try = "1"
-		}
-		args = append(args, m, try)
-	}
-	if len(ks) == 0 {
-		return 0, nil
-	}
-	res, err := takeScript.Run(ctx, d.rdb, append([]string{outbox}, ks...), args...).Slice()
+	taken, err := d.db.TakeWebhooks(ctx, store.TakeWebhooksParams{Queue: q, Try: tried, Defer: skipped,
+		Hold: d.hold(), DeferFor: deferFor})
 	if err != nil {
-		return 0, fmt.Errorf("webhook: take from %s: %w", q, err)
-	}
-	if len(res) != len(taken) {
-		return 0, fmt.Errorf("webhook: take from %s: %d replies for %d deliveries", q, len(res), len(taken))
+		return 0, fmt.Errorf("webhook: %w", err)
 	}
 	started := 0
-	for i, r := range res {
-		h, _ := r.([]any)
-		if len(h) == 0 {
-			continue
-		}
-		_, id, _ := strings.Cut(taken[i], "/")
-		j, err := job.ParseRecord(q, id, pairs(h))
+	for _, t := range taken {
+		j, err := job.ParseRecord(q, t.JobID, t.Record)
 		if err != nil || j.Webhook == nil {
-			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", taken[i], "err", err)
+			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", t.Member, "err", err)
 			continue
 		}
 		d.slots <- struct{}{}
@@ -270,38 +242,9 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 		started++
 		// A try runs to its end (Timeout bounds it) when Run stops: cut
 		// short, it would count as failed what the receiver may have done.
-		go d.try(context.WithoutCancel(ctx), q, taken[i], j)
+		go d.try(context.WithoutCancel(ctx), q, t.Member, j)
 	}
 	return started, nil
-}
-
-// loadNames reads the key of the opaque worker names that delivered job
-// objects carry, the first drainer making it: a tenant sees no host names
-// in a webhook's body, as in the API's answers. (Not the API's key, which
-// is made of API keys that workers do not have: a worker's name in a
-// webhook body is stable, but not the one the API shows.)
-func (d *Drainer) loadNames(ctx context.Context) ([]byte, error) {
-	key := make([]byte, 32)
-	crand.Read(key)
-	old, err := d.rdb.SetArgs(ctx, d.keys.WebhookNames(), key, redis.SetArgs{Mode: "NX", Get: true}).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return key, nil
-	case err != nil:
-		return nil, fmt.Errorf("webhook: names key: %w", err)
-	}
-	return []byte(old), nil
-}
-
-// pairs reads an HGETALL reply.
-func pairs(h []any) map[string]string {
-	out := make(map[string]string, len(h)/2)
-	for i := 0; i+1 < len(h); i += 2 {
-		k, _ := h[i].(string)
-		v, _ := h[i+1].(string)
-		out[k] = v
-	}
-	return out
 }
 
 // try makes one try of j's delivery and records it.
@@ -343,8 +286,8 @@ func (d *Drainer) try(ctx context.Context, q, member string, j job.Job) {
 	// The try happened: it is recorded even when the drainer is stopping.
 	rctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
-	attempts, rerr := recordScript.Run(rctx, d.rdb, []string{d.keys.QueueWebhooks(q), d.keys.Job(q, j.ID), d.keys.JobFolded(q, j.ID)},
-		member, w.ID, string(state), backoff.Milliseconds(), tryJSON, keptTries).Int()
+	attempts, rerr := d.db.RecordWebhookTry(rctx, store.WebhookTry{Queue: q, Member: member, JobID: j.ID, WebhookID: w.ID,
+		State: string(state), Backoff: backoff, Try: tryJSON, Keep: keptTries})
 	switch {
 	case rerr != nil:
 		// Not recorded: the delivery is tried again when its hold ends.

@@ -44,6 +44,7 @@ func key(t testing.TB) []byte {
 // key prefix of their own.
 type fixture struct {
 	rdb    redis.UniversalClient
+	db     *store.Store
 	jobs   *store.Store
 	keys   keys.Space
 	prefix string
@@ -60,8 +61,8 @@ func newFixtureOn(t testing.TB, rdb redis.UniversalClient) *fixture {
 	t.Helper()
 	prefix := testenv.Prefix(t)
 	jobs := store.New(rdb, store.Config{Prefix: prefix})
-	return &fixture{rdb: rdb, jobs: jobs, keys: keys.New(prefix), prefix: prefix, cfg: webhook.Config{
-		Prefix: prefix, Queues: []string{job.DefaultQueue},
+	return &fixture{rdb: rdb, db: jobs, jobs: jobs, keys: keys.New(prefix), prefix: prefix, cfg: webhook.Config{
+		Queues:  []string{job.DefaultQueue},
 		Policy:  webhook.Policy{Allow: kinds.NotifyAllow{Loopback: true}, Secrets: webhook.Secrets{"acme": {key(t)}, "beta": {key(t)}}},
 		Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Timeout: 2 * time.Second, Poll: 10 * time.Millisecond,
 	}}
@@ -96,7 +97,7 @@ func (fx *fixture) worker(t *testing.T, cfg execution.Config) *execution.Worker 
 // drain runs a drainer of cfg until the test ends.
 func (fx *fixture) drain(t *testing.T, cfg webhook.Config) *webhook.Drainer {
 	t.Helper()
-	d, err := webhook.New(fx.rdb, cfg)
+	d, err := webhook.New(fx.db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func (fx *fixture) ended(t *testing.T, tenant string, sub job.Submission) (job.J
 	t.Helper()
 	j := fx.submit(t, tenant, sub)
 	testenv.Eventually(t, 10*time.Second, func() bool { return fx.get(t, j.ID).State.Terminal() }, "job never ended")
-	d, err := webhook.New(fx.rdb, fx.cfg)
+	d, err := webhook.New(fx.db, fx.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -52,25 +51,19 @@ func newMetrics(mp metric.MeterProvider, d *Drainer) (*metrics, error) {
 		return nil, err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		cmds := make([][2]redis.Cmder, len(d.cfg.Queues))
-		if _, err := d.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range d.cfg.Queues {
-				outbox := d.keys.QueueWebhooks(q)
-				cmds[i] = [2]redis.Cmder{p.ZRangeWithScores(ctx, outbox, 0, 0), p.ZCard(ctx, outbox)}
-			}
-			return nil
-		}); err != nil {
+		outboxes, err := d.db.WebhookOutboxes(ctx, d.cfg.Queues)
+		if err != nil {
 			return err
 		}
 		now := time.Now()
 		for i, q := range d.cfg.Queues {
 			attrs := metric.WithAttributes(attribute.String("queue", q))
 			oldest := 0.0
-			if head := cmds[i][0].(*redis.ZSliceCmd).Val(); len(head) > 0 {
-				oldest = max(0, now.Sub(time.UnixMilli(int64(head[0].Score))).Seconds())
+			if ob := outboxes[i]; !ob.Oldest.IsZero() {
+				oldest = max(0, now.Sub(ob.Oldest).Seconds())
 			}
 			o.ObserveFloat64(age, oldest, attrs)
-			o.ObserveInt64(pending, cmds[i][1].(*redis.IntCmd).Val(), attrs)
+			o.ObserveInt64(pending, outboxes[i].Deliveries, attrs)
 		}
 		return nil
 	}, age, pending)

@@ -46,7 +46,7 @@ func TestMetricsCountOutcomesAndTheOutbox(t *testing.T) {
 	cfg := fx.cfg
 	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	cfg.Backoff, cfg.MaxBackoff = time.Hour, time.Hour // the failing one stays in the outbox
-	d, err := webhook.New(fx.rdb, cfg)
+	d, err := webhook.New(fx.db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

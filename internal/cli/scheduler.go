@@ -21,11 +21,11 @@ import (
 // gets how late each fire was.
 func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
 	jobs := store.New(rdb, store.Config{Prefix: prefix, OnlyLimitedKeys: true})
-	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
+	schedules, err := schedule.NewStore(store.New(rdb, store.Config{Prefix: prefix}), schedule.Config{Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := schedule.NewScheduler(store, schedule.SchedulerConfig{Limits: limits, Logger: log, MeterProvider: meters})
+	s, err := schedule.NewScheduler(schedules, schedule.SchedulerConfig{Limits: limits, Logger: log, MeterProvider: meters})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/webhook"
 )
@@ -58,7 +59,7 @@ func (w WebhookFlags) Drainer(ctx context.Context, rdb redis.UniversalClient, pr
 		ctx, stop := context.WithCancel(ctx)
 		return func() error { <-ctx.Done(); return nil }, func(error) { stop() }, nil
 	}
-	d, err := webhook.New(rdb, webhook.Config{Prefix: prefix, Queues: queues, Policy: policy, Timeout: *w.timeout, Logger: log, MeterProvider: meters})
+	d, err := webhook.New(store.New(rdb, store.Config{Prefix: prefix}), webhook.Config{Queues: queues, Policy: policy, Timeout: *w.timeout, Logger: log, MeterProvider: meters})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -102,7 +102,7 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	kinds.Register(w, kinds.SleepConfig{}, kinds.LLMConfig{BaseURL: upstream.URL})
-	drainer, err := webhook.New(rdb, webhook.Config{Prefix: prefix, Queues: []string{job.DefaultQueue}, Policy: hooks,
+	drainer, err := webhook.New(store, webhook.Config{Queues: []string{job.DefaultQueue}, Policy: hooks,
 		Backoff: 200 * time.Millisecond, Poll: 50 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -286,7 +286,7 @@ func New(cfg Config) (http.Handler, error) {
 	if s.leases, err = lease.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), lease.Config{}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
+	if s.schedules, err = schedule.NewStore(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), schedule.Config{Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider
