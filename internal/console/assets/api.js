@@ -155,13 +155,14 @@ export async function limitHistory(key) {
   return columns;
 }
 
-// allPages reads GET path a page of 500 after another while it answers a
-// next_cursor, and returns the items of every page's field as one list.
-export async function allPages(path, field) {
+// allPages reads GET path a page after another (of limit items, or of
+// the API's default 50) while it answers a next_cursor, and returns the
+// items of every page's field as one list.
+export async function allPages(path, field, limit) {
   const items = [];
   let cursor = null;
   do {
-    const body = await call('GET', `${path}${query({ limit: 500, cursor })}`);
+    const body = await call('GET', `${path}${query({ limit, cursor })}`);
     items.push(...body[field]);
     cursor = body.next_cursor;
   } while (cursor);
@@ -171,7 +172,7 @@ export async function allPages(path, field) {
 // allLimits returns every key the caller may see as one answer of GET
 // /v1/limits: {limits: [...]}.
 export async function allLimits() {
-  return { limits: await allPages('/v1/limits', 'limits') };
+  return { limits: await allPages('/v1/limits', 'limits', 500) };
 }
 
 // retryMatching runs the bulk retry, a call after another while the API
