@@ -121,7 +121,7 @@ func TestOnlyTheStoreTalksToRedis(t *testing.T) {
 	// until it is taken off.
 	notYet := map[string]bool{
 		"cancel": true, "execution": true, "fencing": true, "internal/cli": true,
-		"internal/httpapi": true, "internal/replicas": true, "job": true, "lease": true,
+		"internal/httpapi": true, "internal/replicas": true, "lease": true,
 		"ratelimit": true, "ratelimit/usage": true, "schedule": true, "webhook": true,
 	}
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()

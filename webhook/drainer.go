@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
@@ -257,7 +259,7 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 			continue
 		}
 		_, id, _ := strings.Cut(taken[i], "/")
-		j, err := job.ParseRecord(q, id, pairs(h))
+		j, err := store.ParseRecord(q, id, pairs(h))
 		if err != nil || j.Webhook == nil {
 			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", taken[i], "err", err)
 			continue
