@@ -74,7 +74,7 @@ lint/binaries: ## Fail when git tracks an executable binary.
 # Native Go fuzz targets, each run for FUZZTIME. Their seed corpora under
 # testdata/fuzz/ run with every `make test`.
 FUZZTIME ?= 30s
-FUZZ     := ./job:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey ./job:FuzzCanonical \
+FUZZ     := ./internal/store:FuzzParseCursor ./job:FuzzLastEventID ./job:FuzzValidateLimitKey ./job:FuzzCanonical \
             ./internal/httpapi:FuzzSubmission ./internal/httpapi:FuzzIdempotencyKey ./internal/httpapi:FuzzObjectMembers \
             ./internal/store/scripts:FuzzUnpack
 
@@ -88,7 +88,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 .PHONY: bench
 bench: ## Run the benchmarks (figures go to docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./execution/
-	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./job/
+	$(GO) test -run '^$$' -bench . ./lease/ ./fencing/ ./cancel/ ./internal/store/
 
 # Leasehold beside asynq v0.26 (issue 23's goals), three interleaved
 # rounds of 20 000 no-op jobs at concurrency 10, 50 and 200; the script
@@ -135,7 +135,7 @@ bench/instructions/c10: ## Count Redis instructions per job at concurrency 10 (v
 	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 20000}' .bench/callgrind.*.1
 
 bench/instructions/batch: ## Count Redis instructions per job of a batch submit of 1 000 (valgrind).
-	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkSubmitBatch$$' -benchtime 3x ./job/
+	@$(CALLGRIND_REDIS) $(GO) test -run '^$$' -bench '^BenchmarkSubmitBatch$$' -benchtime 3x ./internal/store/
 	@awk '/^summary:/ {printf "Redis instructions per job: %.0f\n", $$2 / 3000}' .bench/callgrind.*.1
 
 bench/instructions/wait: ## Count Redis instructions of a wait-and-resume cycle against one plain run (valgrind).

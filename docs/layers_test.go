@@ -121,7 +121,7 @@ func TestOnlyTheStoreTalksToRedis(t *testing.T) {
 	// until it is taken off.
 	notYet := map[string]bool{
 		"execution": true, "internal/cli": true,
-		"internal/httpapi": true, "internal/replicas": true, "job": true,
+		"internal/httpapi": true, "internal/replicas": true,
 		"ratelimit": true, "ratelimit/usage": true,
 	}
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
 )
@@ -26,7 +28,7 @@ func (f *fixture) attempts(t *testing.T, id string) (states []job.State, jobs, e
 			if ev.Type != "state" {
 				continue
 			}
-			then, err := now.At(ev)
+			then, err := store.JobAt(now, ev)
 			if err != nil {
 				t.Fatal(err)
 			}

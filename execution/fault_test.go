@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -911,7 +913,7 @@ func TestChaosNeverLosesOrDoubleRunsAJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, id := range batch {
-			j, err := job.ParseRecord(job.DefaultQueue, id, hs[k].Val())
+			j, err := store.ParseRecord(job.DefaultQueue, id, hs[k].Val())
 			if err != nil {
 				t.Fatalf("job %s: %v", id, err)
 			}

@@ -19,7 +19,7 @@ const DefaultFoldAfter = time.Minute
 // got to. It reports whether there may be more.
 //
 // A reader of an ended job's events finds them in the stream or, once
-// folded, in its folded key (job.Store.Events). after keeps the fold away
+// folded, in its folded key (store.Store.Events). after keeps the fold away
 // from the readers that wait for a job's next events: they wait for a job
 // that has not ended, and the step that ends it appends its last event,
 // so they have it long before.

@@ -8,7 +8,7 @@ import (
 )
 
 // paused is a worker's copy of the set of paused queues that the API
-// writes (job.Store.Pause), read with the limits every heartbeat interval
+// writes (store.Store.Pause), read with the limits every heartbeat interval
 // and before the first claim: a worker stops claiming from a queue within
 // one interval of its pause, and one that starts while it is paused never
 // claims from it. Running executions are not touched, and the reaper goes

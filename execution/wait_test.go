@@ -159,7 +159,7 @@ func TestWaitTimeoutResumes(t *testing.T) {
 	var timedOut bool
 	for _, e := range events {
 		if e.Type == "state" {
-			at, err := f.get(t, a.ID).At(e)
+			at, err := store.JobAt(f.get(t, a.ID), e)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@
 // from each tenant, for a short hold, and fires each with Store.Fire. A
 // fire is two idempotent steps in two Redis Cluster slots:
 //
-//  1. create the job through job.Store.SubmitWithin with an idempotency
+//  1. create the job through store.Store.SubmitWithin with an idempotency
 //     key made of the tenant, the schedule's name and generation, and the
 //     due time: every fire of one due time, by any process, is that one job;
 //  2. a compare-and-set moves next_run_at from that due time to the first

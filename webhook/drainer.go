@@ -16,13 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/testsignal"
 	"github.com/leasehold/leasehold/job"
@@ -229,7 +229,7 @@ func (d *Drainer) drainQueue(ctx context.Context, q string, free int) (int, erro
 	}
 	started := 0
 	for _, t := range taken {
-		j, err := job.ParseRecord(q, t.JobID, t.Record)
+		j, err := store.ParseRecord(q, t.JobID, t.Record)
 		if err != nil || j.Webhook == nil {
 			d.log.ErrorContext(ctx, "webhook: a delivery's job record is unreadable", "queue", q, "member", t.Member, "err", err)
 			continue

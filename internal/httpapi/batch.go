@@ -70,7 +70,7 @@ type batchBody[T any] struct {
 }
 
 // POST /v1/jobs/batch: each item is submitted as its own POST /v1/jobs
-// would be, in a few round trips for the whole batch (job.Store.SubmitBatch).
+// would be, in a few round trips for the whole batch (store.Store.SubmitBatch).
 //
 // The body is read only in one of the process's batch slots (slots),
 // and split into its items with a scan that decodes none of them. The

@@ -26,14 +26,14 @@
 //     with one key may each spend one). A limiter that cannot reach Redis
 //     is a 503, never a 429.
 //   - A cancel that answered 202 is recorded in Redis: the job record first
-//     (job.Store.Cancel), then, for a running job, the cancel flag its owner
+//     (store.Store.Cancel), then, for a running job, the cancel flag its owner
 //     polls (cancel.Flags.Request), then the NATS message. A retry after a
 //     503 completes whatever step was missing.
 //
 // # Waiting without polling
 //
 // GET /v1/jobs/{id}?wait= and GET /v1/jobs/{id}/events both sleep in
-// XREAD BLOCK on the job's event stream (job.Store.Events): every state
+// XREAD BLOCK on the job's event stream (store.Store.Events): every state
 // change appends an event in the same script that makes it, so a reader
 // that has seen event N and blocks for the events after N cannot miss a
 // transition. Each such request holds one Redis connection while it

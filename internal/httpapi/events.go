@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -111,7 +113,7 @@ func (st *stream) run(ctx context.Context, events []job.Event, after string) err
 // terminal state event was among them: the last state event, and terminal
 // (an earlier terminal one was followed by a retry), in a batch that is
 // not a full page (more events may follow a full one). A state event carries
-// the job object as it was at its move (job.Job.At): the job is read once
+// the job object as it was at its move (store.JobAt): the job is read once
 // for the batch, for the fields that never change, so a replay sends the
 // bytes the live stream sent.
 func (st *stream) send(ctx context.Context, events []job.Event, full bool) (done bool, err error) {
@@ -127,7 +129,7 @@ func (st *stream) send(ctx context.Context, events []job.Event, full bool) (done
 				}
 				current = &j
 			}
-			j, err := current.At(e)
+			j, err := store.JobAt(*current, e)
 			if err != nil {
 				return false, err
 			}

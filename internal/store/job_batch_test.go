@@ -55,7 +55,7 @@ func TestSubmitBatchAnswersTheJobsRecords(t *testing.T) {
 					if r.Err != nil || !r.Created {
 						t.Fatalf("item %d: created %v, %v", i, r.Created, r.Err)
 					}
-					stored, err := job.ParseRecord(r.Job.Queue, r.Job.ID, fx.rdb.HGetAll(ctx, fx.keys.Job(r.Job.Queue, r.Job.ID)).Val())
+					stored, err := store.ParseRecord(r.Job.Queue, r.Job.ID, fx.rdb.HGetAll(ctx, fx.keys.Job(r.Job.Queue, r.Job.ID)).Val())
 					if err != nil {
 						t.Fatal(err)
 					}

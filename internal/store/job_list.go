@@ -333,7 +333,7 @@ func (s *Store) load(ctx context.Context, queueOf, indexes []string, entries []e
 		for _, v := range h {
 			sizes[i] += len(v)
 		}
-		if jobs[i], err = job.ParseRecord(queueOf[e.index], e.id, h); err != nil {
+		if jobs[i], err = ParseRecord(queueOf[e.index], e.id, h); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -74,7 +74,7 @@ func TestRetry(t *testing.T) {
 					t.Fatalf("events %+v, %v: want the first queued kept and a new one", evs, err)
 				}
 				// The event before the retry shows the max_attempts of then.
-				if before, err := got.At(evs[0]); err != nil || before.MaxAttempts != 3 || before.Attempt != 0 {
+				if before, err := store.JobAt(got, evs[0]); err != nil || before.MaxAttempts != 3 || before.Attempt != 0 {
 					t.Errorf("the submit's event replays as %+v, %v; want attempt 0 of 3", before, err)
 				}
 				// Again: it is queued now, so 409 and no change.
@@ -147,7 +147,7 @@ func TestRetriesAddTheOriginalMaxAttempts(t *testing.T) {
 		}
 		var got []int
 		for _, e := range evs {
-			at, err := j.At(e)
+			at, err := store.JobAt(j, e)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -97,7 +97,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string, admin bool) (job.Job
 	if !admin && h["tenant"] != tenant {
 		return job.Job{}, job.ErrNotFound
 	}
-	return job.ParseRecord(queue, id, h)
+	return ParseRecord(queue, id, h)
 }
 
 // Cancel cancels the job id of tenant (admin: of any tenant). A job waiting
@@ -429,7 +429,7 @@ func parseReply(queue, id string, v any) (job.Job, error) {
 		k, _ := flat[i].(string)
 		h[k], _ = flat[i+1].(string)
 	}
-	return job.ParseRecord(queue, id, h)
+	return ParseRecord(queue, id, h)
 }
 
 // millis converts d to whole milliseconds, rounding up so that no positive

@@ -810,7 +810,7 @@ func (fx fixture) isNow(t testing.TB, tenant, id string, e job.Event) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at, err := now.At(e)
+	at, err := store.JobAt(now, e)
 	if err != nil {
 		t.Fatal(err)
 	}

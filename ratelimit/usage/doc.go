@@ -3,7 +3,7 @@
 // however often its write is retried. The counters of a job's life
 // (Lifecycle: jobs submitted, executions started and ended) are counted
 // by Leasehold's queues themselves, in the step of each event, and read
-// with job.Store.AddUsage; this package names them and their days (DropAt).
+// with store.Store.AddUsage; this package names them and their days (DropAt).
 //
 // Counters.Add takes an event id along with the amount (AddEach many
 // events, in one script). One script checks the event's mark, adds the

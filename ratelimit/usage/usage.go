@@ -410,7 +410,7 @@ func ExecutionsEnded(outcome string) string { return "executions_" + outcome }
 
 // Lifecycle returns the counters of a job's life: jobs submitted and
 // executions started and ended. Leasehold's queues count these themselves,
-// in the step that creates, starts or ends each (job.Store.AddUsage reads
+// in the step that creates, starts or ends each (store.Store.AddUsage reads
 // them), not through Counters: exactly once, with no mark per event.
 func Lifecycle() []string {
 	out := []string{JobsSubmitted, ExecutionsStarted}

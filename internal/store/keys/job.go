@@ -119,5 +119,5 @@ func (s Space) QueueWebhooks(queue string) string { return s.key("q:"+queue, "we
 func (s Space) WebhookNames() string { return s.key("webhooks", "names") }
 
 // RetryLock is held while a bulk retry of tenant's jobs runs: one at a
-// time per tenant, fleet-wide (job.Store.RetryAll).
+// time per tenant, fleet-wide (store.Store.RetryAll).
 func (s Space) RetryLock(tenant string) string { return s.key("retry:"+tenant, "lock") }

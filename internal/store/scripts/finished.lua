@@ -5,7 +5,7 @@
 -- m % 60 == i: field 'm<i>' is m (unix time in minutes) and 'm<i>:<state>'
 -- its count of jobs that became state. A slot whose minute has passed an
 -- hour ago is cleared by the first count of its new minute; readers skip
--- slots older than the hour (job/finished.go).
+-- slots older than the hour (internal/store/job_finished.go).
 -- count_finished adds n jobs that became state, a terminal one, at now
 -- (Redis ms) to the ring in stats.
 local function count_finished(stats, now, state, n)

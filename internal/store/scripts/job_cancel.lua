@@ -7,7 +7,7 @@
 -- ARGV[1] tenant of the caller ("" = admin, any tenant)
 -- ARGV[2] retention_ms (of a job that became terminal)
 -- ARGV[3] events stream MAXLEN   ARGV[4] the job's id
--- (cancelCall in job/calls.go is the one place in Go that lays these KEYS and
+-- (cancelCall in internal/store/job_calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Fails with unpack_first's reply (transition.lua) when the job is packed.
 -- Returns {'missing'} when there is no such job for this caller, else

@@ -8,7 +8,7 @@
 -- ARGV[1] the job id   ARGV[2] tenant of the caller ("" = admin, any tenant)
 -- ARGV[3] how long the mark lives, ms: as long as an Idempotency-Key may
 -- still stand for the job
--- (deleteCall in job/calls.go is the one place in Go that lays these KEYS and
+-- (deleteCall in internal/store/job_calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- A packed job (transition.lua's packed) is deleted as it is: it ended.
 -- Returns {'missing'} when there is no such job for this caller,

@@ -2,7 +2,7 @@
 -- (states.lua): its events kept in its hash move into the stream, and every
 -- later one is appended there, where XREAD BLOCK sees it.
 -- KEYS[1] job hash   KEYS[2] events
--- (followCall in job/calls.go is the one place in Go that lays these KEYS
+-- (followCall in internal/store/job_calls.go is the one place in Go that lays these KEYS
 -- out: change the two together.)
 -- Returns 1 when it moved events, 0 when the job had none in its hash (it
 -- has its stream already, is folded, or does not exist).

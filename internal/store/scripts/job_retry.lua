@@ -9,7 +9,7 @@
 -- ARGV[2] events stream MAXLEN   ARGV[3] "1" to return each job's record
 -- ARGV[4] how many of the tenant's jobs not ended this queue may hold ("" =
 -- no cap; only with a tenant)   ARGV[5 .. 4+n] the job ids
--- (retryCall in job/calls.go is the one place in Go that lays these KEYS and
+-- (retryCall in internal/store/job_calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Fails with unpack_first's reply (transition.lua) when a job is packed.
 -- Returns, for each job, {outcome} or, with ARGV[3] "1", {outcome, the

@@ -10,7 +10,7 @@
 -- ARGV[3] data (JSON)   ARGV[4] events stream MAXLEN
 -- ARGV[5] at most this many signals kept per job   ARGV[6] and this many
 -- bytes of their data   ARGV[7] the job's id
--- (signalCall in job/calls.go is the one place in Go that lays these KEYS and
+-- (signalCall in internal/store/job_calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Fails with unpack_first's reply (transition.lua) when the job is packed.
 -- Returns {'missing'} when there is no such job for this caller, else

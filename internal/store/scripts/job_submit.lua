@@ -26,7 +26,7 @@
 -- k=15 the URL its ends are POSTed to ("" = none)
 -- k=16 "1" when the id is an earlier request's (an idempotency key's
 -- replay), which may have been deleted since; "" for an id made by this call
--- (submitCall in job/calls.go is the one place in Go that lays these KEYS and
+-- (submitCall in internal/store/job_calls.go is the one place in Go that lays these KEYS and
 -- ARGV out: change the two together.)
 -- Fails with unpack_first's reply (transition.lua) when a replay's job is
 -- packed. Returns a flat list, two values per job in order: 1, its created_at
@@ -175,7 +175,7 @@ for i = 0, n - 1 do
     end
     charges[#charges + 1], charges[#charges + 2], charged = id, size, charged + size
     -- The caller knows the new job's record from what it sent (submitCall
-    -- in job/calls.go): only the clock is new to it.
+    -- in internal/store/job_calls.go): only the clock is new to it.
     out[#out + 1], out[#out + 2] = 1, tx.now_s
   end
 end

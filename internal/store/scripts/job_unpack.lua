@@ -9,7 +9,7 @@
 -- ARGV[1] the packed value Go read   ARGV[2] the folded key's JSON
 -- ARGV[3] the job's id   ARGV[4] when to pack it again (unix ms)
 -- ARGV[5 ..] the hash's fields but folded: name, value, ...
--- (unpackCall in job/calls.go is the one place in Go that lays these KEYS
+-- (unpackCall in internal/store/job_calls.go is the one place in Go that lays these KEYS
 -- and ARGV out: change the two together.)
 -- Returns 1 when it wrote the job back, else 0.
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('GET', KEYS[2]) ~= ARGV[1] then
