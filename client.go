@@ -79,7 +79,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	wcfg := cfg.Worker
 	data := store.New(rdb, store.Config{Prefix: wcfg.Prefix})
 	if wcfg.Usage == nil {
-		counters, err := usage.New(rdb, usage.Config{Prefix: wcfg.Prefix})
+		counters, err := usage.New(data, usage.Config{})
 		if err != nil {
 			return nil, fmt.Errorf("leasehold: %w", err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -1066,7 +1067,7 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	proxied.rdb = redis.NewClient(&redis.Options{Addr: proxy.addr()})
 	t.Cleanup(func() { proxied.rdb.Close() })
 
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	counters, err := usage.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

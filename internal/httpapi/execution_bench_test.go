@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -35,7 +36,7 @@ func BenchmarkExecution(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 64})
 		nc := testenv.NATS(b).Conn(b)
 		prefix := testenv.Prefix(b)
-		counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
+		counters, err := usage.New(store.New(rdb, store.Config{Prefix: prefix}), usage.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
