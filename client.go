@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
@@ -62,9 +61,8 @@ type Config struct {
 // Client submits, reads and cancels jobs, and runs a worker for the kinds
 // it was given. It is safe for concurrent use; call Handle before Run.
 type Client struct {
-	nc     *nats.Conn
-	prefix string
-	store  *job.Store
+	waker  *execution.Waker
+	store  *store.Store
 	flags  *cancel.Flags
 	worker *execution.Worker
 	sched  *schedule.Store
@@ -77,9 +75,8 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 		return nil, errors.New("leasehold: nil redis client")
 	}
 	wcfg := cfg.Worker
-	data := store.New(rdb, store.Config{Prefix: wcfg.Prefix})
 	if wcfg.Usage == nil {
-		counters, err := usage.New(data, usage.Config{})
+		counters, err := usage.New(store.New(rdb, store.Config{Prefix: wcfg.Prefix}), usage.Config{})
 		if err != nil {
 			return nil, fmt.Errorf("leasehold: %w", err)
 		}
@@ -88,12 +85,13 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	// An idempotency key outlives no job: a worker kept short (tests, a
 	// scratch fleet) remembers its Client's keys as long as its jobs.
 	retention := cmp.Or(wcfg.Retention, job.DefaultRetention)
-	store, err := job.NewStore(rdb, job.Config{Prefix: wcfg.Prefix, Retention: retention,
+	scfg := store.Config{Prefix: wcfg.Prefix, Retention: retention,
 		IdempotencyTTL: min(retention, job.DefaultIdempotencyTTL), TracerProvider: wcfg.TracerProvider,
-		UsageRetention: wcfg.Usage.Retention()})
-	if err != nil {
+		UsageRetention: wcfg.Usage.Retention()}
+	if err := scfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
+	data := store.New(rdb, scfg)
 	flags, err := cancel.New(data, wcfg.NATS, cancel.Config{Logger: wcfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
@@ -110,11 +108,12 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	kinds.Register(w, cfg.Sleep, cfg.LLM)
 	remote.Register(w, cfg.Handlers, remote.Config{MaxConns: max(wcfg.Concurrency, remote.DefaultMaxConns), Logger: wcfg.Logger})
-	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: store, NATS: wcfg.NATS})
+	waker := execution.NewWaker(wcfg.NATS, wcfg.Prefix, wcfg.Logger)
+	sched, err := schedule.NewStore(rdb, schedule.Config{Prefix: wcfg.Prefix, Jobs: data, Waker: waker})
 	if err != nil {
 		return nil, fmt.Errorf("leasehold: %w", err)
 	}
-	return &Client{nc: wcfg.NATS, prefix: wcfg.Prefix, store: store, flags: flags, worker: w, sched: sched}, nil
+	return &Client{waker: waker, store: data, flags: flags, worker: w, sched: sched}, nil
 }
 
 // Handle makes the worker run h for jobs of kind, in place of any built-in
@@ -143,9 +142,7 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 	if err != nil {
 		return j, err
 	}
-	if c.nc != nil {
-		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
-	}
+	c.waker.Wake(ctx, j.Queue)
 	return j, nil
 }
 
@@ -155,17 +152,17 @@ func (c *Client) Submit(ctx context.Context, tenant string, s job.Submission) (j
 // job.BatchResult.Err, and a refused item writes nothing; it takes a few
 // round trips to Redis, one per queue, not several per job. It wakes an
 // idle worker of each queue that got a job. An error means the batch
-// stopped midway (see job.Store.SubmitBatch).
+// stopped midway (see store.Store.SubmitBatch).
 func (c *Client) SubmitBatch(ctx context.Context, tenant string, items []job.BatchItem) ([]job.BatchResult, error) {
 	res, err := c.store.SubmitBatch(ctx, tenant, items, job.Cap{})
-	if err != nil || c.nc == nil {
+	if err != nil {
 		return res, err
 	}
 	woken := map[string]bool{}
 	for _, r := range res {
 		if r.Created && !woken[r.Job.Queue] {
 			woken[r.Job.Queue] = true
-			_ = execution.Wake(c.nc, c.prefix, r.Job.Queue) // a lost wake-up costs a poll
+			c.waker.Wake(ctx, r.Job.Queue)
 		}
 	}
 	return res, nil
@@ -191,8 +188,8 @@ func (c *Client) Cancel(ctx context.Context, tenant, id string) (job.Job, error)
 // job.ErrSignalsFull when it keeps as many signals as it may.
 func (c *Client) Signal(ctx context.Context, tenant, id, name string, data json.RawMessage) (job.Job, error) {
 	j, resumed, err := c.store.Signal(ctx, tenant, id, false, name, data)
-	if err == nil && resumed && c.nc != nil {
-		_ = execution.Wake(c.nc, c.prefix, j.Queue) // a lost wake-up costs a poll
+	if err == nil && resumed {
+		c.waker.Wake(ctx, j.Queue)
 	}
 	return j, err
 }

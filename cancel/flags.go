@@ -123,7 +123,7 @@ func (f *Flags) Check(ctx context.Context, id string) (bool, error) {
 	if err := validID(id); err != nil {
 		return false, err
 	}
-	set, err := f.store.CancelRequested(ctx, id)
+	set, err := f.store.CancelFlagged(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("cancel: %w", err)
 	}

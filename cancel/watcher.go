@@ -351,7 +351,7 @@ func (w *Watcher) check(ctx context.Context, ids []string, via string) {
 	if len(ids) == 0 {
 		return
 	}
-	flagged, err := w.store.CancelRequested(ctx, ids...)
+	flagged, err := w.store.CancelFlagged(ctx, ids...)
 	if err != nil && ctx.Err() == nil {
 		w.log.WarnContext(ctx, "cancel: reading flags failed; retrying at the next poll", attrCount, len(ids), attrErr, err)
 	}

@@ -29,9 +29,7 @@ func TestBatchesFenceEachExecutionAlone(t *testing.T) {
 	// the reaper finalises it: its job waits for a retry.
 	lost := execs[0]
 	f.due(q.keys.QueueLeases(q.name), lost.JobID)
-	if _, err := q.reap(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	w.reaper.runOnce(t.Context())
 	if j, err := store.Get(t.Context(), "acme", lost.JobID, false); err != nil || j.State != job.StateRetrying {
 		t.Fatalf("the reaper did not take the first job back: %+v, %v", j, err)
 	}

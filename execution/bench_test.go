@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
@@ -233,7 +235,7 @@ type benchRun struct {
 }
 
 // submitAll submits n jobs, sub(i) for i in [0, n), 32 at a time.
-func submitAll(b *testing.B, store *job.Store, n int, sub func(i int) job.Submission) {
+func submitAll(b *testing.B, store *store.Store, n int, sub func(i int) job.Submission) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
 	for range 32 {
@@ -288,7 +290,7 @@ func (r benchRedis) masters(b *testing.B) []redis.UniversalClient {
 // what earlier runs left behind (their memory, an AOF rewrite of it) is not
 // measured, and returns it with a client, a key prefix and a job store on
 // it.
-func freshStore(b *testing.B, cluster, replica bool) (benchRedis, redis.UniversalClient, string, *job.Store) {
+func freshStore(b *testing.B, cluster, replica bool) (benchRedis, redis.UniversalClient, string, *store.Store) {
 	r := benchRedis{cluster: cluster}
 	if cluster {
 		r.addrs = testenv.StartCluster(b).Addrs() // AOF fsync every second: Redis's default
@@ -300,10 +302,7 @@ func freshStore(b *testing.B, cluster, replica bool) (benchRedis, redis.Universa
 		}
 	}
 	rdb, prefix := r.client(b, 0), testenv.Prefix(b)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	return r, rdb, prefix, store
 }
 
@@ -618,10 +617,7 @@ func BenchmarkIdlePickup(b *testing.B) {
 	rdb := testenv.Redis(b).Client(b)
 	nc := testenv.NATS(b).Conn(b)
 	prefix := testenv.Prefix(b)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	w, err := execution.NewWorker(rdb, execution.Config{Prefix: prefix, NATS: nc, Poll: time.Hour})
 	if err != nil {
 		b.Fatal(err)

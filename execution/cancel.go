@@ -2,13 +2,11 @@ package execution
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -22,8 +20,8 @@ import (
 //
 // It returns the job as it stands, and job.ErrConflict (with the job) when
 // the job already ended otherwise than cancelled.
-func CancelJob(ctx context.Context, store *job.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
-	j, err := store.Cancel(ctx, tenant, id, admin)
+func CancelJob(ctx context.Context, jobs *store.Store, flags *cancel.Flags, tenant, id string, admin bool) (job.Job, error) {
+	j, err := jobs.Cancel(ctx, tenant, id, admin)
 	if err != nil {
 		return j, err
 	}
@@ -48,26 +46,19 @@ func flagTTL(j job.Job) time.Duration {
 // written after the job was retried (the request stopped the run before):
 // it must not stop this one. A job no longer running here is not.
 func (w *Worker) cancelRequested(ctx context.Context, ids []string) ([]bool, error) {
-	queues := map[string]*queue{}
+	queues := map[string]string{}
 	w.mu.Lock()
 	for e := range w.running {
-		queues[e.JobID] = e.q
+		queues[e.JobID] = e.Queue
 	}
 	w.mu.Unlock()
-	cmds := make([]*redis.StringCmd, len(ids))
-	if _, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			if q := queues[id]; q != nil {
-				cmds[i] = p.HGet(ctx, q.keys.Job(q.name, id), "cancel_requested")
-			}
-		}
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("execution: read cancel_requested: %w", err)
+	jobs := make([]store.QueuedJob, len(ids))
+	for i, id := range ids {
+		jobs[i] = store.QueuedJob{Queue: queues[id], ID: id}
 	}
-	out := make([]bool, len(ids))
-	for i, cmd := range cmds {
-		out[i] = cmd != nil && cmd.Val() == "1"
+	out, err := w.st.CancelRequested(ctx, jobs)
+	if err != nil {
+		return nil, fmt.Errorf("execution: %w", err)
 	}
 	return out, nil
 }

@@ -46,14 +46,14 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 			conf = nil
 		}
 	}()
-	// While keys are full, look at more lanes, so the lanes waiting for
-	// them do not hide the ones behind that can run. Otherwise want lanes
-	// are enough, and cheaper.
-	look := want
-	blocked := q.blocked.Load()
-	if blocked.any() {
-		look = min(want*4+16, 256)
-	}
+	// What this claim leaves for the next starts as what the last one
+	// left, but its peek read along, which is taken once; it is stored as
+	// the claim returns, whatever it found.
+	last := q.hints.Load()
+	next := *last
+	next.along = nil
+	defer func() { q.hints.Store(&next) }()
+	look, blocked := last.look(want), last.blocked
 	r := reservation{got: map[string][]string{}, granted: map[string]int{}, cost: map[string]int64{}, byBudget: map[string]string{}}
 	// Slots taken for executions that are not among those claimed (no
 	// candidate used them, another key refused its candidate, the claim
@@ -62,15 +62,15 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	defer func() { _ = q.release(ctx, r.unused(claimed)) }()
 
 	fused := q.fused(ctx)
-	p, ok := q.takeAlong(want)
+	p, ok := last.takeAlong(want, q.alongFor, q.lanesGrantAll)
 	if !ok {
-		if p, err = q.peek(ctx, want, look, blocked, &r); err != nil {
+		if p, err = q.peek(ctx, want, look, last, &r); err != nil {
 			return nil, false, nil, err
 		}
 	}
 	q.metrics.reapedLeases(ctx, q.name, false, len(p.expired))
 	busy = p.busy()
-	q.heads.Store(&p.heads)
+	next.heads = p.heads
 	if p.idle() {
 		return nil, false, nil, nil
 	}
@@ -91,10 +91,9 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err := q.reserve(ctx, &r, want, pl, p.early, fused, blocked); err != nil {
 		return nil, false, nil, err
 	}
+	next.room = time.Time{}
 	if r.room > 0 {
-		q.room.Store(time.Now().Add(r.room).UnixNano())
-	} else {
-		q.room.Store(0)
+		next.room = time.Now().Add(r.room)
 	}
 	for i, id := range pl.ids {
 		if key, ok := r.byBudget[r.execIDs[i]]; ok && r.held[i] == "0" {
@@ -102,18 +101,18 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 		}
 	}
 
-	var next *nextPeek
+	var ahead *nextPeek
 	if fused && q.lanesGrantAll(p.heads) {
-		next = &nextPeek{want: want, look: look, lanes: p.heads, per: perLaneOf(want, p.heads, blocked), blocked: blocked}
+		ahead = &nextPeek{want: want, look: look, lanes: p.heads, per: perLaneOf(want, p.heads, blocked), blocked: blocked}
 	}
-	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, next)
+	res, conf, err := q.commit(ctx, q.newClaimArgs(worker, want, pl, r.execIDs, r.held), &r, ahead)
 	if err != nil {
 		return nil, busy, conf, err // conf: closed as nothing was claimed
 	}
-	if next != nil && next.read != nil {
-		if np, err := q.peekResult(ctx, next.read); err == nil {
+	if ahead != nil && ahead.read != nil {
+		if np, err := q.peekResult(ctx, ahead.read); err == nil {
 			np.want = want
-			q.along.Store(&np)
+			next.along = &np
 		}
 	}
 	// Jobs waiting for a full key are no reason to claim again at once,
@@ -122,17 +121,17 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	for _, lane := range res.blocked {
 		left.lanes[lane] = true
 	}
-	q.blocked.Store(left)
+	next.blocked = left
 	if left.any() {
 		busy = look == want
 	}
 	for lane, c := range res.costs {
 		// A job whose cost was above what its lane's last cost reserved
 		// was left: claim again at once, now that its cost is known.
-		if was, ok := q.costs.get(lane); ok && c > was {
+		if was, ok := next.costs.get(lane); ok && c > was {
 			busy = true
 		}
-		q.costs.set(lane, c)
+		next.costs.set(lane, c)
 	}
 	q.metrics.expiredJobs(ctx, q.name, res.expired)
 	claimed, err = q.executions(res, pl, &r, p.asked)
@@ -140,54 +139,13 @@ func (q *queue) claim(ctx context.Context, worker string, want int) (claimed []*
 	if err != nil {
 		return claimed, busy, conf, err
 	}
-	q.left.Store(jobsLeft(p.heads, pl.lanes[pl.due:], perLaneOf(want, p.heads, blocked), claimed))
+	next.left = jobsLeft(p.heads, pl.lanes[pl.due:], perLaneOf(want, p.heads, blocked), claimed)
 	if r.err != nil {
 		// A key Redis could not ask is no reason to claim again at once:
 		// its jobs would only be asked for, and handed back, again.
 		return claimed, false, conf, fmt.Errorf("claim %s: %w", q.name, r.err)
 	}
 	return claimed, busy, conf, nil
-}
-
-// reap does the queue's due work and claims nothing: the Reaper's pass
-// over the queue. It is a claim's peek, plan and commit without a
-// reservation: the peek finds the due work alone (no lanes), the plan's
-// candidates are the jobs with due work, and the claim script, asked for
-// no job, does their due work and deletes the records past their
-// retention. It leaves alone what each claim tells the next (the lanes at
-// the head, those blocked or left, their costs). more says a batch of due
-// work was full: reap again at once.
-func (q *queue) reap(ctx context.Context) (more bool, err error) {
-	ctx = q.ackEach(ctx)
-	p, err := q.peek(ctx, 0, 0, nil, nil)
-	if err != nil {
-		return false, err
-	}
-	q.metrics.reapedLeases(ctx, q.name, true, len(p.expired))
-	more = p.busy()
-	if p.idle() {
-		return false, nil
-	}
-	tenants, err := q.tenantsOf(ctx, p.retired)
-	if err != nil {
-		return more, err
-	}
-	pl, err := q.plan(ctx, 0, p, nil, tenants)
-	if err != nil {
-		return false, err
-	}
-	// No slots are taken: every candidate is "not asked for". The claim
-	// script's ARGV still has an execution id for each.
-	execIDs := make([]string, len(pl.ids))
-	for i := range execIDs {
-		execIDs[i] = newExecID()
-	}
-	res, _, err := q.commit(ctx, q.newClaimArgs("", 0, pl, execIDs, make([]string, len(pl.ids))), nil, nil)
-	if err != nil {
-		return more, err
-	}
-	q.metrics.expiredJobs(ctx, q.name, res.expired)
-	return more, nil
 }
 
 // ackEach makes every round trip of a claim carry its own WAIT for
@@ -219,22 +177,6 @@ func (q *queue) fused(ctx context.Context) bool {
 // round trip. Later, the lanes at the head may have changed, and their
 // first jobs been taken by others.
 const defaultAlongFor = 10 * time.Millisecond
-
-// takeAlong returns, once, the peek read along with the last claim for a
-// claim of want jobs, when it is younger than q.alongFor, was read for at
-// least want (enough lanes, and jobs of each), found lanes at the head (a
-// claim after one that found none has been woken, or has polled: it
-// peeks afresh), and their keys grant every ask (the peek's own round trip
-// asks early for the slots of a limited key, and reserves a budget's
-// tokens before the jobs are read: see askEarly).
-func (q *queue) takeAlong(want int) (peeked, bool) {
-	p := q.along.Swap(nil)
-	if p == nil || time.Since(p.read) > q.alongFor || p.want < want || len(p.heads) == 0 ||
-		!q.lanesGrantAll(p.heads) {
-		return peeked{}, false
-	}
-	return *p, true
-}
 
 // nextPeek is the next claim's peek, which a fused claim reads in its own
 // round trip after its script, when its lanes at the head grant every ask
@@ -275,25 +217,21 @@ func (p peeked) idle() bool {
 }
 
 // peek runs the peek script for look lanes at the head and the due work.
-// A claim (want > 0) reads along with it, in the same round trip, the
-// first jobs of the lanes the last claim saw at the head and asks for
-// slots of their keys (askEarly), what it got going into r; the reaper's
-// (want 0) reads and asks for nothing.
-func (q *queue) peek(ctx context.Context, want, look int, blocked *waits, r *reservation) (peeked, error) {
+// It reads along with it, in the same round trip, the first jobs of the
+// lanes the last claim saw at the head (last.heads) and asks for slots of
+// their keys (askEarly), what it got going into r.
+func (q *queue) peek(ctx context.Context, want, look int, last *hints, r *reservation) (peeked, error) {
 	// The lanes at the head are seldom new: the first jobs of those the
 	// last claim saw, and slots of their keys, are asked for in the peek's
 	// round trip, and what that missed in one more.
-	var last []string
-	if h := q.heads.Load(); want > 0 && h != nil {
-		last = *h
-	}
-	early := q.askEarly(want, last, blocked, q.left.Load())
+	blocked := last.blocked
+	early := q.askEarly(want, last)
 	var pk *peeking
 	// The leases are granted from the moment the first ask for them is
 	// sent: their trust window counts from here.
 	asked := time.Now()
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pk = q.peekIn(ctx, pipe, look, last, perLaneOf(want, last, blocked), blocked)
+		pk = q.peekIn(ctx, pipe, look, last.heads, perLaneOf(want, last.heads, blocked), blocked)
 		if early != nil {
 			early.acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
@@ -348,18 +286,17 @@ type claimPlan struct {
 	// lanes holds each candidate's lane: its concurrency keys as stored
 	// ("" for a job gone, which the claim script drops).
 	lanes []string
-	// ckeys holds each candidate's concurrency keys, parsed; nil for the
-	// reaper's, which takes none.
+	// ckeys holds each candidate's concurrency keys, parsed.
 	ckeys [][]string
 	// retired are the terminal jobs past their retention, whose records
 	// the claim script deletes, and tenants each one's tenant.
 	retired, tenants []string
 }
 
-// plan returns the candidates of the work p found: for a claim of want
-// jobs, the due jobs and the first jobs of the lanes at the head (see
-// candidates), each one's keys parsed; for the reaper's (want 0), the due
-// jobs alone. tenants are those of p's retired jobs (tenantsOf).
+// plan returns the candidates of the work p found for a claim of want
+// jobs: the due jobs and the first jobs of the lanes at the head (see
+// candidates), each one's keys parsed. tenants are those of p's retired
+// jobs (tenantsOf).
 func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, tenants []string) (claimPlan, error) {
 	due := p.due()
 	ids, lanes, err := q.candidates(ctx, due, p.heads, want, blocked, p.ahead)
@@ -367,9 +304,6 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, te
 		return claimPlan{}, err
 	}
 	pl := claimPlan{ids: ids, due: len(due), lanes: lanes, retired: p.retired, tenants: tenants}
-	if want == 0 {
-		return pl, nil // nothing is taken: no room to check
-	}
 	// Each candidate's concurrency keys and their share keys (withShares),
 	// parsed once per lane: a lane's jobs share them.
 	pl.ckeys = make([][]string, len(ids))
@@ -387,8 +321,8 @@ func (q *queue) plan(ctx context.Context, want int, p peeked, blocked *waits, te
 
 // commit runs the claim script with args and returns its reply, decoded,
 // and, for a claim whose client waits for replicas on one primary, the
-// WAIT the claim owes (confirmation). r is the claim's reservation; nil
-// for the reaper's, which has none. A fused claim (next not nil) takes the
+// WAIT the claim owes (confirmation). r is the claim's reservation. A
+// fused claim (next not nil) takes the
 // slots r left for its round trip, before the script, and reads next
 // after it.
 func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, next *nextPeek) (res claimReply, conf *confirmation, err error) {
@@ -417,7 +351,7 @@ func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, n
 			// one, and the jobs claimed without it must not start (slotted).
 			r.tookLater(acquiring.Each(ctx))
 		}
-	case single && r != nil && q.waiting(ctx):
+	case single && q.waiting(ctx):
 		// On a connection of its own, resent on a new one when the
 		// connection drops (go-redis resends only on a pooled one).
 		for try := 0; try < 2; try++ {
@@ -436,9 +370,7 @@ func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, n
 	if err != nil {
 		// The slots stay taken until their TTL, held by nobody: the limit
 		// is never exceeded, only under-used for a while.
-		if r != nil {
-			r.got = nil
-		}
+		r.got = nil
 		return res, conf, fmt.Errorf("claim %s: %w", q.name, err)
 	}
 	if res, err = decodeClaim(raw); err != nil {
@@ -521,7 +453,7 @@ func (q *queue) peekKeys() []string {
 }
 
 // newClaimArgs lays out the claim script's KEYS and ARGV for a claim of
-// want jobs for worker (want 0 and no worker: the reaper's) of pl's
+// want jobs for worker of pl's
 // candidates, which run under execIDs if claimed, each holding its keys'
 // slots as held says (reservation.held). It is the one place in Go that
 // knows that layout, which the header of internal/store/scripts/execution_claim.lua

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -26,7 +27,7 @@ type fixture struct {
 	nc      *nats.Conn
 	prefix  string
 	subject string
-	store   *job.Store
+	store   *store.Store
 	flags   *cancel.Flags
 }
 
@@ -41,10 +42,8 @@ func newFixtureOn(t *testing.T, rdb redis.UniversalClient, nc *nats.Conn) *fixtu
 	f.subject = "test.cancel." + f.prefix[:len(f.prefix)-1]
 	f.subject = subjectSafe(f.subject)
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
-		t.Fatal(err)
-	}
-	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), nc, cancel.Config{Subject: f.subject}); err != nil {
+	f.store = store.New(rdb, store.Config{Prefix: f.prefix})
+	if f.flags, err = cancel.New(f.store, nc, cancel.Config{Subject: f.subject}); err != nil {
 		t.Fatal(err)
 	}
 	return f

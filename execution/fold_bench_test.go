@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -26,10 +28,7 @@ func BenchmarkFold(b *testing.B) {
 		b.StopTimer()
 		rdb := redis.NewClient(&redis.Options{Addr: testenv.StartRedis(b).Addr(), PoolSize: 64})
 		prefix := testenv.Prefix(b)
-		store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-		if err != nil {
-			b.Fatal(err)
-		}
+		store := store.New(rdb, store.Config{Prefix: prefix})
 		input := json.RawMessage(`{"prompt":"` + strings.Repeat("x", 106) + `"}`)
 		subs := make([]job.BatchItem, 1000)
 		for i := range subs {

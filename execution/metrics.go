@@ -3,8 +3,6 @@ package execution
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -176,69 +174,25 @@ func newMetrics(mp metric.MeterProvider, w *Worker) (*metrics, error) {
 	return in, err
 }
 
-// depth reads how many jobs are ready (the sum of the lanes' counts in the
-// fair hash, see internal/store/scripts/fair.lua), how many of them name a
-// concurrency key of each label (l.label; a lane is one set of keys), and
-// how long the first job of
-// the lane at the head of the ready set, the job the next claim takes, has
-// been ready, in three round trips whatever the queue's size. A ready
-// job's newest event is
-// the "queued" one that made it ready (nothing else writes to a job that
-// does not run), and its id (a stream id) is that moment on Redis's clock; the
-// age is taken on Redis's clock too. A delayed job counts from its submit.
+// depth reads how many jobs are ready (the sum of the lanes' counts),
+// how many of them name a concurrency key of each label (l.label; a lane
+// is one set of keys), and how long the job the next claim takes has been
+// ready (store.Depth).
 func (q *queue) depth(ctx context.Context, l *limits) (ready int64, oldest time.Duration, byLabel map[string]int64, err error) {
 	ctx, stop := context.WithTimeout(ctx, 2*time.Second)
 	defer stop()
-	var fair *redis.MapStringStringCmd
-	var head *redis.StringSliceCmd
-	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		fair = p.HGetAll(ctx, q.keys.QueueFair(q.name))
-		head = p.ZRange(ctx, q.keys.QueueReady(q.name), 0, 0)
-		return nil
-	}); err != nil {
+	d, err := q.st.Depth(ctx, q.name)
+	if err != nil {
 		return 0, 0, nil, err
 	}
 	byLabel = map[string]int64{}
-	for lane, n := range scripts.LaneCounts(fair.Val()) {
+	for lane, n := range d.Lanes {
 		ready += n
 		for _, label := range l.labels(scripts.LaneKeys(lane)) {
 			byLabel[label] += n
 		}
 	}
-	if len(head.Val()) == 0 {
-		return ready, 0, byLabel, nil
-	}
-	first, err := q.rdb.ZRange(ctx, q.keys.QueueLane(q.name, head.Val()[0]), 0, 0).Result()
-	if err != nil || len(first) == 0 {
-		return ready, 0, byLabel, err // the lane emptied meanwhile
-	}
-	var last *redis.XMessageSliceCmd
-	var states *redis.StringCmd
-	var now *redis.TimeCmd
-	if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		last = p.XRevRangeN(ctx, q.keys.JobEvents(q.name, first[0]), "+", "-", 1)
-		states = p.HGet(ctx, q.keys.Job(q.name, first[0]), "states")
-		now = p.Time(ctx)
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, 0, nil, err
-	}
-	// The newest event is in the stream or at the front of the states
-	// field (internal/store/scripts/states.lua), both ids <ms>-<seq>.
-	var at int64
-	if len(last.Val()) > 0 {
-		ms, _, _ := strings.Cut(last.Val()[0].ID, "-")
-		at, _ = strconv.ParseInt(ms, 10, 64)
-	}
-	if ms, _, ok := strings.Cut(states.Val(), "-"); ok {
-		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			at = max(at, n)
-		}
-	}
-	if at == 0 {
-		return ready, 0, byLabel, nil // the job ended and its events expired meanwhile
-	}
-	return ready, max(now.Val().Sub(time.UnixMilli(at)), 0), byLabel, nil
+	return ready, d.Oldest, byLabel, nil
 }
 
 // observeKeys counts the running executions that hold a concurrency key

@@ -23,15 +23,6 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 	f := newQueueFixture(t, Config{})
 	ctx, q := t.Context(), f.q
 	id, hash, folded := f.foldedJob()
-	read := func() packing {
-		t.Helper()
-		h, fj := f.rdb.HGetAll(ctx, hash).Val(), []byte(f.rdb.Get(ctx, folded).Val())
-		value, err := scripts.Pack(h, fj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return packing{id: id, hash: h, folded: fj, value: value}
-	}
 	for _, c := range []struct {
 		name   string
 		change func()
@@ -41,11 +32,12 @@ func TestPackLeavesAJobChangedSinceRead(t *testing.T) {
 		{"a field deleted", func() { f.rdb.HDel(ctx, hash, "webhook_tries") }},
 		{"the folded key written", func() { f.rdb.Set(ctx, folded, `{"f":{"error":"x"},"E":[]}`, redis.KeepTTL) }},
 	} {
-		p := read()
-		c.change()
-		args := q.newPackArgs([]packing{p})
-		if n, err := packScript.RunArgs(ctx, f.rdb, args).Int(); err != nil || n != 0 {
-			t.Fatalf("%s since read: %d packed, %v; want 0", c.name, n, err)
+		// The change comes between the pack's reads and its script.
+		fired := testenv.Between(f.rdb, func(args []any) bool {
+			return len(args) > 1 && args[0] == "get" && args[1] == folded
+		}, c.change)
+		if err := q.pack(ctx, []string{id}); err != nil || !fired() {
+			t.Fatalf("%s since read: %v (changed between: %v)", c.name, err, fired())
 		}
 		if f.rdb.Exists(ctx, hash).Val() != 1 || scripts.IsPacked([]byte(f.rdb.Get(ctx, folded).Val())) {
 			t.Fatalf("%s since read: packed", c.name)

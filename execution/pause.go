@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/leasehold/leasehold/internal/store"
 )
 
 // paused is a worker's copy of the set of paused queues that the API
@@ -22,14 +22,10 @@ func (p *paused) has(queue string) bool {
 	return set != nil && (*set)[queue]
 }
 
-func (p *paused) refresh(ctx context.Context, rdb redis.UniversalClient, key string) error {
-	names, err := rdb.SMembers(ctx, key).Result()
+func (p *paused) refresh(ctx context.Context, st *store.Store) error {
+	set, err := st.PausedQueues(ctx)
 	if err != nil {
 		return err
-	}
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		set[n] = true
 	}
 	p.set.Store(&set)
 	return nil
@@ -42,5 +38,5 @@ func (w *Worker) refreshShared(ctx context.Context) error {
 	if err := w.limits.refresh(ctx, w.rdb, ks); err != nil {
 		return err
 	}
-	return w.paused.refresh(ctx, w.rdb, ks.PausedQueues())
+	return w.paused.refresh(ctx, w.st)
 }

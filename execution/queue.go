@@ -24,7 +24,7 @@ import (
 
 var (
 	peekScript       = scripts.Load("execution_peek.lua", "fair.lua")
-	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
+	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua", "due.lua")
 	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
 	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
@@ -32,14 +32,14 @@ var (
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
-// deadlines) one claim does, so a claim's cost stays bounded however large
-// the backlog.
-const dueBatch = 64
+// deadlines) one claim does, as it bounds the reaper's.
+const dueBatch = store.DueBatch
 
 // queue runs one queue's execution scripts. All its keys share the queue's
 // hash tag, so each script is atomic on a Redis Cluster too.
 type queue struct {
 	name      string
+	st        *store.Store
 	rdb       redis.UniversalClient
 	keys      keys.Space
 	ttl       time.Duration
@@ -57,36 +57,17 @@ type queue struct {
 	// are not counted).
 	usageTTL time.Duration
 	metrics  *metrics
-	// blocked holds what the last claim found waiting for a full key: the
-	// next one looks at more lanes, reads one job of each lane that waits
-	// (its jobs share its keys: one tells whether there is room for any)
-	// and asks for one of each tenant's (see waits).
-	blocked atomic.Pointer[waits]
-	// heads holds the lanes the last claim's peek saw at the head of the
-	// ready set: the next claim reads their first jobs along with its peek.
-	heads atomic.Pointer[[]string]
-	// left holds, for each of those lanes whose jobs the last claim read
-	// to the end, how many of them it did not take: the next claim asks
-	// early for no more slots for it than that (askEarly).
-	left atomic.Pointer[map[string]int]
-	// room is when (unix ns) the budget that refused the last claim's jobs
-	// has room again (its throttle ends, its window frees a request or
-	// tokens), 0 when none did: an idle worker claims again then, not a
-	// poll later.
-	room atomic.Int64
+	// hints is what the last claim left for the next (see hints); never
+	// nil.
+	hints atomic.Pointer[hints]
 	// waits holds when this worker's claims first saw each job refused by
 	// a key's budget, for the trace of its execution (budgetWaits).
 	waits budgetWaits
-	// costs holds the cost of the last job the claim script read of each
-	// lane with a tpm key: the early ask reserves it for the lane's next
-	// jobs, before they are read (laneCosts).
-	costs laneCosts
 	// folds is where the reaper's next fold starts (fold.go); the reaper
 	// alone uses it.
-	folds folds
-	// along is the peek the last fused claim read in its round trip, for
-	// the next if it follows within alongFor (see fused); nil once taken.
-	along    atomic.Pointer[peeked]
+	folds store.FoldCursor
+	// alongFor is how long the peek read along with a fused claim stands
+	// in for the next claim's own (hints.along).
 	alongFor time.Duration
 	// acked is whether its client waits for replicas (see confirmation):
 	// 0 not known yet, 1 it does, 2 it does not.
@@ -195,7 +176,7 @@ func (l *laneCosts) set(lane string, cost int64) {
 // jobsLeft returns, for each lane at the head of which a claim read fewer
 // jobs than the per it asked for (all it had), how many of them it did not
 // take. read holds the lane of each job read.
-func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]int {
+func jobsLeft(heads, read []string, per int, claimed []*Execution) map[string]int {
 	n := map[string]int{}
 	for _, lane := range read {
 		n[lane]++
@@ -210,7 +191,7 @@ func jobsLeft(heads, read []string, per int, claimed []*Execution) *map[string]i
 			left[lane] = max(0, n[lane]-taken[lane])
 		}
 	}
-	return &left
+	return left
 }
 
 // peekReply is the peek script's reply (see execution_peek.lua): the work
@@ -502,54 +483,22 @@ type earlyAsk struct {
 	acquiring *store.LeasesAcquiring
 }
 
-// askEarly returns the early ask of a claim of want jobs whose last claim
-// saw lanes at the head: slots for want executions, taking turns between
-// the lanes as reserve does, at most as many for a lane as the jobs of it
-// the claim reads, and as the last claim left of it when it read them all
-// (left); none for a lane left waiting for a full key (it would only be
-// refused again). An ask for jobs that are not there would hold slots
-// that others wait for until the claim gives them back. nil when there is
-// nothing to ask for.
-func (q *queue) askEarly(want int, lanes []string, blocked *waits, left *map[string]int) *earlyAsk {
-	per := perLaneOf(want, lanes, blocked)
-	var most map[string]int
-	if left != nil {
-		most = *left
+// askEarly returns the early ask of a claim of want jobs that the last
+// claim left h (hints.early): an execution id for each slot planned, and
+// the asks for their keys. nil when there is nothing to ask for.
+func (q *queue) askEarly(want int, h *hints) *earlyAsk {
+	slots := h.early(want, q.keysOf, q.limits.needsCost)
+	if len(slots) == 0 {
+		return nil
 	}
 	e := &earlyAsk{ids: map[string][]string{}, cost: map[string]int64{}}
-	keysOf := map[string][]string{}
-	n := 0
-	for round := 0; round < per && n < want; round++ {
-		for _, lane := range lanes {
-			if n == want || blocked.has(lane) {
-				continue
-			}
-			if k, ok := most[lane]; ok && round >= k {
-				continue
-			}
-			id := newExecID()
-			keys, ok := keysOf[lane]
-			if !ok {
-				keys = q.keysOf(lane)
-				keysOf[lane] = keys
-			}
-			var cost int64
-			if q.limits.needsCost(keys) {
-				// Its jobs' estimates are not known before they are read:
-				// reserve its last job's, which the claim script checks.
-				var ok bool
-				if cost, ok = q.costs.get(lane); !ok {
-					continue
-				}
-				e.cost[id] = cost
-			}
-			e.ids[lane] = append(e.ids[lane], id)
-			n++
-			e.asks.add(q.limits, keys, id, cost)
+	for _, s := range slots {
+		id := newExecID()
+		if s.reserve {
+			e.cost[id] = s.cost
 		}
-	}
-	if n == 0 {
-		return nil
+		e.ids[s.lane] = append(e.ids[s.lane], id)
+		e.asks.add(q.limits, s.keys, id, s.cost)
 	}
 	return e
 }
@@ -568,49 +517,15 @@ func newExecID() string { return uuid.Must(uuid.NewV7()).String() }
 // lease, limited or not: a limit set later counts the executions already
 // running.
 //
-// The candidates asked for are chosen as the claim script serves lanes,
-// one job of each in turn, so that a slot taken is seldom left unused.
-// A fused claim's asks whose keys grant every ask are left to the claim's
+// The candidates asked for are chosen as the claim script serves lanes
+// (ask). A fused claim's asks whose keys grant every ask are left to the claim's
 // own round trip (r.later): no round trip is spent on an answer known
 // before it is asked.
 func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimPlan, early *earlyAsk, fused bool, blocked *waits) error {
 	ids, lanes, ckeys := pl.ids, pl.lanes, pl.ckeys
 	r.held = make([]string, len(lanes))
 	execIDs := make([]string, len(lanes))
-	byLane := map[string][]int{}
-	var order []string
-	for i, lane := range lanes {
-		if lane == "" || !q.serves(lane) {
-			continue // the job is gone, or of a kind another worker serves
-		}
-		if _, ok := byLane[lane]; !ok {
-			order = append(order, lane)
-		}
-		byLane[lane] = append(byLane[lane], i)
-	}
-	var asked []int
-	probe := map[string]string{} // tenant key -> the one of its lanes that waits asked for
-	for round := 0; len(asked) < want; round++ {
-		more := false
-		for _, lane := range order {
-			c := byLane[lane]
-			if round >= len(c) || len(asked) == want {
-				continue
-			}
-			if blocked.has(lane) {
-				t := tenantKey(ckeys[c[0]])
-				if p, ok := probe[t]; ok && p != lane {
-					continue
-				}
-				probe[t] = lane
-			}
-			asked = append(asked, c[round])
-			more = true
-		}
-		if !more {
-			break
-		}
-	}
+	asked := ask(want, lanes, ckeys, blocked, q.serves)
 	var pool map[string][]string
 	if early != nil {
 		pool = early.ids
@@ -831,11 +746,9 @@ func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string
 func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *waits,
 	ahead map[string]*redis.StringSliceCmd) (ids, lanes []string, err error) {
 	var missed []string
-	if want > 0 {
-		for _, lane := range heads {
-			if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
-				missed = append(missed, lane)
-			}
+	for _, lane := range heads {
+		if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
+			missed = append(missed, lane)
 		}
 	}
 	laneOf := make([]*redis.SliceCmd, len(due))
@@ -867,9 +780,6 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 			kind = "" // the job is gone: no lane
 		}
 		lanes = append(lanes, scripts.Lane(kind, keys))
-	}
-	if want == 0 {
-		return ids, lanes, nil // the reaper claims nothing
 	}
 	for _, lane := range heads {
 		for _, id := range ahead[lane].Val() {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -16,7 +18,7 @@ import (
 type queueFixture struct {
 	t     *testing.T
 	rdb   redis.UniversalClient
-	store *job.Store
+	store *store.Store
 	w     *Worker
 	q     *queue
 }
@@ -26,10 +28,7 @@ type queueFixture struct {
 func newQueueFixture(t *testing.T, cfg Config) *queueFixture {
 	rdb := testenv.Redis(t).Client(t)
 	cfg.Prefix = testenv.Prefix(t)
-	store, err := job.NewStore(rdb, job.Config{Prefix: cfg.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	w, err := NewWorker(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)

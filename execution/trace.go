@@ -3,10 +3,11 @@ package execution
 import (
 	"context"
 	"errors"
-	"go.opentelemetry.io/otel/attribute"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -37,10 +39,7 @@ func TestTraceOfRetriedThenCancelledJob(t *testing.T) {
 			f := newFixture(t)
 			exp := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-			store, err := job.NewStore(f.rdb, job.Config{Prefix: f.prefix, TracerProvider: tp})
-			if err != nil {
-				t.Fatal(err)
-			}
+			store := store.New(f.rdb, store.Config{Prefix: f.prefix, TracerProvider: tp})
 			// Only NATS can be fast with a heartbeat a minute apart; no lease
 			// may be lost on a loaded machine either way.
 			cfg := execution.Config{TracerProvider: tp, Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute}

@@ -97,7 +97,7 @@ func usageOf(t *testing.T, f *fixture, counters *usage.Counters) map[string]int6
 	now := time.Now()
 	days, err := counters.Get(t.Context(), "acme", now.Add(-24*time.Hour), now)
 	if err == nil {
-		err = f.store.AddUsage(t.Context(), "acme", days)
+		err = f.store.AddUsage(t.Context(), "acme", usage.Lifecycle(), days)
 	}
 	if err != nil {
 		t.Fatal(err)

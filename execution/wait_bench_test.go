@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -40,7 +42,7 @@ func waitWorker(b *testing.B, rdb redis.UniversalClient, prefix string, concurre
 }
 
 // awaitWaiting waits until n jobs of store's default queue wait.
-func awaitWaiting(b *testing.B, store *job.Store, n int64) {
+func awaitWaiting(b *testing.B, store *store.Store, n int64) {
 	testenv.Eventually(b, 10*time.Minute, func() bool {
 		st, err := store.Stats(b.Context())
 		return err == nil && len(st) == 1 && st[0].Waiting == n
@@ -54,10 +56,7 @@ func BenchmarkSignalToRunning(b *testing.B) {
 	rdb := testenv.Redis(b).Client(b)
 	prefix := testenv.Prefix(b)
 	nc := testenv.NATS(b).Conn(b)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	started := make(chan struct{}, 1)
 	waitWorker(b, rdb, prefix, 32, func(*execution.Execution) { started <- struct{}{} })
 	var took []time.Duration
@@ -97,10 +96,7 @@ func BenchmarkWaitCycle(b *testing.B) {
 				srv := testenv.StartRedis(b)
 				rdb := srv.Client(b)
 				prefix := testenv.Prefix(b)
-				store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-				if err != nil {
-					b.Fatal(err)
-				}
+				store := store.New(rdb, store.Config{Prefix: prefix})
 				done := make(chan struct{}, jobs)
 				waitWorker(b, rdb, prefix, 64, func(*execution.Execution) { done <- struct{}{} })
 				nc := testenv.NATS(b).Conn(b)
@@ -149,10 +145,7 @@ func BenchmarkClaimBesideWaiting(b *testing.B) {
 				srv := testenv.StartRedis(b)
 				rdb := srv.Client(b)
 				prefix := testenv.Prefix(b)
-				store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-				if err != nil {
-					b.Fatal(err)
-				}
+				store := store.New(rdb, store.Config{Prefix: prefix})
 				waitWorker(b, rdb, prefix, 200, func(*execution.Execution) {})
 				nc := testenv.NATS(b).Conn(b)
 				mem0 := testenv.RedisMemory(b, rdb)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -203,11 +205,8 @@ func TestCancelWhileWaiting(t *testing.T) {
 func TestSignalRacesTheWait(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	other, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: f.prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores := []*job.Store{f.store, other}
+	other := store.New(testenv.Redis(t).Client(t), store.Config{Prefix: f.prefix})
+	stores := []*store.Store{f.store, other}
 	var runs sync.Map // job id -> *atomic.Int32: executions after the wait
 	f.startWorker(t, execution.Config{Concurrency: 64}, map[string]execution.Handler{waitKind: func(ctx context.Context, e *execution.Execution) (any, error) {
 		s := e.Resume().Signal
@@ -391,10 +390,7 @@ func TestTraceOfAWaitAndItsSignal(t *testing.T) {
 	f := newFixture(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	store, err := job.NewStore(f.rdb, job.Config{Prefix: f.prefix, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(f.rdb, store.Config{Prefix: f.prefix, TracerProvider: tp})
 	f.startWorker(t, execution.Config{TracerProvider: tp, Heartbeat: time.Minute, LeaseTTL: 3 * time.Minute},
 		map[string]execution.Handler{waitKind: approve(time.Hour)})
 	j, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: waitKind}, "")

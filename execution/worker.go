@@ -133,8 +133,10 @@ type Worker struct {
 	tracer   trace.Tracer
 
 	rdb      redis.UniversalClient
+	st       *store.Store
 	slots    chan struct{}   // one token per running execution
 	wake     chan struct{}   // a job may be waiting
+	waker    *Waker          // wakes other workers' idle loops
 	finishes chan *finishing // for the finisher, which batches them
 
 	mu      sync.Mutex
@@ -238,8 +240,10 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: map[string]Handler{},
 		rdb:      rdb,
+		st:       store.New(rdb, store.Config{Prefix: cfg.Prefix}),
 		slots:    make(chan struct{}, cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
+		waker:    NewWaker(cfg.NATS, cfg.Prefix, cfg.Logger),
 		finishes: make(chan *finishing),
 		running:  map[*Execution]*running{},
 		handBack: make(chan struct{}),
@@ -261,9 +265,11 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 		if err := job.ValidateQueue(name); err != nil {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
-		w.queues = append(w.queues, &queue{name: name, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
+		q := &queue{name: name, st: w.st, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
 			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
-			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)})
+			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)}
+		q.hints.Store(&hints{costs: &laneCosts{}}) // the first claim finds nothing left
+		w.queues = append(w.queues, q)
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
@@ -597,7 +603,7 @@ func (w *Worker) confirmer(workCtx, bgCtx context.Context, confirms <-chan *conf
 func (w *Worker) idle(ctx context.Context) {
 	wait := w.cfg.Poll/2 + rand.N(w.cfg.Poll+1)
 	for _, q := range w.queues {
-		if d := time.Until(time.Unix(0, q.room.Load())); d > 0 {
+		if d := time.Until(q.hints.Load().room); d > 0 {
 			wait = min(wait, d) // past: the last claim came after it
 		}
 	}
@@ -714,8 +720,8 @@ func (w *Worker) execute(ctx, bgCtx context.Context, r *running) {
 		}
 		// A job handed back, or a slot freed on a limited key, may let an
 		// idle worker claim now.
-		if w.cfg.NATS != nil && (state == job.StateQueued || limited) {
-			_ = Wake(w.cfg.NATS, w.cfg.Prefix, e.Queue)
+		if state == job.StateQueued || limited {
+			w.waker.Wake(ctx, e.Queue)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -272,10 +274,7 @@ func TestTerminalJobsAreDeletedAfterRetention(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const retention = 300 * time.Millisecond
-	store, err := job.NewStore(f.rdb, job.Config{Prefix: f.prefix, Retention: retention, IdempotencyTTL: retention})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(f.rdb, store.Config{Prefix: f.prefix, Retention: retention, IdempotencyTTL: retention})
 	f.startWorker(t, execution.Config{Retention: retention}, map[string]execution.Handler{
 		"echo": echo,
 		"fail": func(context.Context, *execution.Execution) (any, error) { return nil, execution.Permanent(errBoom) },

@@ -1,19 +1,10 @@
 package job
 
 import (
-	"cmp"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/store/scripts"
 )
 
 // Event is one event of a job.
@@ -27,242 +18,28 @@ type Event struct {
 // long stream is read a page at a time, never whole.
 const EventsPage = 100
 
-// Events returns the events of job id after the event id after ("" = from
-// the start), at most EventsPage of them. With block > 0 and nothing there
-// yet, it waits up to block for the next events, holding one Redis
-// connection meanwhile. A malformed after is ErrBadCursor.
-//
-// A job's events are in its hash's field states until something needs
-// its stream (internal/store/scripts/states.lua), then in its stream, and in
-// its folded key once a reaper folded them there a while after the job
-// ended (in its hash's field events when an older version folded them;
-// see internal/store/scripts/transition.lua); a retry puts them back in the
-// stream. While a worker of an older version, which appends every event
-// to the stream, runs beside this one, a job may have events in both its
-// hash and its stream: they are merged by id. A reader that waits gives
-// the job its stream first (job_follow.lua), since XREAD BLOCK waits on a
-// stream alone, and reads the job again after a wait that found nothing,
-// in case a fold came meanwhile.
-func (s *Store) Events(ctx context.Context, tenant, id string, admin bool, after string, block time.Duration) ([]Event, error) {
-	from, err := parseStreamID(cmp.Or(after, "0"))
-	if err != nil {
-		return nil, ErrBadCursor
-	}
-	queue, err := s.locate(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	k, err := s.readEvents(ctx, queue, id, after, from)
-	if err != nil {
-		return nil, err
-	}
-	if k.owner == "" || (!admin && k.owner != tenant) {
-		return nil, ErrNotFound
-	}
-	events, err := k.after(from)
-	if err != nil || len(events) > 0 || block <= 0 {
-		return events, err
-	}
-	if k.inHash {
-		if err := s.run(ctx, s.follow, followCall{queue: queue, id: id}).Err(); err != nil {
-			return nil, fmt.Errorf("job: events %s: %w", id, err)
-		}
-	}
-	// A folded job gets more events only from a retry, which puts them
-	// back in its stream: the wait is on the stream in every case.
-	streams, err := s.rdb.XRead(ctx, eventsRead(s.keys.JobEvents(queue, id), after, block)).Result()
-	if events, err = streamEvents(streams, err); err != nil || len(events) > 0 {
-		return events, err
-	}
-	if k, err = s.readEvents(ctx, queue, id, after, from); err != nil {
-		return nil, err
-	}
-	return k.after(from)
-}
+// StreamID is a stream entry id.
+type StreamID struct{ Ms, Seq uint64 }
 
-// jobEvents is what one read of a job's events found: its tenant (""
-// when there is no such job), its events outside its stream (three
-// strings each: id, type and data, in order of id) and those of its
-// stream after the cursor (and any others found after it).
-type jobEvents struct {
-	owner  string
-	kept   []string
-	inHash bool // kept is its hash's field states
-	stream []Event
-}
-
-// readEvents reads the events of job id of queue after after (from), as
-// jobEvents, in one step (a transaction: the job's keys share its queue's
-// slot): the job's tenant, states and fold with readJob, then its stream.
-func (s *Store) readEvents(ctx context.Context, queue, id, after string, from streamID) (jobEvents, error) {
-	var r jobRead
-	var xread *redis.XStreamSliceCmd
-	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		r = s.readJob(ctx, p, queue, id, append([]string{"tenant", "events", "states"}, eventFields...))
-		xread = p.XRead(ctx, eventsRead(s.keys.JobEvents(queue, id), after, 0))
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	vals, f, folded, _, err := r.values()
-	if err != nil {
-		return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	var k jobEvents
-	k.owner, _ = vals[0].(string)
-	if k.stream, err = streamEvents(xread.Result()); err != nil {
-		return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
-	}
-	switch old, states := vals[1], vals[2]; {
-	case folded:
-		if k.kept, err = f.events(vals[3:]); err != nil {
-			return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
-		}
-		if s, ok := f.Fields["states"]; ok {
-			// Folded by an older worker, which knew nothing of the field
-			// and moved it as a long one (docs/operations.md, Upgrading):
-			// its events are read beside the stream's.
-			more, err := unfold(parseStates(s), from)
-			if err != nil {
-				return jobEvents{}, fmt.Errorf("job: events %s: %w", id, err)
-			}
-			k.stream = append(k.stream, more...)
-		}
-	case old != nil:
-		s, _ := old.(string)
-		if err := json.Unmarshal([]byte(s), &k.kept); err != nil {
-			return jobEvents{}, fmt.Errorf("job: events %s: folded events: %w", id, err)
-		}
-	case states != nil:
-		s, _ := states.(string)
-		k.kept, k.inHash = parseStates(s), true
-	}
-	return k, nil
-}
-
-// after returns the events of k after from, at most EventsPage, in order
-// of id: those kept outside the stream and those of the stream, each once.
-func (k jobEvents) after(from streamID) ([]Event, error) {
-	events, err := unfold(k.kept, from)
-	if err != nil || len(k.stream) == 0 {
-		return events, err
-	}
-	if len(events) == 0 {
-		return k.stream, nil
-	}
-	// Read in one step (readEvents), an event is in one place alone.
-	events = append(events, k.stream...)
-	slices.SortStableFunc(events, func(a, b Event) int { return compareIDs(a.ID, b.ID) })
-	return events[:min(len(events), EventsPage)], nil
-}
-
-// eventsRead is the XREAD of the events after after of stream key,
-// waiting up to block for them when block > 0.
-func eventsRead(key, after string, block time.Duration) *redis.XReadArgs {
-	// go-redis sends BLOCK 0 (wait forever) for Block 0; -1 means no BLOCK.
-	args := &redis.XReadArgs{Streams: []string{key, cmp.Or(after, "0")}, Count: EventsPage, Block: -1}
-	if block > 0 {
-		args.Block = max(block, time.Millisecond)
-	}
-	return args
-}
-
-// newEvent is the event of id, typ and data as the scripts store it. A
-// state event with no data is a job's first, its submit's, which the
-// scripts keep without its data wherever it is: the job's states field,
-// its stream, its folded key (internal/store/scripts/states.lua).
-func newEvent(id, typ, data string) Event {
-	if typ == "state" && data == "" {
-		data = scripts.SubmittedStateData
-	}
-	return Event{ID: id, Type: typ, Data: json.RawMessage(data)}
-}
-
-// streamEvents returns the events of an eventsRead's reply.
-func streamEvents(streams []redis.XStream, err error) ([]Event, error) {
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var events []Event
-	for _, m := range streams[0].Messages {
-		typ, _ := m.Values["type"].(string)
-		data, _ := m.Values["data"].(string)
-		events = append(events, newEvent(m.ID, typ, data))
-	}
-	return events, nil
-}
-
-// parseStates returns the events of a job's states field, three strings
-// each as unfold reads them, in order: the field holds a record per
-// event, newest first, each "<id> <data>\n" (internal/store/scripts/states.lua),
-// the data of the submit's event left out. A malformed record is kept as
-// it is, for unfold to refuse.
-func parseStates(states string) []string {
-	records := strings.Split(strings.TrimSuffix(states, "\n"), "\n")
-	flat := make([]string, 0, 3*len(records))
-	for _, r := range slices.Backward(records) {
-		id, data, _ := strings.Cut(r, " ")
-		flat = append(flat, id, "state", data)
-	}
-	return flat
-}
-
-// unfold returns the events after from, at most EventsPage, of a job's
-// events kept outside its stream: three strings each, its stream id, type
-// and data.
-func unfold(flat []string, from streamID) ([]Event, error) {
-	if len(flat)%3 != 0 {
-		return nil, fmt.Errorf("job: kept events: malformed (%d strings)", len(flat))
-	}
-	var events []Event
-	for i := 0; i < len(flat) && len(events) < EventsPage; i += 3 {
-		at, err := parseStreamID(flat[i])
-		if err != nil {
-			return nil, fmt.Errorf("job: kept events: %w", err)
-		}
-		if at.after(from) {
-			events = append(events, newEvent(flat[i], flat[i+1], flat[i+2]))
-		}
-	}
-	return events, nil
-}
-
-// streamID is a stream entry id.
-type streamID struct{ ms, seq uint64 }
-
-// parseStreamID reads a stream entry id, "<ms>" or "<ms>-<seq>", each part
+// ParseStreamID reads a stream entry id, "<ms>" or "<ms>-<seq>", each part
 // a uint64, so Redis is never handed one it refuses. A missing seq is 0,
 // as XREAD reads it.
-func parseStreamID(id string) (streamID, error) {
+func ParseStreamID(id string) (StreamID, error) {
 	ms, seq, hasSeq := strings.Cut(id, "-")
-	var at streamID
+	var at StreamID
 	var err error
-	if at.ms, err = strconv.ParseUint(ms, 10, 64); err != nil {
+	if at.Ms, err = strconv.ParseUint(ms, 10, 64); err != nil {
 		return at, fmt.Errorf("bad stream id %q", id)
 	}
 	if hasSeq {
-		if at.seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
+		if at.Seq, err = strconv.ParseUint(seq, 10, 64); err != nil {
 			return at, fmt.Errorf("bad stream id %q", id)
 		}
 	}
 	return at, nil
 }
 
-// after reports whether id comes after other in a stream.
-func (id streamID) after(other streamID) bool {
-	return id.ms > other.ms || (id.ms == other.ms && id.seq > other.seq)
-}
-
-// compareIDs orders two stream ids that parse (Redis's, or kept ones that
-// unfold checked).
-func compareIDs(a, b string) int {
-	x, _ := parseStreamID(a)
-	y, _ := parseStreamID(b)
-	if c := cmp.Compare(x.ms, y.ms); c != 0 {
-		return c
-	}
-	return cmp.Compare(x.seq, y.seq)
+// After reports whether id comes after other in a stream.
+func (id StreamID) After(other StreamID) bool {
+	return id.Ms > other.Ms || (id.Ms == other.Ms && id.Seq > other.Seq)
 }

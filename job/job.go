@@ -447,18 +447,18 @@ func (j Job) At(e Event) (Job, error) {
 // max_attempts now and its record's retries: the max_attempts before the
 // first retry after the event, or now's if none came after it.
 func maxAttemptsAt(now int, retries, id string) (int, error) {
-	at, err := parseStreamID(id)
+	at, err := ParseStreamID(id)
 	if err != nil {
 		return 0, err
 	}
 	for r := range strings.SplitSeq(retries, ",") {
 		eid, before, _ := strings.Cut(r, ":")
-		retry, err := parseStreamID(eid)
+		retry, err := ParseStreamID(eid)
 		n, nerr := strconv.Atoi(before)
 		if err != nil || nerr != nil {
 			return 0, fmt.Errorf("field retries: bad entry %q", r)
 		}
-		if retry.after(at) {
+		if retry.After(at) {
 			return n, nil
 		}
 	}

@@ -133,8 +133,8 @@ func (w *WebhookTarget) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// url is the URL as the job hash keeps it: "" for none.
-func (w *WebhookTarget) url() string {
+// Address is the URL as the job hash keeps it: "" for a nil target.
+func (w *WebhookTarget) Address() string {
 	if w == nil {
 		return ""
 	}
@@ -253,13 +253,14 @@ func (e *ValidationError) Error() string {
 	return "job: invalid request: " + strings.Join(parts, "; ")
 }
 
-func (e *ValidationError) add(field, format string, args ...any) {
+// Add records that field is refused, and why.
+func (e *ValidationError) Add(field, format string, args ...any) {
 	e.Errors = append(e.Errors, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
-// err returns e when it holds errors, and a nil error (not a nil
+// Err returns e when it holds errors, and a nil error (not a nil
 // *ValidationError in an interface) when it does not.
-func (e *ValidationError) err() error {
+func (e *ValidationError) Err() error {
 	if len(e.Errors) == 0 {
 		return nil
 	}
@@ -284,66 +285,66 @@ func (s Submission) validate(given map[string]bool) error {
 	var v ValidationError
 	switch {
 	case s.Kind == "":
-		v.add("kind", "is required")
+		v.Add("kind", "is required")
 	case !kindPattern.MatchString(s.Kind):
-		v.add("kind", "must match %s", kindPattern)
+		v.Add("kind", "must match %s", kindPattern)
 	}
 	if (s.Queue != "" || given["queue"]) && !queuePattern.MatchString(s.Queue) {
-		v.add("queue", "must match %s", queuePattern)
+		v.Add("queue", "must match %s", queuePattern)
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
-		v.add("priority", "must be between %d and %d", MinPriority, MaxPriority)
+		v.Add("priority", "must be between %d and %d", MinPriority, MaxPriority)
 	}
 	if s.MaxAttempts < 0 || s.MaxAttempts > maxAttempts || (s.MaxAttempts == 0 && given["max_attempts"]) {
-		v.add("max_attempts", "must be between 1 and %d", maxAttempts)
+		v.Add("max_attempts", "must be between 1 and %d", maxAttempts)
 	}
 	checkDuration(&v, "timeout", s.Timeout, maxTimeout, given["timeout"])
 	checkDuration(&v, "max_wait", s.MaxWait, 0, given["max_wait"])
 	checkDuration(&v, "delay", s.Delay, maxDelay, false) // "0s" is no delay: in range
 	if (s.OnBusy != "" || given["on_busy"]) && s.OnBusy != OnBusyQueue && s.OnBusy != OnBusyReject {
-		v.add("on_busy", "must be %q or %q", OnBusyQueue, OnBusyReject)
+		v.Add("on_busy", "must be %q or %q", OnBusyQueue, OnBusyReject)
 	}
 	if s.Cost != nil && (s.Cost.Tokens < 1 || s.Cost.Tokens > MaxCostTokens) {
-		v.add("cost.tokens", "must be from 1 to %d", MaxCostTokens)
+		v.Add("cost.tokens", "must be from 1 to %d", MaxCostTokens)
 	}
 	if s.Webhook != nil {
 		if u, err := url.Parse(s.Webhook.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.add("webhook.url", "must be an absolute http:// or https:// URL")
+			v.Add("webhook.url", "must be an absolute http:// or https:// URL")
 		} else if len(s.Webhook.URL) > maxWebhookURL {
-			v.add("webhook.url", "longer than %d bytes", maxWebhookURL)
+			v.Add("webhook.url", "longer than %d bytes", maxWebhookURL)
 		}
 	}
 	if len(s.ConcurrencyKeys) > maxConcurrencyKeys {
-		v.add("concurrency_keys", "at most %d keys", maxConcurrencyKeys)
+		v.Add("concurrency_keys", "at most %d keys", maxConcurrencyKeys)
 	}
 	for i, k := range s.ConcurrencyKeys {
 		field := fmt.Sprintf("concurrency_keys[%d]", i)
 		switch {
 		case !concurrencyKeyPattern.MatchString(k):
-			v.add(field, "must match %s", concurrencyKeyPattern)
+			v.Add(field, "must match %s", concurrencyKeyPattern)
 		case strings.Contains(k, "*"):
-			v.add(field, "must not contain '*': a job names one limit, '*' is for defining limits")
+			v.Add(field, "must not contain '*': a job names one limit, '*' is for defining limits")
 		}
 	}
 	switch {
 	case len(s.Input) > maxInputSize:
-		v.add("input", "larger than %d bytes", maxInputSize)
+		v.Add("input", "larger than %d bytes", maxInputSize)
 	case !absent(s.Input) && !json.Valid(s.Input):
-		v.add("input", "is not valid JSON")
+		v.Add("input", "is not valid JSON")
 	case s.Kind == "llm.chat":
 		if prompt, total := chatTokens(s.Input); total > MaxCostTokens {
-			v.add("input.max_tokens", "must be at most %d less the prompt's estimated %d tokens: a job's estimate is at most %d tokens",
+			v.Add("input.max_tokens", "must be at most %d less the prompt's estimated %d tokens: a job's estimate is at most %d tokens",
 				MaxCostTokens, prompt, MaxCostTokens)
 		}
 	}
 	switch {
 	case len(s.Metadata) > maxMetadataSize:
-		v.add("metadata", "larger than %d bytes", maxMetadataSize)
+		v.Add("metadata", "larger than %d bytes", maxMetadataSize)
 	case absent(s.Metadata):
 	case !json.Valid(s.Metadata) || bytes.TrimSpace(s.Metadata)[0] != '{':
-		v.add("metadata", "must be a JSON object")
+		v.Add("metadata", "must be a JSON object")
 	}
-	return v.err()
+	return v.Err()
 }
 
 // checkDuration refuses a negative d, one above max when max > 0, and a
@@ -351,20 +352,20 @@ func (s Submission) validate(given map[string]bool) error {
 func checkDuration(v *ValidationError, field string, d Duration, max time.Duration, given bool) {
 	switch {
 	case d < 0:
-		v.add(field, "must not be negative")
+		v.Add(field, "must not be negative")
 	case d == 0 && given:
-		v.add(field, "must be positive")
+		v.Add(field, "must be positive")
 	case max > 0 && time.Duration(d) > max:
-		v.add(field, "must be at most %s", max)
+		v.Add(field, "must be at most %s", max)
 	}
 }
 
-// chatModel returns the model an llm.chat submission names, if any; the
+// ChatModel returns the model an llm.chat submission names, if any; the
 // worker refuses a missing or malformed one. It reads the input the worker
 // will run, canonical and free of keys that collide when case is ignored,
 // and decodes it as the worker does (kinds.parseChat): so the key it
 // derives is the model that runs.
-func chatModel(s Submission) (string, bool) {
+func ChatModel(s Submission) (string, bool) {
 	if s.Kind != "llm.chat" {
 		return "", false
 	}
@@ -383,11 +384,11 @@ func absent(raw json.RawMessage) bool {
 	return len(t) == 0 || string(t) == "null"
 }
 
-// normalize validates s for tenant and returns it with every default
+// Normalize validates s for tenant and returns it with every default
 // applied, the tenant's key added, keys sorted and deduplicated, and input
 // and metadata in canonical form. Two requests that mean the same job
 // normalize to the same value, which is what idempotency compares.
-func (s Submission) normalize(tenant string) (Submission, error) {
+func (s Submission) Normalize(tenant string) (Submission, error) {
 	if err := s.Validate(); err != nil {
 		return s, err
 	}
@@ -397,7 +398,7 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 	for i, k := range s.ConcurrencyKeys {
 		// Naming another tenant's key would spend that tenant's quota.
 		if strings.HasPrefix(k, "tenant:") && k != own && !strings.HasPrefix(k, own+":") {
-			v.add(fmt.Sprintf("concurrency_keys[%d]", i), "%s is another tenant's key; %s is added for you", k, own)
+			v.Add(fmt.Sprintf("concurrency_keys[%d]", i), "%s is another tenant's key; %s is added for you", k, own)
 		}
 		keys = append(keys, k)
 	}
@@ -410,19 +411,19 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 			return s, fmt.Errorf("job: input: %w", err)
 		}
 		if dup != nil {
-			v.add("input", "has the keys %q and %q in one object, which differ only in case: name each once", dup[0], dup[1])
+			v.Add("input", "has the keys %q and %q in one object, which differ only in case: name each once", dup[0], dup[1])
 		}
 	}
-	if model, ok := chatModel(s); ok {
+	if model, ok := ChatModel(s); ok {
 		// The fleet never exceeds a model's limit: llm.chat is always
 		// guarded by its model's key.
 		if key := "model:" + model; concurrencyKeyPattern.MatchString(key) {
 			keys = append(keys, key)
 		} else {
-			v.add("input.model", "cannot name a concurrency key: must match %s after \"model:\"", concurrencyKeyPattern)
+			v.Add("input.model", "cannot name a concurrency key: must match %s after \"model:\"", concurrencyKeyPattern)
 		}
 	}
-	if err := v.err(); err != nil {
+	if err := v.Err(); err != nil {
 		return s, err
 	}
 	slices.Sort(keys)
@@ -439,8 +440,8 @@ func (s Submission) normalize(tenant string) (Submission, error) {
 	return s, nil
 }
 
-// hash identifies a normalized submission for idempotency.
-func (s Submission) hash() (string, error) {
+// Hash identifies a normalized submission for idempotency.
+func (s Submission) Hash() (string, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return "", err
@@ -457,17 +458,4 @@ func ValidateTenant(name string) error {
 		return fmt.Errorf("job: invalid tenant name %q: must match %s", name, tenantPattern)
 	}
 	return nil
-}
-
-// validIdempotencyKey accepts 1–255 printable ASCII characters.
-func validIdempotencyKey(k string) bool {
-	if len(k) < 1 || len(k) > 255 {
-		return false
-	}
-	for i := range len(k) {
-		if k[i] < 0x20 || k[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -48,7 +50,7 @@ func (m utilMode) limit(capacity int) job.KeyLimit {
 type utilRun struct {
 	mode      utilMode
 	upstream  *fakellm.Server
-	store     *job.Store
+	store     *store.Store
 	stop      func()      // stops its workers
 	submitted int         // jobs submitted so far
 	eff       []effSample // the adaptive key's effective limit, sampled
@@ -234,10 +236,7 @@ func startUtilRun(b *testing.B, m utilMode, phase time.Duration) *utilRun {
 	nc := testenv.NATS(b).Conn(b)
 	prefix := testenv.Prefix(b)
 	subject := cancelSubject(prefix)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	if err := store.SetKeyLimit(b.Context(), "model:fake-1", m.limit(utilSteps[0])); err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -37,7 +39,7 @@ func chatJob(i, maxTokens, attempts int) job.Submission {
 
 // runAll submits n jobs made by sub and waits until each has ended, within
 // timeout; it returns how long that took and the jobs as they ended.
-func runAll(t *testing.T, store *job.Store, n int, timeout time.Duration, sub func(i int) job.Submission) (time.Duration, []job.Job) {
+func runAll(t *testing.T, store *store.Store, n int, timeout time.Duration, sub func(i int) job.Submission) (time.Duration, []job.Job) {
 	t.Helper()
 	start := time.Now()
 	ids := make([]string, n)
@@ -66,14 +68,14 @@ func runAll(t *testing.T, store *job.Store, n int, timeout time.Duration, sub fu
 // starts.
 func startWithLimit(t *testing.T, upstream http.Handler, wcfg execution.Config, kl job.KeyLimit) *llmFixture {
 	t.Helper()
-	return startKinds(t, upstream, SleepConfig{}, LLMConfig{}, wcfg, func(store *job.Store) {
+	return startKinds(t, upstream, SleepConfig{}, LLMConfig{}, wcfg, func(store *store.Store) {
 		if err := store.SetKeyLimit(t.Context(), "model:fake-1", kl); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
-func keyLimit(t *testing.T, store *job.Store, key string) job.Limit {
+func keyLimit(t *testing.T, store *store.Store, key string) job.Limit {
 	t.Helper()
 	ls, err := store.Limits(t.Context())
 	if err != nil {
@@ -345,7 +347,7 @@ func TestPushbackCutsOnlyItsModelsKey(t *testing.T) {
 	upstream.FailNext(1, fakellm.Failure{Status: http.StatusTooManyRequests, RetryAfter: "30", Message: "slow down"})
 	n := int64(16)
 	adaptive := job.KeyLimit{Limit: &n, Budget: job.Budget{Adaptive: true}}
-	f := startKinds(t, upstream, SleepConfig{}, LLMConfig{}, execution.Config{}, func(store *job.Store) {
+	f := startKinds(t, upstream, SleepConfig{}, LLMConfig{}, execution.Config{}, func(store *store.Store) {
 		for _, k := range []string{"model:fake-1", "model:shared"} {
 			if err := store.SetKeyLimit(t.Context(), k, adaptive); err != nil {
 				t.Fatal(err)

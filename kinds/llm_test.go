@@ -15,12 +15,13 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -30,7 +31,7 @@ import (
 // httptest server.
 type llmFixture struct {
 	prefix string
-	store  *job.Store
+	store  *store.Store
 	flags  *cancel.Flags
 	srv    *httptest.Server
 }
@@ -47,13 +48,13 @@ func startLLM(t *testing.T, upstream http.Handler, llm LLMConfig, wcfg execution
 // startKinds is startLLM with sleep's configuration too, and setup (nil
 // for none) run on the store before the worker starts: limits set there
 // hold from its first claim.
-func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*job.Store)) *llmFixture {
+func startKinds(t *testing.T, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*store.Store)) *llmFixture {
 	t.Helper()
 	return startKindsOn(t, testenv.Redis(t).Client(t), upstream, sleep, llm, wcfg, setup)
 }
 
 // startKindsOn is startKinds on rdb.
-func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*job.Store)) *llmFixture {
+func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler, sleep SleepConfig, llm LLMConfig, wcfg execution.Config, setup func(*store.Store)) *llmFixture {
 	t.Helper()
 	nc := testenv.NATS(t).Conn(t)
 	prefix := testenv.Prefix(t)
@@ -61,10 +62,8 @@ func startKindsOn(t *testing.T, rdb redis.UniversalClient, upstream http.Handler
 	f := &llmFixture{prefix: prefix, srv: httptest.NewServer(upstream)}
 	t.Cleanup(f.srv.Close)
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: prefix}); err != nil {
-		t.Fatal(err)
-	}
-	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: prefix}), nc, cancel.Config{Subject: subject}); err != nil {
+	f.store = store.New(rdb, store.Config{Prefix: prefix})
+	if f.flags, err = cancel.New(f.store, nc, cancel.Config{Subject: subject}); err != nil {
 		t.Fatal(err)
 	}
 	if setup != nil {

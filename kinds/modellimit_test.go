@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/leasehold/leasehold/execution"
@@ -76,16 +78,13 @@ func cancelSubject(prefix string) string {
 // processes ("llmworker") share.
 type fleet struct {
 	prefix string
-	store  *job.Store
+	store  *store.Store
 }
 
 func newFleet(t testing.TB) fleet {
 	t.Helper()
 	f := fleet{prefix: testenv.Prefix(t)}
-	var err error
-	if f.store, err = job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: f.prefix}); err != nil {
-		t.Fatal(err)
-	}
+	f.store = store.New(testenv.Redis(t).Client(t), store.Config{Prefix: f.prefix})
 	return f
 }
 

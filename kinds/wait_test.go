@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -76,10 +78,7 @@ func TestSleepResumesFromItsCheckpointAfterKill(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	subject := "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(prefix, ":"), ":", ".")
 	env := []string{envPrefix + "=" + prefix, envSubject + "=" + subject, envLLMURL + "=http://127.0.0.1:1/v1"}
-	store, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(testenv.Redis(t).Client(t), store.Config{Prefix: prefix})
 	first := testenv.StartHelper(t, "llmworker", env...)
 	first.Line(t, "ready ", 20*time.Second)
 	in, _ := json.Marshal(map[string]any{"duration": "3s", "tick": "100ms", "resume": true, "notify_url": srv.URL + "/tick"})

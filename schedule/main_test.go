@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/store/keys"
@@ -20,7 +22,7 @@ func TestMain(m *testing.M) { testenv.Main(m, nil) }
 type fixture struct {
 	rdb    redis.UniversalClient
 	store  *schedule.Store
-	jobs   *job.Store
+	jobs   *store.Store
 	keys   keys.Space
 	prefix string
 }
@@ -28,10 +30,7 @@ type fixture struct {
 func newFixture(t testing.TB, rdb redis.UniversalClient) fixture {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := store.New(rdb, store.Config{Prefix: prefix})
 	s, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs})
 	if err != nil {
 		t.Fatal(err)

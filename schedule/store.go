@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/store/scripts"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -53,11 +53,11 @@ func (e *CapError) Error() string {
 type Config struct {
 	// Prefix starts every key; default keys.DefaultPrefix.
 	Prefix string
-	// Jobs creates the fired jobs; default job.NewStore(rdb, job.Config{Prefix: Prefix}).
-	Jobs *job.Store
-	// NATS wakes an idle worker of a fired job's queue; nil: workers find
-	// the job when they poll.
-	NATS *nats.Conn
+	// Jobs creates the fired jobs; default store.New(rdb, store.Config{Prefix: Prefix}).
+	Jobs *store.Store
+	// Waker wakes an idle worker of a fired job's queue; nil: workers
+	// find the job when they poll.
+	Waker *execution.Waker
 	// TracerProvider makes the span of each fire, which starts the fired
 	// job's trace; default the global one.
 	TracerProvider trace.TracerProvider
@@ -73,8 +73,8 @@ type Store struct {
 	rdb     redis.UniversalClient
 	keys    keys.Space
 	prefix  string
-	jobs    *job.Store
-	nc      *nats.Conn
+	jobs    *store.Store
+	waker   *execution.Waker
 	tracer  trace.Tracer
 	max     int
 	create  *scripts.Script
@@ -96,10 +96,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	jobs := cfg.Jobs
 	if jobs == nil {
-		var err error
-		if jobs, err = job.NewStore(rdb, job.Config{Prefix: cfg.Prefix}); err != nil {
-			return nil, fmt.Errorf("schedule: %w", err)
-		}
+		jobs = store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	}
 	lib := []string{"stats.lua", "finished.lua", "states.lua", "transition.lua"} // redis_now, int
 	return &Store{
@@ -107,7 +104,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 		keys:    keys.New(cfg.Prefix),
 		prefix:  cfg.Prefix,
 		jobs:    jobs,
-		nc:      cfg.NATS,
+		waker:   cfg.Waker,
 		tracer:  telemetry.Tracer(cfg.TracerProvider),
 		max:     cmp.Or(cfg.TenantMax, DefaultTenantMax),
 		create:  scripts.Load("schedule_create.lua", lib...),
@@ -518,7 +515,7 @@ func (s *Store) spend(ctx context.Context, tenant, key string, rate ratelimit.Li
 }
 
 // submit creates the job of sch's fire for due time due through the one
-// submission path (job.Store.SubmitWithin) with idempotency key key.
+// submission path (store.Store.SubmitWithin) with idempotency key key.
 func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key string, limit job.Cap) (j job.Job, created bool, err error) {
 	// The fire's span is the root of the fired job's trace (a trigger's,
 	// the child of its request's): the job's submit span is its child.
@@ -542,9 +539,7 @@ func (s *Store) submit(ctx context.Context, sch Schedule, due time.Time, key str
 	if !created {
 		return j, false, nil
 	}
-	if s.nc != nil {
-		_ = execution.Wake(s.nc, s.prefix, j.Queue) // a lost wake-up costs a poll
-	}
+	s.waker.Wake(ctx, j.Queue)
 	return j, true, nil
 }
 

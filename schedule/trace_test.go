@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
-	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -22,10 +23,7 @@ func TestFireStartsTheJobsTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	prefix := testenv.Prefix(t)
-	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := store.New(rdb, store.Config{Prefix: prefix, TracerProvider: tp})
 	st, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Jobs: jobs, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)

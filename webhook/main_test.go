@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -42,7 +44,7 @@ func key(t testing.TB) []byte {
 // key prefix of their own.
 type fixture struct {
 	rdb    redis.UniversalClient
-	jobs   *job.Store
+	jobs   *store.Store
 	keys   keys.Space
 	prefix string
 	cfg    webhook.Config
@@ -57,10 +59,7 @@ func newFixture(t testing.TB) *fixture {
 func newFixtureOn(t testing.TB, rdb redis.UniversalClient) *fixture {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := store.New(rdb, store.Config{Prefix: prefix})
 	return &fixture{rdb: rdb, jobs: jobs, keys: keys.New(prefix), prefix: prefix, cfg: webhook.Config{
 		Prefix: prefix, Queues: []string{job.DefaultQueue},
 		Policy:  webhook.Policy{Allow: kinds.NotifyAllow{Loopback: true}, Secrets: webhook.Secrets{"acme": {key(t)}, "beta": {key(t)}}},

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -343,10 +345,7 @@ func TestEachTryIsASpanOfTheJobsTrace(t *testing.T) {
 	fx := newFixture(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	jobs, err := job.NewStore(fx.rdb, job.Config{Prefix: fx.prefix, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := store.New(fx.rdb, store.Config{Prefix: fx.prefix, TracerProvider: tp})
 	fx.jobs = jobs
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(map[bool]int{true: http.StatusBadGateway, false: http.StatusOK}[n == 0])

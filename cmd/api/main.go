@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -116,11 +117,12 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
-	store, err := job.NewStore(rdb, job.Config{Prefix: *prefix, Retention: *retention, OnlyLimitedKeys: true})
-	if err != nil {
+	scfg := store.Config{Prefix: *prefix, Retention: *retention, OnlyLimitedKeys: true}
+	if err := scfg.Validate(); err != nil {
 		return err
 	}
-	if err := writeLimits(ctx, store, limits, *redisTimeout); err != nil {
+	jobs := store.New(rdb, scfg)
+	if err := writeLimits(ctx, jobs, limits, *redisTimeout); err != nil {
 		return err
 	}
 	if len(limits) > 0 {
@@ -128,7 +130,7 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	cfg := httpapi.Config{
-		Store:                  store,
+		Store:                  jobs,
 		Rate:                   limiter,
 		Redis:                  rdb,
 		Blocking:               blocking,
@@ -176,11 +178,11 @@ func runAPI(ctx context.Context, args []string, stderr io.Writer) error {
 // writeLimits writes the limits of --limits to Redis, where every worker
 // reads them. Limits it does not name, set before or through the API, are
 // left as they are: removing one is a DELETE /v1/limits/{key}.
-func writeLimits(ctx context.Context, store *job.Store, limits map[string]job.KeyLimit, timeout time.Duration) error {
+func writeLimits(ctx context.Context, jobs *store.Store, limits map[string]job.KeyLimit, timeout time.Duration) error {
 	ctx, stop := context.WithTimeout(ctx, max(timeout, 5*time.Second))
 	defer stop()
 	for _, key := range slices.Sorted(maps.Keys(limits)) {
-		if err := store.SetKeyLimit(ctx, key, limits[key]); err != nil {
+		if err := jobs.SetKeyLimit(ctx, key, limits[key]); err != nil {
 			return fmt.Errorf("LEASEHOLD_LIMITS (--limits): %w", err)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/internal/redisproc"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
@@ -54,10 +56,7 @@ func TestServesMetricsAndProbes(t *testing.T) {
 		t.Fatalf("healthz: %d %s", code, body)
 	}
 
-	store, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(testenv.Redis(t).Client(t), store.Config{Prefix: prefix})
 	echo, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "echo"}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +135,7 @@ func TestRetentionIsConfigurable(t *testing.T) {
 		}, io.Discard)
 	}()
 	defer func() { stop(); <-done }()
-	store, err := job.NewStore(testenv.Redis(t).Client(t), job.Config{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := store.New(testenv.Redis(t).Client(t), store.Config{Prefix: prefix})
 	j, _, err := store.Submit(t.Context(), "acme", job.Submission{Kind: "echo"}, "")
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/leasehold/leasehold/job"
+	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/schedule"
 )
 
@@ -16,14 +17,11 @@ import (
 // (schedule.Scheduler) until the group stops. Every API and worker
 // process runs one: there is no leader, and any of them may die.
 // Fired jobs are held to the API's rules (the keys a tenant may name),
-// and count in the tenants' usage, as every job does (job.Store); meters
+// and count in the tenants' usage, as every job does (store.Store); meters
 // gets how late each fire was.
 func Scheduler(ctx context.Context, rdb redis.UniversalClient, prefix string, nc *nats.Conn, limits schedule.Limits, log *slog.Logger, meters metric.MeterProvider) (func() error, func(error), error) {
-	jobs, err := job.NewStore(rdb, job.Config{Prefix: prefix, OnlyLimitedKeys: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, NATS: nc, Jobs: jobs})
+	jobs := store.New(rdb, store.Config{Prefix: prefix, OnlyLimitedKeys: true})
+	store, err := schedule.NewStore(rdb, schedule.Config{Prefix: prefix, Waker: execution.NewWaker(nc, prefix, log), Jobs: jobs})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,9 +13,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/store"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
@@ -27,7 +30,6 @@ import (
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
@@ -39,6 +41,7 @@ func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 const (
 	acmeKey  = "acme-key-0123456789"
+	betaKey  = "beta-key-0123456789"
 	adminKey = "admin-key-0123456789"
 	hostile  = `<img src=x onerror=alert(1)>`
 
@@ -66,16 +69,12 @@ func newStack(t *testing.T) *stack {
 	rdb := testenv.Redis(t).Client(t)
 	nc := testenv.NATS(t).Conn(t)
 
-	data := store.New(rdb, store.Config{Prefix: prefix})
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
+	store := store.New(rdb, store.Config{Prefix: prefix})
+	flags, err := cancel.New(store, nc, cancel.Config{Subject: subject, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags, err := cancel.New(data, nc, cancel.Config{Subject: subject, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := httpapi.ParseKeys("acme:" + acmeKey + ",admin:" + adminKey)
+	keys, err := httpapi.ParseKeys("acme:" + acmeKey + ",beta:" + betaKey + ",admin:" + adminKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,6 +705,86 @@ func TestConsole(t *testing.T) {
 		}
 		if sch.LastJobID == nil || *sch.LastJobID != fired.ID {
 			t.Fatalf("the edit lost the last job: %v, want %s", sch.LastJobID, fired.ID)
+		}
+	})
+
+	t.Run("every page of schedules is listed", func(t *testing.T) {
+		// One more than the console reads in a page.
+		names := make([]string, 501)
+		for i := range names {
+			names[i] = fmt.Sprintf("paged-%03d", i)
+		}
+		each := func(f func(name string)) {
+			var wg sync.WaitGroup
+			for part := range slices.Chunk(names, 64) {
+				wg.Go(func() {
+					for _, name := range part {
+						f(name)
+					}
+				})
+			}
+			wg.Wait()
+		}
+		each(func(name string) {
+			s.call(http.MethodPost, "/v1/schedules", acmeKey, `{"name": "`+name+`", "cron": "0 3 * * *", "job": {"kind": "echo"}}`, http.StatusCreated, nil)
+		})
+		defer each(func(name string) {
+			s.call(http.MethodDelete, "/v1/schedules/"+name, acmeKey, "", http.StatusNoContent, nil)
+		})
+		tb := tab.in(t)
+		tb.run(
+			show("#/schedules"),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-name=paged-500]`)),
+			until(`document.querySelectorAll('main tbody tr').length === 501`),
+		)
+	})
+
+	t.Run("a tenant sees the workers of its running jobs, with its own counts", func(t *testing.T) {
+		// One worker runs a job of acme's and two of beta's at once.
+		running := func(key string) job.Job {
+			var j job.Job
+			s.call(http.MethodPost, "/v1/jobs", key, `{"kind": "sleep", "input": {"duration": "1m", "tick": "1s"}}`, http.StatusCreated, &j)
+			testenv.Eventually(t, 10*time.Second, func() bool {
+				s.call(http.MethodGet, "/v1/jobs/"+j.ID, key, "", http.StatusOK, &j)
+				return j.State == job.StateRunning && j.Execution != nil
+			}, "job %s never ran", j.ID)
+			t.Cleanup(func() {
+				s.call(http.MethodPost, "/v1/jobs/"+j.ID+"/cancel", key, "", http.StatusAccepted, nil)
+				for !j.State.Terminal() {
+					s.call(http.MethodGet, "/v1/jobs/"+j.ID+"?wait=5s", key, "", http.StatusOK, &j)
+				}
+			})
+			return j
+		}
+		mine := running(acmeKey)
+		theirs := running(betaKey)
+		running(betaKey)
+		var all httpapi.WorkerList
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			s.call(http.MethodGet, "/v1/workers", adminKey, "", http.StatusOK, &all)
+			return len(all.Workers) == 1 && all.Workers[0].Running == 3
+		}, "the admin never read one worker running 3 jobs: %+v", &all.Workers)
+		row := fmt.Sprintf(`#main tr[data-id=%q]`, mine.Execution.Worker)
+		tb := tab.in(t)
+		tb.run(
+			show("#/workers"),
+			chromedp.WaitVisible(chromedp.CSS(row)),
+			textIs(row+` td[data-label="Your jobs running"]`, "1"),
+			textHas(row+` td[data-label=Kinds]`, "sleep"),
+		)
+		cells := get(tb, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#main th, #main td')].map((e) => e.textContent)`))
+		for _, other := range []string{all.Workers[0].ID, theirs.Execution.Worker} {
+			if slices.ContainsFunc(cells, func(text string) bool { return strings.Contains(text, other) }) {
+				t.Errorf("the tenant's workers page shows %q, a name not its own: %q", other, cells)
+			}
+		}
+		for _, other := range []string{"Host", all.Workers[0].Host} {
+			if slices.Contains(cells, other) {
+				t.Errorf("the tenant's workers page shows the host: %q", cells)
+			}
+		}
+		if n := get(tb, chromedp.Evaluate[int](`document.querySelectorAll('#main tbody tr').length`)); n != 1 {
+			t.Errorf("the tenant sees %d workers, want the one running its job", n)
 		}
 	})
 

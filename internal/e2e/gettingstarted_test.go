@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,12 +21,15 @@ import (
 // "sh test" (run it, it must exit 0) or "sh test background" (start it,
 // as in another terminal, and leave it running), with the "text output"
 // block that follows it, if any. Each line of that output must appear in
-// what the step printed, in order; "…" in a line stands for any text.
+// what the step printed, in order; "…" in a line stands for any text. A
+// "text output background" block after a step holds lines that the last
+// background step (the other terminal) prints once the step has run.
 type step struct {
 	line       int // of the block's opening fence, for messages
 	script     string
 	background bool
 	output     []string
+	elsewhere  []string // the "text output background" lines
 }
 
 // guideSteps reads the steps of the guide at path.
@@ -64,6 +68,11 @@ func guideSteps(t *testing.T, path string) []step {
 				t.Fatalf("%s:%d: an output block follows no step", path, start)
 			}
 			steps[prev].output = body
+		case "text output background":
+			if prev < 0 || steps[prev].elsewhere != nil || !slices.ContainsFunc(steps[:prev], func(s step) bool { return s.background }) {
+				t.Fatalf("%s:%d: a background output block follows no step, or no background step comes before it", path, start)
+			}
+			steps[prev].elsewhere = body
 		default:
 			prev = -1
 		}
@@ -106,12 +115,12 @@ func bannerFields(t *testing.T, banner string) []string {
 // dev mode started as make run starts it.
 type guide struct {
 	t          *testing.T
-	bin        string   // the built leasehold
-	data       string   // the dev mode's working directory; its data in .dev there
-	addr       string   // the API's, the same at every start as make run's
-	env        []string // the shell's, carried from step to step
-	shown      []string // the guide's banner values
-	port       string   // the port the guide's handler listens on, and the test's
+	bin        string            // the built leasehold
+	data       string            // the dev mode's working directory; its data in .dev there
+	addr       string            // the API's, the same at every start as make run's
+	env        []string          // the shell's, carried from step to step
+	shown      []string          // the guide's banner values
+	ports      map[string]string // the ports the guide's servers listen on, to the test's
 	dev        *process
 	background []*process
 }
@@ -165,14 +174,24 @@ func (p *process) exited() bool {
 }
 
 // substitute puts the running values in place of the guide's: the
-// banner's, and the handler's port.
+// banner's, and its servers' ports.
 func (g *guide) substitute(s string) string {
 	if g.dev != nil {
 		for i, v := range bannerFields(g.t, g.dev.out.String()) {
 			s = strings.ReplaceAll(s, g.shown[i], v)
 		}
 	}
-	return regexp.MustCompile(`\b8000\b`).ReplaceAllString(s, g.port)
+	for shown, port := range g.ports {
+		s = regexp.MustCompile(`\b`+shown+`\b`).ReplaceAllString(s, port)
+	}
+	return s
+}
+
+// script is a step's script as the test runs it: substituted, and with
+// the dev mode's data directory, .dev at the repository's root in the
+// guide, where the test keeps it.
+func (g *guide) script(st step) string {
+	return strings.ReplaceAll(g.substitute(st.script), ".dev/", filepath.Join(g.data, ".dev")+"/")
 }
 
 // contains says whether want's lines appear in got, in order.
@@ -224,9 +243,9 @@ func (g *guide) makeRun(st step, env string) {
 func (g *guide) shell(st step) {
 	g.t.Helper()
 	state := filepath.Join(g.t.TempDir(), "env")
-	script := "set -eo pipefail -a\n" + g.substitute(st.script) + "\nenv -0 >" + state
+	script := "set -eo pipefail -a\n" + g.script(st) + "\nenv -0 >" + state
 	if st.background {
-		script = "set -a\n" + g.substitute(st.script)
+		script = "set -a\n" + g.script(st)
 	}
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = repoPath()
@@ -296,13 +315,17 @@ func TestGettingStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler, err := redisproc.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	ports := map[string]string{}
+	for _, shown := range []string{"8000", "8001"} { // the handler's, the webhook receiver's
+		port, err := redisproc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[shown] = strconv.Itoa(port)
 	}
 	gobin := t.TempDir() // where the guide's go install puts the CLI
 	g := &guide{
-		t: t, bin: bin, data: t.TempDir(), addr: "127.0.0.1:" + strconv.Itoa(api), port: strconv.Itoa(handler),
+		t: t, bin: bin, data: t.TempDir(), addr: "127.0.0.1:" + strconv.Itoa(api), ports: ports,
 		shown: bannerFields(t, strings.Join(steps[0].output, "\n")),
 		env: append(cleanEnv(), "GOBIN="+gobin, "PATH="+gobin+string(os.PathListSeparator)+os.Getenv("PATH"),
 			"LEASEHOLD_METRICS_ADDR=127.0.0.1:0"), // a worker the guide starts: a free port, whatever else runs
@@ -313,8 +336,14 @@ func TestGettingStarted(t *testing.T) {
 				_ = p.stop(30 * time.Second)
 			}
 		}
-		if t.Failed() && g.dev != nil {
+		if !t.Failed() {
+			return
+		}
+		if g.dev != nil {
 			t.Logf("leasehold dev:\n%s", g.dev.out.String())
+		}
+		for _, p := range g.background {
+			t.Logf("%s:\n%s", strings.Join(p.cmd.Args, " "), p.out.String())
 		}
 	})
 
@@ -324,7 +353,18 @@ func TestGettingStarted(t *testing.T) {
 			g.makeRun(st, m[1])
 			continue
 		}
+		var other *process
+		var before int
+		if st.elsewhere != nil {
+			other = g.background[len(g.background)-1]
+			before = len(other.out.String())
+		}
 		g.shell(st)
+		if other != nil {
+			testenv.Eventually(t, 60*time.Second, func() bool {
+				return g.contains(other.out.String()[before:], st.elsewhere)
+			}, "line %d: the other terminal never printed %q", st.line, st.elsewhere)
+		}
 	}
 	for _, p := range g.background {
 		_ = p.stop(30 * time.Second)

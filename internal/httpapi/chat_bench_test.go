@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/testenv"
@@ -36,10 +38,7 @@ func BenchmarkChatCall(b *testing.B) {
 	}
 	api := httptest.NewServer(h)
 	b.Cleanup(api.Close)
-	store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := store.New(rdb, store.Config{Prefix: prefix})
 	// A limit and a tpm budget with room: the call takes the line's way
 	// with its budget, and never waits.
 	limit := int64(100)

@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
-	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
@@ -68,10 +67,7 @@ func BenchmarkExecution(b *testing.B) {
 				b.Fatalf("batch submit: %s", resp.Status)
 			}
 		}
-		store, err := job.NewStore(rdb, job.Config{Prefix: prefix})
-		if err != nil {
-			b.Fatal(err)
-		}
+		store := store.New(rdb, store.Config{Prefix: prefix})
 		w, err := execution.NewWorker(rdb, execution.Config{Prefix: prefix, NATS: nc, Usage: counters})
 		if err != nil {
 			b.Fatal(err)

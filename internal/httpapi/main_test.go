@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -31,7 +33,6 @@ import (
 	"github.com/leasehold/leasehold/docs"
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/httpapi"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 )
@@ -55,7 +56,7 @@ type fixture struct {
 	subject string // the cancel subject of this fixture's Flags and workers
 	rdb     redis.UniversalClient
 	nc      *nats.Conn
-	store   *job.Store
+	store   *store.Store
 	url     string
 	opsURL  string // the operations listener: /metrics, /healthz, /readyz
 	client  *http.Client
@@ -94,10 +95,8 @@ func (f *fixture) start(rdb redis.UniversalClient, configure ...func(*httpapi.Co
 	f.rdb = rdb
 
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix, OnlyLimitedKeys: true}); err != nil {
-		t.Fatal(err)
-	}
-	flags, err := cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), nc, cancel.Config{Subject: f.subject, Logger: f.log})
+	f.store = store.New(rdb, store.Config{Prefix: f.prefix, OnlyLimitedKeys: true})
+	flags, err := cancel.New(f.store, nc, cancel.Config{Subject: f.subject, Logger: f.log})
 	if err != nil {
 		t.Fatal(err)
 	}

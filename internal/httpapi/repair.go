@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -190,11 +189,4 @@ func (s *server) queueFinished(w http.ResponseWriter, r *http.Request, c caller)
 }
 
 // wake tells one idle worker of queue that a job may be waiting there.
-func (s *server) wake(r *http.Request, queue string) {
-	if s.nc == nil {
-		return
-	}
-	if err := execution.Wake(s.nc, s.prefix, queue); err != nil {
-		s.log.DebugContext(r.Context(), "wake-up not sent; workers find the job when they poll", attrQueue, queue, attrErr, err)
-	}
-}
+func (s *server) wake(r *http.Request, queue string) { s.waker.Wake(r.Context(), queue) }

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasehold/leasehold/cancel"
+	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/replicas"
 	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
@@ -72,12 +73,12 @@ type Config struct {
 	// at once on this process; default DefaultMaxStreams (100). Over it a
 	// request is answered 429 with Retry-After.
 	MaxStreams int
-	// Store reads and writes jobs; default job.NewStore(Redis,
-	// job.Config{Prefix: Prefix, TracerProvider: TracerProvider,
+	// Store reads and writes jobs; default store.New(Redis,
+	// store.Config{Prefix: Prefix, TracerProvider: TracerProvider,
 	// OnlyLimitedKeys: true, UsageRetention: the usage counters'}). A Store
 	// given here should set OnlyLimitedKeys too: without it a tenant's
 	// concurrency_keys may name any key, and each creates lease keys.
-	Store *job.Store
+	Store *store.Store
 	// Flags requests cancellation of running jobs; default
 	// cancel.New of a store of Redis under Prefix, NATS and Logger.
 	Flags *cancel.Flags
@@ -122,7 +123,7 @@ type Config struct {
 	// retrying or waiting), summed over Queues; default 0: no cap. A submission over
 	// it is answered 429 with Retry-After; an idempotent replay is still
 	// answered with its job. Concurrent submissions to different queues may
-	// pass the cap by as many as are in flight (see job.Store.SubmitWithin).
+	// pass the cap by as many as are in flight (see store.Store.SubmitWithin).
 	TenantMaxJobs int64
 	// TenantMaxRetainedBytes caps the bytes each tenant's jobs, not ended
 	// and ended within their retention, are charged (job.Cap.MaxBytes),
@@ -181,12 +182,13 @@ type Config struct {
 // server holds what every handler needs.
 type server struct {
 	rdb          redis.UniversalClient
-	store        *job.Store
-	blocking     *job.Store // the Store's reads, on Config.Blocking
+	store        *store.Store
+	blocking     *store.Store // the Store's reads, on Config.Blocking
 	streams      *slots
 	batches      *slots
 	flags        *cancel.Flags
 	nc           *nats.Conn
+	waker        *execution.Waker
 	prefix       string
 	keys         Keys
 	rate         ratelimit.Limiter
@@ -248,6 +250,7 @@ func New(cfg Config) (http.Handler, error) {
 		log:          cmp.Or(cfg.Logger, slog.Default()),
 		llm:          cfg.LLM,
 	}
+	s.waker = execution.NewWaker(cfg.NATS, cfg.Prefix, s.log)
 	if len(s.queues) == 0 {
 		s.queues = []string{job.DefaultQueue}
 	}
@@ -268,16 +271,12 @@ func New(cfg Config) (http.Handler, error) {
 		}
 	}
 	if s.store == nil {
-		if s.store, err = job.NewStore(cfg.Redis, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
-			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.store = store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider,
+			OnlyLimitedKeys: true, UsageRetention: s.usage.Retention()})
 	}
 	s.blocking = s.store
 	if cfg.Blocking != nil {
-		if s.blocking, err = job.NewStore(cfg.Blocking, job.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider}); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
+		s.blocking = store.New(cfg.Blocking, store.Config{Prefix: cfg.Prefix, TracerProvider: cfg.TracerProvider})
 	}
 	if s.flags == nil {
 		if s.flags, err = cancel.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), cfg.NATS, cancel.Config{Logger: s.log}); err != nil {
@@ -287,7 +286,7 @@ func New(cfg Config) (http.Handler, error) {
 	if s.leases, err = lease.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), lease.Config{}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, NATS: cfg.NATS, TenantMax: cfg.TenantMaxSchedules}); err != nil {
+	if s.schedules, err = schedule.NewStore(cfg.Redis, schedule.Config{Prefix: cfg.Prefix, Jobs: s.store, Waker: s.waker, TenantMax: cfg.TenantMaxSchedules}); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	mp := cfg.MeterProvider

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
@@ -86,10 +88,7 @@ func TestSignalsFromTwoAPIServers(t *testing.T) {
 	b := newFixture(t, func(c *httpapi.Config) {
 		rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
 		t.Cleanup(func() { rdb.Close() })
-		store, err := job.NewStore(rdb, job.Config{Prefix: a.prefix, OnlyLimitedKeys: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		store := store.New(rdb, store.Config{Prefix: a.prefix, OnlyLimitedKeys: true})
 		c.Redis, c.Store, c.Prefix = rdb, store, a.prefix
 	})
 	var runs sync.Map // job id -> *atomic.Int32: executions after the wait

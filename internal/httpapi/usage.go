@@ -49,7 +49,7 @@ func (s *server) getUsage(w http.ResponseWriter, r *http.Request, c caller) {
 		err = fieldError("tenant", "must be 1 to 256 bytes, without braces") // the dates were checked above
 	}
 	if err == nil {
-		err = s.store.AddUsage(ctx, tenant, days)
+		err = s.store.AddUsage(ctx, tenant, usage.Lifecycle(), days)
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -23,11 +23,11 @@ func (s *Store) RequestCancel(ctx context.Context, id string, ttl time.Duration)
 	return nil
 }
 
-// CancelRequested says whether each of ids has a cancel flag, in one round
+// CancelFlagged says whether each of ids has a cancel flag, in one round
 // trip (a pipeline: on a Redis Cluster each flag is in a slot of its own).
 // An id whose read failed is false, and the error says why: on a Cluster
 // some nodes may have answered when others did not.
-func (s *Store) CancelRequested(ctx context.Context, ids ...string) ([]bool, error) {
+func (s *Store) CancelFlagged(ctx context.Context, ids ...string) ([]bool, error) {
 	cmds := make([]*redis.IntCmd, len(ids))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {

@@ -21,13 +21,13 @@ func TestClearCancelsRemovesTheFlagsItNames(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if set, err := s.CancelRequested(ctx, "job-1", "job-2", "job-3", "job-4"); err != nil || !slices.Equal(set, []bool{true, true, true, false}) {
+		if set, err := s.CancelFlagged(ctx, "job-1", "job-2", "job-3", "job-4"); err != nil || !slices.Equal(set, []bool{true, true, true, false}) {
 			t.Fatalf("flags after three requests: %v, %v; want the three requested", set, err)
 		}
 		if err := s.ClearCancels(ctx, "job-1", "job-3"); err != nil {
 			t.Fatal(err)
 		}
-		if set, err := s.CancelRequested(ctx, "job-1", "job-2", "job-3"); err != nil || !slices.Equal(set, []bool{false, true, false}) {
+		if set, err := s.CancelFlagged(ctx, "job-1", "job-2", "job-3"); err != nil || !slices.Equal(set, []bool{false, true, false}) {
 			t.Errorf("flags after clearing job-1 and job-3: %v, %v; want job-2's alone", set, err)
 		}
 	})
@@ -82,7 +82,7 @@ func TestRequestCancelAfterScriptFlush(t *testing.T) {
 	if err := s.RequestCancel(ctx, "job-1", time.Minute); err != nil {
 		t.Fatalf("request after SCRIPT FLUSH: %v", err)
 	}
-	if set, err := s.CancelRequested(ctx, "job-1"); err != nil || !set[0] {
+	if set, err := s.CancelFlagged(ctx, "job-1"); err != nil || !set[0] {
 		t.Errorf("flag after the request: %v, %v; want set", set, err)
 	}
 }

@@ -189,14 +189,6 @@ func (s *Store) RenewLeases(ctx context.Context, ttl time.Duration, held map[str
 	return gone, nil
 }
 
-func anys(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
-
 // ReleaseLeases frees holders' slots of key. It is idempotent, and a
 // release that comes after a lease was reaped removes nothing but its
 // holder's own member: it can never free a slot that someone else holds.

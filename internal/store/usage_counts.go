@@ -146,12 +146,6 @@ func usageMark(counter, eventID string) string {
 	return string(sum[:usageMarkLen])
 }
 
-// UsageDay is one UTC day's counts of a tenant.
-type UsageDay struct {
-	Date   time.Time        // midnight UTC
-	Counts map[string]int64 // by counter; counters with no usage are absent
-}
-
 // UsageDays returns tenant's counts for the n UTC days from the day of
 // first, in order, in one round trip: a tenant's days share one slot.
 func (s *Store) UsageDays(ctx context.Context, tenant string, first time.Time, n int) ([]UsageDay, error) {

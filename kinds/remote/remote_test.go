@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
+
 	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/leasehold/leasehold/cancel"
 	"github.com/leasehold/leasehold/execution"
-	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -38,7 +39,7 @@ const kind = "remote.test"
 // fixture is a test's slice of the shared Redis and NATS, a handler on an
 // httptest server, and the workers that call it.
 type fixture struct {
-	store   *job.Store
+	store   *store.Store
 	flags   *cancel.Flags
 	nc      *nats.Conn
 	prefix  string
@@ -52,10 +53,8 @@ func newFixture(t testing.TB, handler http.HandlerFunc) *fixture {
 	f := &fixture{nc: testenv.NATS(t).Conn(t), prefix: testenv.Prefix(t)}
 	f.subject = "test.cancel." + strings.ReplaceAll(strings.TrimSuffix(f.prefix, ":"), ":", ".")
 	var err error
-	if f.store, err = job.NewStore(rdb, job.Config{Prefix: f.prefix}); err != nil {
-		t.Fatal(err)
-	}
-	if f.flags, err = cancel.New(store.New(rdb, store.Config{Prefix: f.prefix}), f.nc, cancel.Config{Subject: f.subject}); err != nil {
+	f.store = store.New(rdb, store.Config{Prefix: f.prefix})
+	if f.flags, err = cancel.New(f.store, f.nc, cancel.Config{Subject: f.subject}); err != nil {
 		t.Fatal(err)
 	}
 	f.srv = httptest.NewServer(handler)

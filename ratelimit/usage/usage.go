@@ -20,7 +20,7 @@ const (
 	DefaultMarkTTL = 8 * 24 * time.Hour
 	// DefaultRetention is how long a day's counts are kept after the day
 	// ends: a year and a month, for billing and a year-on-year look.
-	DefaultRetention = 400 * 24 * time.Hour
+	DefaultRetention = store.DefaultUsageRetention
 )
 
 // MaxDays is the most days one Get returns.
@@ -331,7 +331,7 @@ func Lifecycle() []string {
 // retention after the day ends: what a queue's day of lifecycle counts
 // expires at.
 func DropAt(at time.Time, retention time.Duration) time.Time {
-	return utcDay(at).Add(24 * time.Hour).Add(retention)
+	return store.UsageDropAt(at, retention)
 }
 
 // Retention is how long c keeps a day's counts after the day ends.

@@ -155,18 +155,23 @@ export async function limitHistory(key) {
   return columns;
 }
 
-// allLimits reads GET /v1/limits a page after another while it answers a
-// next_cursor, and returns every key the caller may see as one answer:
-// {limits: [...]}.
-export async function allLimits() {
-  const limits = [];
+// allPages reads GET path a page of 500 after another while it answers a
+// next_cursor, and returns the items of every page's field as one list.
+export async function allPages(path, field) {
+  const items = [];
   let cursor = null;
   do {
-    const body = await call('GET', `/v1/limits${query({ limit: 500, cursor })}`);
-    limits.push(...body.limits);
+    const body = await call('GET', `${path}${query({ limit: 500, cursor })}`);
+    items.push(...body[field]);
     cursor = body.next_cursor;
   } while (cursor);
-  return { limits };
+  return items;
+}
+
+// allLimits returns every key the caller may see as one answer of GET
+// /v1/limits: {limits: [...]}.
+export async function allLimits() {
+  return { limits: await allPages('/v1/limits', 'limits') };
 }
 
 // retryMatching runs the bulk retry, a call after another while the API

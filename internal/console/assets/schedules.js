@@ -1,10 +1,10 @@
-// Schedules: the caller's schedules with the job each fires (kind and
-// input), their next run in the schedule's own zone, their last run and
-// the job it fired, and the actions on each: edit, pause or resume,
-// trigger (fire once now) and delete. A form creates a schedule, or
-// edits one: an edit replaces its cron, zone, job and overlap and keeps
-// its history (last run, last job).
-import { call } from './api.js';
+// Schedules: every schedule of the caller (read a page after another)
+// with the job each fires (kind and input), their next run in the
+// schedule's own zone, their last run and the job it fired, and the
+// actions on each: edit, pause or resume, trigger (fire once now) and
+// delete. A form creates a schedule, or edits one: an edit replaces its
+// cron, zone, job and overlap and keeps its history (last run, last job).
+import { allPages, call } from './api.js';
 import { h, field, message, replace, select, table, time } from './dom.js';
 
 export function render(root) {
@@ -25,7 +25,7 @@ export function render(root) {
 
   async function refresh() {
     try {
-      const { schedules } = await call('GET', '/v1/schedules');
+      const schedules = await allPages('/v1/schedules', 'schedules');
       // Its cells wrap: the table fits a desktop's width without scrolling.
       replace(list, schedules.length === 0 ? h('p', {}, 'No schedule yet: create one below.') : h('div', { class: 'wraps' },
         table(null, ['Name', 'Cron', 'Job', 'Next run', 'Last run', 'State', 'Actions'], schedules.map((x) => {

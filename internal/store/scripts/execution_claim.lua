@@ -61,10 +61,10 @@
 -- Every change of a job's state is a move (transition.lua).
 --
 -- In order, one local function each: delete_retired; check, which reads
--- every candidate and, for those with due work, reaps, expires and
--- promotes; waiting, the candidates still in their lanes; lanes_of, their
--- lanes and turns; take, which chooses the jobs (lanes in turn, keys
--- held); start, which claims them.
+-- every candidate (due.lua's due_read) and, for those with due work,
+-- reaps, expires and promotes (due.lua); waiting, the candidates still in
+-- their lanes; lanes_of, their lanes and turns; take, which chooses the
+-- jobs (lanes in turn, keys held); start, which claims them.
 local ready, scheduled, leases, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local fence, fair, stats, retired = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local want, ttl, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -78,129 +78,18 @@ local now = math.floor(now_us / 1000)
 local tx = transitions(stats, retired, now, retention, maxlen, KEYS[#KEYS])
 use_day(tx, KEYS[#KEYS - 1], ARGV[#ARGV])
 
--- read reads candidate i (its id, job hash, events and lane) in one
--- HMGET: what a claim decides on and hands out, and error, the one shown
--- field (transition.lua) the claim's move neither writes nor knows (a job
--- waiting to run has no cancel request: a cancel ends a waiting job, a
--- retry clears it). A candidate with due work (due) also reads what its
--- moves depend on. The fields are in c.f at the places named below (a
--- table keyed by name would cost a claim a tenth of its work); c.state is
--- false when the job does not exist.
-local ATTEMPT, STARTED_AT, MAX_WAIT_MS, KIND, INPUT, TIMEOUT_MS, EXEC_ID = 3, 4, 5, 6, 7, 8, 9
-local TRACE, EXEC_TRACE, ERROR, COST, STATES, UNSPENT = 10, 11, 12, 13, 14, 15
-local MAX_ATTEMPTS, PRIORITY, CANCEL_REQUESTED = 16, 17, 18
-local function read(i, id, key, events, set, name, due)
-  local f
-  if due then
-    f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent',
-      'max_attempts', 'priority', 'cancel_requested')
-  else
-    f = redis.call('HMGET', key, 'state', 'tenant', 'attempt', 'started_at', 'max_wait_ms', 'kind', 'input',
-      'timeout_ms', 'exec_id', 'trace', 'exec_trace', 'error', 'cost', 'states', 'unspent')
-  end
-  if f[1] then -- a field at its usual value is left out (implied, transition.lua)
-    f[ATTEMPT], f[STARTED_AT], f[MAX_WAIT_MS] = f[ATTEMPT] or '0', f[STARTED_AT] or '', f[MAX_WAIT_MS] or '0'
-    if due then
-      f[PRIORITY], f[CANCEL_REQUESTED] = f[PRIORITY] or '0', f[CANCEL_REQUESTED] or '0'
-    end
-  end
-  return {i = i, id = id, key = key, events = events, lane = set, name = name, place = 0, state = f[1],
-    tenant = f[2], states = f[STATES], f = f}
-end
-
-local function fail(code, message)
-  return cjson.encode({code = code, message = message})
-end
+-- The due work of the candidates (due.lua): the queue's keys and clock.
+local due = {leases = leases, scheduled = scheduled, deadlines = deadlines, fair = fair, ready = ready, now = now,
+  backoff = backoff, tx = tx}
 
 -- delete_retired deletes the retired jobs the peek found past their
--- retention (checked again: the peek only read): their record, events,
--- folded key and listing entries, and their charges given back. The ids follow the candidates' ARGV at at.
+-- retention (due.lua). The ids follow the candidates' ARGV at at.
 local function delete_retired(at)
-  local r = tonumber(ARGV[at + 1] or '0')
-  if r == 0 then
-    return
-  end
   local ids = {}
-  for k = 1, r do
+  for k = 1, tonumber(ARGV[at + 1] or '0') do
     ids[k] = ARGV[at + 1 + k]
   end
-  local due_at = redis.call('ZMSCORE', retired, unpack(ids))
-  local gone, dead, indexes, charges = {}, {}, {}, {}
-  for k = 1, r do
-    if due_at[k] and tonumber(due_at[k]) <= now then
-      local base = 4 + 3 * n + 5 * k
-      gone[#gone + 1] = ids[k]
-      dead[#dead + 1], dead[#dead + 2], dead[#dead + 3] = KEYS[base], KEYS[base + 1], KEYS[base + 3]
-      indexes[#indexes + 1], charges[#charges + 1] = KEYS[base + 2], KEYS[base + 4]
-    end
-  end
-  if #gone > 0 then
-    forget(retired, gone, dead, indexes, charges)
-  end
-end
-
--- reap finalises c's execution if its lease expired: the owner is gone.
--- Its job is retried (spending the attempt), or fails on its last attempt,
--- or, when a cancel was acknowledged, is cancelled, never retried. The
--- execution is counted in its tenant's usage as lost.
-local function reap(c)
-  local lease = redis.call('ZSCORE', leases, c.id)
-  if not lease or tonumber(lease) > now then
-    return
-  end
-  redis.call('ZREM', leases, c.id)
-  if c.state ~= 'running' then
-    return
-  end
-  local next, err
-  if c.f[CANCEL_REQUESTED] == '1' then
-    next, err = 'cancelled', fail('cancelled', 'cancelled; its worker was lost')
-  elseif tonumber(c.f[ATTEMPT]) >= tonumber(c.f[MAX_ATTEMPTS]) then
-    next, err = 'failed', fail('lease_lost', 'worker lost on the last attempt')
-  else
-    next, err = 'retrying', fail('lease_lost', 'worker lost; retrying')
-    redis.call('ZADD', scheduled, int(now + backoff), c.id)
-  end
-  local fields = {'error', err, 'exec_state', 'lost', 'exec_finished_at', tx.now_s}
-  move(tx, c, next, fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
-  use(tx, c.tenant, 'executions_lost')
-end
-
--- expire ends c as expired if it waited past its max_wait without
--- starting; expired gets its lane.
-local function expire(c, expired)
-  local deadline = redis.call('ZSCORE', deadlines, c.id)
-  local state = c.state
-  if not deadline or tonumber(deadline) > now or (state ~= 'queued' and state ~= 'retrying') then
-    return
-  end
-  fair_remove(fair, ready, c.lane, c.name, c.id)
-  redis.call('ZREM', scheduled, c.id)
-  redis.call('ZREM', deadlines, c.id)
-  local fields = {'error', fail('max_wait_exceeded', 'waited longer than max_wait without starting')}
-  move(tx, c, 'expired', fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
-  expired[#expired + 1] = c.name
-end
-
--- promote makes c ready if its time came (a delay, a retry's backoff, a
--- wait's timeout: then its next execution is told the wait timed out).
-local function promote(c)
-  local due = redis.call('ZSCORE', scheduled, c.id)
-  local state = c.state
-  if not due or tonumber(due) > now or (state ~= 'queued' and state ~= 'retrying' and state ~= 'waiting') then
-    return
-  end
-  redis.call('ZREM', scheduled, c.id)
-  fair_push(fair, ready, c.lane, c.name, c.id, c.f[PRIORITY], now)
-  if state == 'retrying' then
-    move(tx, c, 'queued', {}, c.f[ATTEMPT], shown_of(c.key))
-  elseif state == 'waiting' then
-    local name = redis.call('HGET', c.key, 'wait_for') or ''
-    local fields = {'error', fail('wait_timeout', 'the wait for signal "' .. name .. '" timed out')}
-    resumed(fields, signal_json(name, 'null', true))
-    move(tx, c, 'queued', fields, c.f[ATTEMPT], with(shown_of(c.key), fields))
-  end
+  due_delete_retired(due, retired, ids, 9 + 3 * n)
 end
 
 -- check reads every candidate again and does the due work of the first d.
@@ -214,20 +103,16 @@ local function check()
   end
   local live, reclaimed, expired = {}, {}, {}
   for i = 1, n do
-    local c = read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], ARGV[8 + 3 * n + i], i <= d)
+    local c = due_read(i, ARGV[8 + i], KEYS[6 + 3 * i], KEYS[7 + 3 * i], KEYS[8 + 3 * i], ARGV[8 + 3 * n + i], i <= d)
     if not c.state then
-      -- The record is gone (retention ran out): drop what still points at it.
-      -- (Only a terminal job's record is deleted, and those wait in no lane.)
-      redis.call('ZREM', scheduled, c.id)
-      redis.call('ZREM', leases, c.id)
-      redis.call('ZREM', deadlines, c.id)
+      due_gone(due, c.id) -- the record is gone (retention ran out)
     elseif c.state == 'running' and ours[c.f[EXEC_ID]] then
       reclaimed[#reclaimed + 1] = c
     else
       if i <= d then
-        reap(c)
-        expire(c, expired)
-        promote(c)
+        due_reap(due, c)
+        due_expire(due, c, expired)
+        due_promote(due, c)
       end
       live[#live + 1] = c
     end

@@ -1,6 +1,6 @@
 -- Folds ended jobs of one queue (fold, transition.lua: their events and
 -- long fields into their folded keys, their hashes into listpacks), a
--- while after they ended: execution/fold.go picks them from the retired
+-- while after they ended: internal/store/exec_fold.go picks them from the retired
 -- index, in the order of its scores, and passes the highest score it took;
 -- and those due again in fold_later.
 -- KEYS[1] stats   KEYS[2] retired   KEYS[3] fold_later
@@ -10,12 +10,12 @@
 -- (0: none)   ARGV[2] the highest retired score a job may have to be
 -- folded (its end long enough ago)   ARGV[3] again_ms: how long after a
 -- pass a job passed over is looked at again   ARGV[3 + i] job i's id
--- (newFoldArgs in execution/fold.go is the one place in Go that lays these
+-- (foldArgs in internal/store/exec_fold.go is the one place in Go that lays these
 -- KEYS and ARGV out: change the two together.)
 -- Returns the retired score the queue's jobs are folded up to (the higher
 -- of ARGV[1] and the one stored: another reaper may be further on), then
 -- the ids of the jobs it folded, and of those folded before and unpacked
--- since, which Go packs (execution/fold.go).
+-- since, which Go packs (internal/store/exec_fold.go).
 --
 -- A job is left, and out of fold_later, when it is not in the retired
 -- index (retried or deleted since it was picked), its retention is over

@@ -6,7 +6,7 @@
 -- KEYS[2i - 1] job hash and KEYS[2i] folded key of job i (1..n)
 -- ARGV, for each job in turn: m, the number of strings its HGETALL read,
 -- then those m strings, the folded key's JSON read, and the packed value
--- (newPackArgs in execution/fold.go is the one place in Go that lays these
+-- (packArgs in internal/store/exec_fold.go is the one place in Go that lays these
 -- KEYS and ARGV out: change the two together.)
 -- Returns how many jobs it packed.
 local at, packed = 1, 0

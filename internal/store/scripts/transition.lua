@@ -272,7 +272,7 @@ local function deliver(tx, j, fields)
 end
 
 -- An ended job is folded a while after its end (fold, run by the workers'
--- reapers: execution/fold.go), to cost little for the rest of its
+-- reapers: internal/store/exec_fold.go), to cost little for the rest of its
 -- retention: a job gets no more events until a retry. Its events leave
 -- their stream or its states field (a stream costs a few hundred bytes of its own and a node
 -- preallocated to stream-node-max-bytes, 4 KB by default), and every field
