@@ -76,7 +76,7 @@ func NewClient(rdb redis.UniversalClient, cfg Config) (*Client, error) {
 	}
 	wcfg := cfg.Worker
 	if wcfg.Usage == nil {
-		counters, err := usage.New(rdb, usage.Config{Prefix: wcfg.Prefix})
+		counters, err := usage.New(store.New(rdb, store.Config{Prefix: wcfg.Prefix}), usage.Config{})
 		if err != nil {
 			return nil, fmt.Errorf("leasehold: %w", err)
 		}

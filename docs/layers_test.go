@@ -122,7 +122,6 @@ func TestOnlyTheStoreTalksToRedis(t *testing.T) {
 	notYet := map[string]bool{
 		"execution": true, "internal/cli": true,
 		"internal/httpapi": true, "internal/replicas": true,
-		"ratelimit": true, "ratelimit/usage": true,
 	}
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
 	if err != nil {

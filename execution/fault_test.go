@@ -1068,7 +1068,7 @@ func TestClaimWhoseReplyIsLostStillRunsTheJob(t *testing.T) {
 	proxied.rdb = redis.NewClient(&redis.Options{Addr: proxy.addr()})
 	t.Cleanup(func() { proxied.rdb.Close() })
 
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	counters, err := usage.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

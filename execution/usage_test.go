@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -23,7 +24,7 @@ import (
 func TestUsageCountsLostAndRetriedExecutions(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	counters, err := usage.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestUsageCountsLostAndRetriedExecutions(t *testing.T) {
 func TestUsageOfAWorkerThatCountsNone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	counters, err := usage.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

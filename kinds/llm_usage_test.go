@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -18,7 +19,7 @@ import (
 // reported usage counts none.
 func TestLLMChatCountsTokens(t *testing.T) {
 	t.Parallel()
-	counters, err := usage.New(testenv.Redis(t).Client(t), usage.Config{Prefix: testenv.Prefix(t)})
+	counters, err := usage.New(store.New(testenv.Redis(t).Client(t), store.Config{Prefix: testenv.Prefix(t)}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestLLMChatCountsTokens(t *testing.T) {
 // its usage.
 func TestLLMChatCountsTokensOfACutStream(t *testing.T) {
 	t.Parallel()
-	counters, err := usage.New(testenv.Redis(t).Client(t), usage.Config{Prefix: testenv.Prefix(t)})
+	counters, err := usage.New(store.New(testenv.Redis(t).Client(t), store.Config{Prefix: testenv.Prefix(t)}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/fakellm"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -52,7 +53,7 @@ func TestMemoryPerFinishedChatJob(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			rdb := testenv.StartRedis(t, c.args...).Client(t)
-			counters, err := usage.New(rdb, usage.Config{})
+			counters, err := usage.New(store.New(rdb, store.Config{}), usage.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

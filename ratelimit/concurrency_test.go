@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -220,7 +221,7 @@ func helperHammer() int {
 	alg := algorithmNamed(os.Getenv(envAlg))
 	r := concurrencyRate(alg)
 	prefix, subject := os.Getenv(envPrefix), os.Getenv(envSubject)
-	l, err := alg.new(rdb, ratelimit.Config{Rate: r, Prefix: prefix})
+	l, err := alg.new(store.New(rdb, store.Config{Prefix: prefix}), ratelimit.Config{Rate: r})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -47,7 +48,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	shared, err := ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: rate})
+	shared, err := ratelimit.NewTokenBucket(store.New(rdb, store.Config{}), ratelimit.Config{Rate: rate})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/ratelimit"
 )
@@ -22,8 +23,8 @@ func TestFallbackOnlyWhileRedisIsDown(t *testing.T) {
 	// No retries: each call finds the outage at once.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	shared, err := ratelimit.NewFixedWindow(rdb, ratelimit.Config{
-		Rate: ratelimit.Rate{Limit: 100, Period: time.Hour}, Prefix: testenv.Prefix(t)})
+	shared, err := ratelimit.NewFixedWindow(store.New(rdb, store.Config{Prefix: testenv.Prefix(t)}), ratelimit.Config{
+		Rate: ratelimit.Rate{Limit: 100, Period: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 // algorithm is one of the four limiters, as the tests build it.
 type algorithm struct {
 	name string
-	new  func(redis.UniversalClient, ratelimit.Config) (ratelimit.Limiter, error)
+	new  func(*store.Store, ratelimit.Config) (ratelimit.Limiter, error)
 	// key is the Redis key the limiter keeps subject's state in.
 	key func(ks keys.Space, subject string, r ratelimit.Rate) string
 }
@@ -28,29 +29,29 @@ type algorithm struct {
 var algorithms = []algorithm{
 	{
 		name: "token_bucket",
-		new: func(rdb redis.UniversalClient, cfg ratelimit.Config) (ratelimit.Limiter, error) {
-			return ratelimit.NewTokenBucket(rdb, cfg)
+		new: func(st *store.Store, cfg ratelimit.Config) (ratelimit.Limiter, error) {
+			return ratelimit.NewTokenBucket(st, cfg)
 		},
 		key: func(ks keys.Space, subject string, _ ratelimit.Rate) string { return ks.RateBucket(subject) },
 	},
 	{
 		name: "sliding_log",
-		new: func(rdb redis.UniversalClient, cfg ratelimit.Config) (ratelimit.Limiter, error) {
-			return ratelimit.NewSlidingLog(rdb, cfg)
+		new: func(st *store.Store, cfg ratelimit.Config) (ratelimit.Limiter, error) {
+			return ratelimit.NewSlidingLog(st, cfg)
 		},
 		key: func(ks keys.Space, subject string, r ratelimit.Rate) string { return ks.RateLog(subject, r.Period) },
 	},
 	{
 		name: "sliding_window",
-		new: func(rdb redis.UniversalClient, cfg ratelimit.Config) (ratelimit.Limiter, error) {
-			return ratelimit.NewSlidingWindow(rdb, cfg)
+		new: func(st *store.Store, cfg ratelimit.Config) (ratelimit.Limiter, error) {
+			return ratelimit.NewSlidingWindow(st, cfg)
 		},
 		key: func(ks keys.Space, subject string, r ratelimit.Rate) string { return ks.RateWindow(subject, r.Period) },
 	},
 	{
 		name: "fixed_window",
-		new: func(rdb redis.UniversalClient, cfg ratelimit.Config) (ratelimit.Limiter, error) {
-			return ratelimit.NewFixedWindow(rdb, cfg)
+		new: func(st *store.Store, cfg ratelimit.Config) (ratelimit.Limiter, error) {
+			return ratelimit.NewFixedWindow(st, cfg)
 		},
 		key: func(ks keys.Space, subject string, r ratelimit.Rate) string { return ks.RateFixed(subject, r.Period) },
 	},
@@ -90,7 +91,7 @@ type fixture struct {
 func newFixture(t testing.TB, rdb redis.UniversalClient, alg algorithm, r ratelimit.Rate) *fixture {
 	t.Helper()
 	prefix := testenv.Prefix(t)
-	l, err := alg.new(rdb, ratelimit.Config{Rate: r, Prefix: prefix})
+	l, err := alg.new(store.New(rdb, store.Config{Prefix: prefix}), ratelimit.Config{Rate: r})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/ratelimit"
 )
@@ -66,17 +67,17 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			if name == "inexact, 2^53 µs" && (alg.name == "sliding_log" || alg.name == "fixed_window") {
 				continue // their scripts never multiply the limit by the period
 			}
-			if _, err := alg.new(rdb, ratelimit.Config{Rate: r}); !errors.Is(err, ratelimit.ErrInvalid) {
+			if _, err := alg.new(store.New(rdb, store.Config{}), ratelimit.Config{Rate: r}); !errors.Is(err, ratelimit.ErrInvalid) {
 				t.Errorf("%s, %s: %v, want ErrInvalid", alg.name, name, err)
 			}
 		}
 	}
 	for _, alg := range algorithms {
 		if _, err := alg.new(nil, ratelimit.Config{Rate: ratelimit.Rate{Limit: 1, Period: time.Second}}); !errors.Is(err, ratelimit.ErrInvalid) {
-			t.Errorf("%s, nil client: %v, want ErrInvalid", alg.name, err)
+			t.Errorf("%s, nil store: %v, want ErrInvalid", alg.name, err)
 		}
 		burst := ratelimit.Config{Rate: ratelimit.Rate{Limit: 1, Period: time.Second, Burst: 5}}
-		_, err := alg.new(rdb, burst)
+		_, err := alg.new(store.New(rdb, store.Config{}), burst)
 		if alg.name == "token_bucket" {
 			if err != nil {
 				t.Errorf("token bucket with a burst: %v", err)

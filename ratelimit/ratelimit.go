@@ -7,10 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
+	"github.com/leasehold/leasehold/internal/store"
 )
 
 // ErrInvalid is wrapped by every error about bad input: a subject, a cost, a
@@ -57,29 +54,27 @@ type Config struct {
 	// the token bucket's capacity (0 means Rate.Limit) and must be 0 for the
 	// window algorithms. Required.
 	Rate Rate
-	// Prefix starts every key; default keys.DefaultPrefix.
-	Prefix string
 }
 
 // maxExact is 2^53: past it Lua numbers (doubles) no longer hold every
 // integer, so the scripts' integer arithmetic would round.
 const maxExact = 1 << 53
 
-// core is what the four Redis limiters share: the client, the key space,
-// the script and how their answers read.
+// core is what the four Redis limiters share: the store, the algorithm
+// and how their answers read.
 type core struct {
-	rdb    redis.UniversalClient
-	keys   keys.Space
-	script *scripts.Script
+	store  *store.Store
+	alg    store.RateAlgorithm
 	rate   Rate
 	limit  int // Decision.Limit, and the most one request may cost
 	policy string
 }
 
-func newCore(rdb redis.UniversalClient, cfg Config, script *scripts.Script, bucket bool) (core, error) {
-	if rdb == nil {
-		return core{}, fmt.Errorf("%w: nil redis client", ErrInvalid)
+func newCore(st *store.Store, cfg Config, alg store.RateAlgorithm) (core, error) {
+	if st == nil {
+		return core{}, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
+	bucket := alg == store.RateTokenBucket
 	r := cfg.Rate
 	if err := r.validate(); err != nil {
 		return core{}, err
@@ -90,7 +85,7 @@ func newCore(rdb redis.UniversalClient, cfg Config, script *scripts.Script, buck
 	} else if r.Burst != 0 {
 		return core{}, fmt.Errorf("%w: rate %v: a burst applies to the token bucket only", ErrInvalid, r)
 	}
-	return core{rdb: rdb, keys: keys.New(cfg.Prefix), script: script, rate: r, limit: limit, policy: r.policy(bucket)}, nil
+	return core{store: st, alg: alg, rate: r, limit: limit, policy: r.policy(bucket)}, nil
 }
 
 // exact refuses rates whose scripts would compute past 2^53.
@@ -100,6 +95,20 @@ func (c core) exact() error {
 			ErrInvalid, c.rate, c.limit, c.rate.Period.Microseconds())
 	}
 	return nil
+}
+
+// allow validates a request, then counts it in Redis.
+func (c core) allow(ctx context.Context, subject string, n int) (Decision, error) {
+	if err := c.check(subject, n); err != nil {
+		return Decision{}, err
+	}
+	d, err := c.store.AllowRate(ctx, store.RateRequest{Algorithm: c.alg, Subject: subject, Limit: c.rate.Limit,
+		Period: c.rate.Period, Burst: c.limit, Cost: n})
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %w", err)
+	}
+	return Decision{Allowed: d.Allowed, Limit: c.limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter,
+		Policy: c.policy}, nil
 }
 
 // check validates a request before any Redis work.
@@ -118,21 +127,4 @@ func (c core) check(subject string, n int) error {
 		return fmt.Errorf("%w: cost %d is more than the %d the policy %s ever allows at once", ErrInvalid, n, c.limit, c.policy)
 	}
 	return nil
-}
-
-// run runs the script on key; every script answers {allowed, remaining,
-// reset_us, retry_after_us}.
-func (c core) run(ctx context.Context, subject, key string, args ...any) (Decision, error) {
-	res, err := c.script.Run(ctx, c.rdb, []string{key}, args...).Int64Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("ratelimit: %q: %w", subject, err)
-	}
-	return Decision{
-		Allowed:    res[0] == 1,
-		Limit:      c.limit,
-		Remaining:  int(res[1]),
-		Reset:      time.Duration(res[2]) * time.Microsecond,
-		RetryAfter: time.Duration(res[3]) * time.Microsecond,
-		Policy:     c.policy,
-	}, nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fakellm"
 	"github.com/leasehold/leasehold/internal/httpapi"
 	"github.com/leasehold/leasehold/internal/redisproc"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/kinds/remote"
@@ -247,7 +248,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer meters.Shutdown(context.WithoutCancel(ctx))
-	counters, err := usagecount.New(rdb, usagecount.Config{})
+	counters, err := usagecount.New(store.New(rdb, store.Config{}), usagecount.Config{})
 	if err != nil {
 		return err
 	}

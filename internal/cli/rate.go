@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/ratelimit"
 )
 
@@ -55,7 +56,7 @@ func (r RateFlags) Limiter(rdb redis.UniversalClient, prefix string, log *slog.L
 		return nil, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
 	}
 	var l ratelimit.Limiter
-	if l, err = ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: rate, Prefix: prefix}); err != nil {
+	if l, err = ratelimit.NewTokenBucket(store.New(rdb, store.Config{Prefix: prefix}), ratelimit.Config{Rate: rate}); err != nil {
 		return nil, fmt.Errorf("LEASEHOLD_RATE (--rate): %w", err)
 	}
 	if *r.fallback != "" {

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/store"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/execution"
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -36,7 +35,7 @@ func BenchmarkExecution(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 64})
 		nc := testenv.NATS(b).Conn(b)
 		prefix := testenv.Prefix(b)
-		counters, err := usage.New(rdb, usage.Config{Prefix: prefix})
+		counters, err := usage.New(store.New(rdb, store.Config{Prefix: prefix}), usage.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

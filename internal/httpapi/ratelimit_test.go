@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/httpapi"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit"
@@ -32,7 +33,7 @@ func bucket(t *testing.T, rdb redis.UniversalClient, prefix, rate string, wrap .
 		t.Fatal(err)
 	}
 	var l ratelimit.Limiter
-	if l, err = ratelimit.NewTokenBucket(rdb, ratelimit.Config{Rate: r, Prefix: prefix}); err != nil {
+	if l, err = ratelimit.NewTokenBucket(store.New(rdb, store.Config{Prefix: prefix}), ratelimit.Config{Rate: r}); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range wrap {

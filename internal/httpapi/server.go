@@ -266,7 +266,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	var err error
 	if s.usage == nil {
-		if s.usage, err = usage.New(cfg.Redis, usage.Config{Prefix: cfg.Prefix}); err != nil {
+		if s.usage, err = usage.New(store.New(cfg.Redis, store.Config{Prefix: cfg.Prefix}), usage.Config{}); err != nil {
 			return nil, fmt.Errorf("httpapi: %w", err)
 		}
 	}

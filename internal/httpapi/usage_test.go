@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/execution"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/kinds"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -61,7 +62,7 @@ func (f *fixture) usageAround(key, tenant string) map[string]int64 {
 func TestUsageCountsWorkload(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	counters, err := usage.New(f.rdb, usage.Config{Prefix: f.prefix})
+	counters, err := usage.New(store.New(f.rdb, store.Config{Prefix: f.prefix}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

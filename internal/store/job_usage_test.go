@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/store"
-
 	"github.com/leasehold/leasehold/job"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
@@ -22,7 +21,7 @@ func TestStoreCountsTheJobsItCreates(t *testing.T) {
 	t.Parallel()
 	eachBackend(t, store.Config{}, func(t *testing.T, fx fixture) {
 		ctx := t.Context()
-		counters, err := usage.New(fx.rdb, usage.Config{Prefix: fx.prefix})
+		counters, err := usage.New(store.New(fx.rdb, store.Config{Prefix: fx.prefix}), usage.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

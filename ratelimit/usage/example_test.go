@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/ratelimit/usage"
 )
 
@@ -18,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
-	counters, err := usage.New(rdb, usage.Config{})
+	counters, err := usage.New(store.New(rdb, store.Config{}), usage.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

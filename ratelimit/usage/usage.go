@@ -3,7 +3,6 @@ package usage
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,14 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/leasehold/leasehold/internal/store"
-	"github.com/leasehold/leasehold/internal/store/keys"
-	"github.com/leasehold/leasehold/internal/store/scripts"
 )
-
-var addScript = scripts.Load("ratelimit_usage_add.lua")
 
 // Defaults for Config.
 const (
@@ -46,8 +39,6 @@ var ErrConflict = errors.New("usage: event id already counted with a different n
 
 // Config configures Counters. The zero value is ready to use.
 type Config struct {
-	// Prefix starts every key; default keys.DefaultPrefix.
-	Prefix string
 	// MarkTTL is how long an event id is remembered after it was counted:
 	// a retry later than that is counted again. Default DefaultMarkTTL (8 days).
 	MarkTTL time.Duration
@@ -65,8 +56,7 @@ type Config struct {
 // counts its job, pays one script for many submissions, not one each, and
 // every caller still returns only once its events are counted.
 type Counters struct {
-	rdb       redis.UniversalClient
-	keys      keys.Space
+	store     *store.Store
 	markTTL   time.Duration
 	retention time.Duration
 
@@ -82,13 +72,14 @@ type group struct {
 	done chan struct{} // closed once the group is written
 }
 
-// Day is one UTC day's counts of a tenant.
+// Day is one UTC day's counts of a tenant: Date is midnight UTC, Counts
+// by counter (counters with no usage are absent).
 type Day = store.UsageDay
 
-// New returns Counters on rdb, which may be a Redis Cluster client.
-func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+// New returns Counters on st, which may be on a Redis Cluster.
+func New(st *store.Store, cfg Config) (*Counters, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
 	}
 	if cfg.MarkTTL < 0 || cfg.Retention < 0 {
 		return nil, fmt.Errorf("%w: negative MarkTTL or Retention", ErrInvalid)
@@ -97,8 +88,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Counters, error) {
 		return nil, fmt.Errorf("%w: MarkTTL %v: must be at least 1ms", ErrInvalid, cfg.MarkTTL)
 	}
 	return &Counters{
-		rdb:       rdb,
-		keys:      keys.New(cfg.Prefix),
+		store:     st,
 		markTTL:   cmp.Or(cfg.MarkTTL, DefaultMarkTTL),
 		retention: cmp.Or(cfg.Retention, DefaultRetention),
 		turn:      make(chan struct{}, 1),
@@ -122,11 +112,9 @@ func (c *Counters) Add(ctx context.Context, tenant, counter string, n int64, eve
 	return a.added[0], nil
 }
 
-// Event is one event that AddEach counts: its id and when it happened.
-type Event struct {
-	ID string
-	At time.Time
-}
+// Event is one event that AddEach counts: its ID and when it happened
+// (At).
+type Event = store.UsageEvent
 
 // AddEach adds n to tenant's counter once for each of events, as Add does
 // for each, in one script: what a batch of jobs submitted at once counts.
@@ -199,107 +187,42 @@ func (c *Counters) AddAll(ctx context.Context, adds []Add) []error {
 	return errs
 }
 
-// write writes adds, checked, but those errs holds an error for: those of
-// one tenant, counter and n in one script, all in one round trip. It puts
-// each one's outcome in errs.
+// write writes adds, checked, but those errs holds an error for, in one
+// round trip, and puts each one's outcome in errs.
 func (c *Counters) write(ctx context.Context, adds []Add, errs []error) {
-	type script struct {
-		Add
-		of  []int // the indexes in adds of its parts, in order
-		run *scripts.Queued
-	}
-	type name struct {
-		tenant, counter string
-		n               int64
-	}
-	var runs []*script
-	byName := map[name]*script{}
+	counts, of := make([]store.UsageCount, 0, len(adds)), make([]int, 0, len(adds))
 	for i, a := range adds {
-		if errs[i] != nil || len(a.Events) == 0 {
-			continue
+		if errs[i] == nil {
+			counts = append(counts, store.UsageCount{Tenant: a.Tenant, Counter: a.Counter, N: a.N, Events: a.Events})
+			of = append(of, i)
 		}
-		k := name{a.Tenant, a.Counter, a.N}
-		s := byName[k]
-		if s == nil {
-			s = &script{Add: Add{Tenant: a.Tenant, Counter: a.Counter, N: a.N}}
-			byName[k], runs = s, append(runs, s)
-		}
-		s.Events, s.of = append(s.Events, a.Events...), append(s.of, i)
 	}
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range runs {
-			s.run = addScript.In(ctx, p, c.rdb, c.addArgs(s.Add))
-		}
-		return nil
-	})
-	for _, s := range runs {
-		res, err := s.run.Reply(ctx).Slice()
-		if err == nil && len(res) != 2*len(s.Events) {
-			err = fmt.Errorf("%d values in the reply, want %d", len(res), 2*len(s.Events))
-		}
-		for _, i := range s.of {
-			a := &adds[i]
-			if err != nil {
-				errs[i] = fmt.Errorf("usage: add %s/%s %q: %w", a.Tenant, a.Counter, a.Events[0].ID, err)
-			} else {
-				res, errs[i] = c.added(a, res)
-			}
+	marks, serrs := c.store.CountUsage(ctx, store.UsageRetention{MarkTTL: c.markTTL, Days: c.retention}, counts)
+	for j, i := range of {
+		if serrs[j] != nil {
+			errs[i] = fmt.Errorf("usage: %w", serrs[j])
+		} else {
+			errs[i] = c.added(&adds[i], marks[j])
 		}
 	}
 }
 
-// addArgs returns the keys and arguments of a's script; a is checked.
-func (c *Counters) addArgs(a Add) scripts.Args {
-	tenant, counter, n, events := a.Tenant, a.Counter, a.N, a.Events
-	keys := make([]string, 0, 4*len(events))
-	args := append(make([]any, 0, 3+3*len(events)), counter, n, c.markTTL.Milliseconds())
-	for _, e := range events {
-		day := utcDay(e.At)
-		keys = append(keys, c.keys.UsageSeen(tenant, day), c.keys.UsageSeen(tenant, day.AddDate(0, 0, -1)),
-			c.keys.UsageSeen(tenant, day.AddDate(0, 0, 1)), c.keys.UsageDay(tenant, day))
-		args = append(args, e.ID, mark(counter, e.ID), day.Add(24*time.Hour).Add(c.retention).UnixMilli())
-	}
-	return scripts.Args{Keys: keys, Argv: args}
-}
-
-// markLen is the bytes of a mark: 96 bits. Two events of a tenant collide
-// when their marks are equal, and the second is then taken as counted
-// already (or refused with ErrConflict). A new event is looked up among
-// the marks of three days: at 10^7 events a tenant-day, 3·10^7 marks, the
-// chance that any of a day's 10^7 events collides is about
-// 10^7 · 3·10^7 / 2^96 ≈ 4·10^-15. In a Redis hash a field of up to 14
-// bytes costs what one of 8 does (a 16-byte allocation): 56 bytes a mark
-// in all, where "<counter>:<event id>" cost 104 (Redis 7.0).
-const markLen = 12
-
-// mark is the field that marks eventID counted in counter: the first
-// markLen bytes of the SHA-256 of "<counter>:<event id>", the field of
-// the versions before it (still looked up: ratelimit_usage_add.lua).
-func mark(counter, eventID string) string {
-	sum := sha256.Sum256([]byte(counter + ":" + eventID))
-	return string(sum[:markLen])
-}
-
-// added reads a's part of its script's reply, res (two values per event,
-// a's events first), into a.added when wanted, and returns the rest of
-// res and a's error.
-func (c *Counters) added(a *Add, res []any) ([]any, error) {
-	rest := res[2*len(a.Events):]
+// added reads what counting a's events found into a.added when wanted,
+// and returns a's error.
+func (c *Counters) added(a *Add, marks []store.UsageMark) error {
 	for i, e := range a.Events {
-		switch res[2*i] {
-		case int64(1):
+		switch m := marks[i]; {
+		case m.Added:
 			if a.added != nil {
 				a.added[i] = true
 			}
-		case int64(0):
-			if first, _ := res[2*i+1].(string); first != strconv.FormatInt(a.N, 10) {
-				return rest, fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, a.Tenant, a.Counter, e.ID, first, a.N)
-			}
-		default:
-			return rest, fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
+		case m.Expired:
+			return fmt.Errorf("%w: %s is past the %v retention", ErrInvalid, utcDay(e.At).Format(time.DateOnly), c.retention)
+		case m.Was != strconv.FormatInt(a.N, 10):
+			return fmt.Errorf("%w: %s/%s %q was counted with n %s, now %d", ErrConflict, a.Tenant, a.Counter, e.ID, m.Was, a.N)
 		}
 	}
-	return rest, nil
+	return nil
 }
 
 // checkAdd refuses what AddEach refuses before any Redis work.
@@ -349,25 +272,9 @@ func (c *Counters) Get(ctx context.Context, tenant string, from, to time.Time) (
 		return nil, fmt.Errorf("%w: %s to %s: want 1 to %d days", ErrInvalid,
 			first.Format(time.DateOnly), last.Format(time.DateOnly), MaxDays)
 	}
-	// One round trip: a tenant's days share one slot, so one node.
-	pipe := c.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, n)
-	for i := range cmds {
-		cmds[i] = pipe.HGetAll(ctx, c.keys.UsageDay(tenant, first.AddDate(0, 0, i)))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("usage: get %s: %w", tenant, err)
-	}
-	days := make([]Day, n)
-	for i, cmd := range cmds {
-		days[i] = Day{Date: first.AddDate(0, 0, i), Counts: make(map[string]int64, len(cmd.Val()))}
-		for counter, v := range cmd.Val() {
-			count, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("usage: get %s: %s/%s holds %q: %w", tenant, days[i].Date.Format(time.DateOnly), counter, v, err)
-			}
-			days[i].Counts[counter] = count
-		}
+	days, err := c.store.UsageDays(ctx, tenant, first, n)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
 	}
 	return days, nil
 }

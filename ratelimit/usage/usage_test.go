@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 	"github.com/leasehold/leasehold/ratelimit/usage"
@@ -32,12 +33,12 @@ func eachBackend(t *testing.T, test func(t *testing.T, rdb redis.UniversalClient
 
 func newCounters(t testing.TB, rdb redis.UniversalClient, cfg usage.Config) (*usage.Counters, keys.Space) {
 	t.Helper()
-	cfg.Prefix = testenv.Prefix(t)
-	c, err := usage.New(rdb, cfg)
+	prefix := testenv.Prefix(t)
+	c, err := usage.New(store.New(rdb, store.Config{Prefix: prefix}), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, keys.New(cfg.Prefix)
+	return c, keys.New(prefix)
 }
 
 // today is midnight UTC of the current day, so the tests stay inside the
@@ -273,7 +274,7 @@ func TestBadInputIsRefused(t *testing.T) {
 	if _, err := usage.New(nil, usage.Config{}); !errors.Is(err, usage.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
-	if _, err := usage.New(rdb, usage.Config{MarkTTL: -time.Second}); !errors.Is(err, usage.ErrInvalid) {
+	if _, err := usage.New(store.New(rdb, store.Config{}), usage.Config{MarkTTL: -time.Second}); !errors.Is(err, usage.ErrInvalid) {
 		t.Errorf("negative MarkTTL: %v, want ErrInvalid", err)
 	}
 }
@@ -517,7 +518,7 @@ func TestAddAllAfterScriptFlush(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.StartRedis(t).Client(t)
 	ctx := t.Context()
-	c, err := usage.New(rdb, usage.Config{Prefix: testenv.Prefix(t)})
+	c, err := usage.New(store.New(rdb, store.Config{Prefix: testenv.Prefix(t)}), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
