@@ -233,7 +233,7 @@ func (q *queue) peek(ctx context.Context, want, look int, last *hints, r *reserv
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pk = q.peekIn(ctx, pipe, look, last.heads, perLaneOf(want, last.heads, blocked), blocked)
 		if early != nil {
-			early.acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
+			early.acquiring = q.st.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
 		return nil
 	})
@@ -336,7 +336,7 @@ func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, n
 		var run *scripts.Queued
 		_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			if len(r.later) > 0 {
-				acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, r.later)
+				acquiring = q.st.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, r.later)
 			}
 			run = claimScript.In(ctx, pipe, q.rdb, args)
 			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)

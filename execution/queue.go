@@ -38,7 +38,10 @@ const dueBatch = store.DueBatch
 // queue runs one queue's execution scripts. All its keys share the queue's
 // hash tag, so each script is atomic on a Redis Cluster too.
 type queue struct {
-	name      string
+	name string
+	// st sends the queue's commands; the slots of concurrency keys are
+	// its lease sets, one per key for the whole fleet, each in the key's
+	// own hash slot.
 	st        *store.Store
 	rdb       redis.UniversalClient
 	keys      keys.Space
@@ -47,9 +50,6 @@ type queue struct {
 	backoff   func(attempt int) time.Duration
 	maxEvents int // per execution
 	limits    *limits
-	// leases holds the slots of concurrency keys: one lease set per key
-	// for the whole fleet, in the key's own hash slot.
-	leases *store.Store
 	// back is how soon this worker comes back to a lane whose keys were
 	// full: how long a refusal marks the jobs as waiting (store.AcquireLeases).
 	back time.Duration
@@ -569,7 +569,7 @@ func (q *queue) reserve(ctx context.Context, r *reservation, want int, pl claimP
 			}
 		}
 	case len(asks.list) > 0:
-		grants, errs := q.leases.AcquireLeases(ctx, q.ttl, q.back, asks.list)
+		grants, errs := q.st.AcquireLeases(ctx, q.ttl, q.back, asks.list)
 		r.add(asks.list, grants, errs)
 	}
 	for _, i := range asked {
@@ -708,10 +708,10 @@ func (q *queue) releaseIn(ctx context.Context, p redis.Pipeliner, key string, ss
 		for i, s := range ss {
 			holders[i] = s.Holder
 		}
-		q.leases.ReleaseLeasesIn(ctx, p, key, holders...)
+		q.st.ReleaseLeasesIn(ctx, p, key, holders...)
 		return nil
 	}
-	return q.leases.SettleLeasesIn(ctx, p, key, int(q.limits.of(key)), leaseBudget(b), ss)
+	return q.st.SettleLeasesIn(ctx, p, key, int(q.limits.of(key)), leaseBudget(b), ss)
 }
 
 // perLane is how many jobs of each of n lanes a claim of want reads: enough
@@ -839,7 +839,7 @@ func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatS
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}
-	gone, err := q.leases.RenewLeases(ctx, q.ttl, held)
+	gone, err := q.st.RenewLeases(ctx, q.ttl, held)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
 	}

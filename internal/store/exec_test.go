@@ -15,7 +15,7 @@ import (
 // client and its keys.
 func newExecStore(t *testing.T) (*Store, redis.UniversalClient, keys.Space) {
 	t.Helper()
-	rdb := testenv.StartRedis(t).Client(t) // the package has no shared server (testenv.Main)
+	rdb := testenv.Redis(t).Client(t)
 	prefix := testenv.Prefix(t)
 	return New(rdb, Config{Prefix: prefix}), rdb, keys.New(prefix)
 }
@@ -57,7 +57,7 @@ func TestWorkerRegistry(t *testing.T) {
 	}
 }
 
-// PausedQueues reads the set the API writes; CancelRequested reads each
+// PausedQueues reads the set the API writes; JobsCancelRequested reads each
 // job's cancel_requested, false for a job not asked for or gone.
 func TestPausedQueuesAndCancelRequested(t *testing.T) {
 	t.Parallel()
@@ -74,7 +74,7 @@ func TestPausedQueuesAndCancelRequested(t *testing.T) {
 	rdb.HSet(ctx, ks.Job("q", "j1"), "cancel_requested", "1")
 	rdb.HSet(ctx, ks.Job("q", "j2"), "cancel_requested", "0")
 	rdb.HSet(ctx, ks.Job("q", "j4"), "cancel_requested", "1")
-	got, err := s.CancelRequested(ctx, []QueuedJob{{"q", "j1"}, {"q", "j2"}, {"q", "j3"}, {"", "j4"}})
+	got, err := s.JobsCancelRequested(ctx, []QueuedJob{{"q", "j1"}, {"q", "j2"}, {"q", "j3"}, {"", "j4"}})
 	if err != nil || len(got) != 4 || !got[0] || got[1] || got[2] || got[3] {
 		t.Fatalf("cancel requested: %v, %v; want [true false false false]", got, err)
 	}
