@@ -23,12 +23,9 @@ import (
 )
 
 var (
-	peekScript       = scripts.Load("execution_peek.lua", "fair.lua")
-	claimScript      = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua", "due.lua")
-	heartbeatScript  = scripts.Load("execution_heartbeat.lua")
-	finishScript     = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
-	emitScript       = scripts.Load("execution_emit.lua", "states.lua")
-	checkpointScript = scripts.Load("execution_checkpoint.lua")
+	peekScript   = scripts.Load("execution_peek.lua", "fair.lua")
+	claimScript  = scripts.Load("execution_claim.lua", "fence.lua", "fair.lua", "batch.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua", "due.lua")
+	finishScript = scripts.Load("execution_finish.lua", "fair.lua", "stats.lua", "finished.lua", "states.lua", "transition.lua", "signal.lua")
 )
 
 // dueBatch bounds how much due work (expired leases, due retries, passed
@@ -793,70 +790,14 @@ func (q *queue) candidates(ctx context.Context, due, heads []string, want int, b
 	return ids, lanes, nil
 }
 
-// newHeartbeatArgs lays out the heartbeat script's KEYS and ARGV for a
-// renewal of execs' leases. It is the one place in Go that knows that
-// layout, which the header of internal/store/scripts/execution_heartbeat.lua
-// documents: change the two together.
-func (q *queue) newHeartbeatArgs(execs []*Execution) scripts.Args {
-	a := scripts.Args{Keys: make([]string, 0, 1+len(execs)), Argv: make([]any, 0, 1+3*len(execs))}
-	// KEYS[1], ARGV[1]
-	a.Keys = append(a.Keys, q.keys.QueueLeases(q.name))
-	a.Argv = append(a.Argv, q.ttl.Milliseconds())
-	// KEYS[1+i] and ARGV[3i-1 .. 3i+1] of execution i (1..n)
-	for _, e := range execs {
-		a.Keys = append(a.Keys, q.keys.Job(q.name, e.JobID))
-		a.Argv = append(a.Argv, e.JobID, e.token.String(), e.ID)
+// heartbeat renews every execution of execs (all of this queue): their
+// leases and the slots of their keys (store.HeartbeatExecutions).
+func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]store.ExecutionStatus, error) {
+	p := store.HeartbeatParams{Queue: q.name, TTL: q.ttl, Executions: make([]store.RunningExecution, len(execs))}
+	for i, e := range execs {
+		p.Executions[i] = e.owner()
 	}
-	return a
-}
-
-// heartbeatStatus is what a heartbeat learned about one execution.
-type heartbeatStatus int
-
-const (
-	heartbeatLost heartbeatStatus = iota
-	heartbeatHeld
-	heartbeatCancelRequested
-)
-
-// heartbeat renews every execution of execs (all of this queue) and reads
-// their cancel state (one script), then renews the slots they hold of
-// their concurrency keys (one script per key, in the keys' own slots): two
-// round trips. An execution that lost a slot of a key has lost its lease:
-// the slot may be someone else's now.
-func (q *queue) heartbeat(ctx context.Context, execs []*Execution) ([]heartbeatStatus, error) {
-	held := map[string][]string{}
-	for _, e := range execs {
-		for _, k := range e.keys {
-			held[k] = append(held[k], e.ID)
-		}
-	}
-	args := q.newHeartbeatArgs(execs)
-	res, err := heartbeatScript.RunArgs(ctx, q.rdb, args).Int64Slice()
-	if err == nil && len(res) != len(execs) {
-		err = fmt.Errorf("%d values in the reply, want %d", len(res), len(execs))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
-	}
-	gone, err := q.st.RenewLeases(ctx, q.ttl, held)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat %s: %w", q.name, err)
-	}
-	lost := map[string]bool{}
-	for _, ids := range gone {
-		for _, id := range ids {
-			lost[id] = true
-		}
-	}
-	out := make([]heartbeatStatus, len(res))
-	for i, r := range res {
-		out[i] = heartbeatStatus(r)
-		if lost[execs[i].ID] {
-			out[i] = heartbeatLost
-		}
-	}
-	return out, nil
+	return q.st.HeartbeatExecutions(ctx, p)
 }
 
 // usageDay names the usage day the queue's claims and finishes count in
@@ -1011,12 +952,11 @@ func finishAll(ctx context.Context, rdb redis.UniversalClient, fs []*finishing) 
 }
 
 func (q *queue) checkpoint(ctx context.Context, e *Execution, data []byte) error {
-	ok, err := checkpointScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.QueueLeases(q.name)},
-		e.JobID, e.token.String(), e.ID, data).Int()
+	ok, err := q.st.SaveCheckpoint(ctx, q.name, e.owner(), data)
 	if err != nil {
-		return fmt.Errorf("checkpoint %s: %w", e.JobID, err)
+		return err
 	}
-	if ok != 1 {
+	if !ok {
 		q.metrics.refusedWrite(ctx, q.name, "checkpoint")
 		return ErrNotOwner
 	}
@@ -1025,12 +965,11 @@ func (q *queue) checkpoint(ctx context.Context, e *Execution, data []byte) error
 }
 
 func (q *queue) emit(ctx context.Context, e *Execution, typ string, data []byte) error {
-	id, err := emitScript.Run(ctx, q.rdb, []string{q.keys.Job(q.name, e.JobID), q.keys.JobEvents(q.name, e.JobID)},
-		e.token.String(), typ, data, scripts.EventsMaxLen, e.ID).Text()
+	ok, err := q.st.EmitEvent(ctx, q.name, e.owner(), typ, data)
 	if err != nil {
-		return fmt.Errorf("emit %s: %w", e.JobID, err)
+		return err
 	}
-	if id == "" {
+	if !ok {
 		q.metrics.refusedWrite(ctx, q.name, "emit")
 		return ErrNotOwner
 	}

@@ -965,14 +965,14 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 	for i, s := range statuses {
 		r := rs[i]
 		switch s {
-		case heartbeatLost:
+		case store.ExecutionLost:
 			r.stop(lease.ErrLost)
-		case heartbeatCancelRequested:
+		case store.ExecutionCancelRequested:
 			r.cancelSeen.note(cancelPathFlag)
 			r.e.traceCancel(cancelPathFlag)
 			r.stop(cancel.ErrRequested)
 			fallthrough
-		case heartbeatHeld:
+		case store.ExecutionHeld:
 			w.metrics.renewed(ctx, q.name, r, w.cfg.LeaseTTL)
 			r.e.traceRenewed()
 			r.extend(sent, w.cfg.LeaseTTL)
