@@ -56,7 +56,7 @@ func (w *Worker) cancelRequested(ctx context.Context, ids []string) ([]bool, err
 	for i, id := range ids {
 		jobs[i] = store.QueuedJob{Queue: queues[id], ID: id}
 	}
-	out, err := w.st.CancelRequested(ctx, jobs)
+	out, err := w.st.JobsCancelRequested(ctx, jobs)
 	if err != nil {
 		return nil, fmt.Errorf("execution: %w", err)
 	}

@@ -233,7 +233,7 @@ func (q *queue) peek(ctx context.Context, want, look int, last *hints, r *reserv
 	_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		pk = q.peekIn(ctx, pipe, look, last.heads, perLaneOf(want, last.heads, blocked), blocked)
 		if early != nil {
-			early.acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
+			early.acquiring = q.st.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, early.asks.list)
 		}
 		return nil
 	})
@@ -336,7 +336,7 @@ func (q *queue) commit(ctx context.Context, args scripts.Args, r *reservation, n
 		var run *scripts.Queued
 		_, _ = q.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			if len(r.later) > 0 {
-				acquiring = q.leases.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, r.later)
+				acquiring = q.st.AcquireLeasesIn(ctx, pipe, q.ttl, q.back, r.later)
 			}
 			run = claimScript.In(ctx, pipe, q.rdb, args)
 			next.read = q.peekIn(ctx, pipe, next.look, next.lanes, next.per, next.blocked)
@@ -497,4 +497,83 @@ func (q *queue) newClaimArgs(worker string, want int, pl claimPlan, execIDs, hel
 	a.Keys = append(a.Keys, day, q.keys.QueueWebhooks(q.name))
 	a.Argv = append(a.Argv, drop)
 	return a
+}
+
+// perLane is how many jobs of each of n lanes a claim of want reads: enough
+// for want claims taking turns between them.
+func perLane(want, n int) int {
+	if n <= 1 {
+		return want
+	}
+	return max(1, min(want, (2*want+n-1)/n))
+}
+
+// readLanes queues on p the reads of the first per jobs of lanes, and only
+// the first of a lane that waits for a full key.
+func (q *queue) readLanes(ctx context.Context, p redis.Pipeliner, lanes []string, per int, blocked *waits) map[string]*redis.StringSliceCmd {
+	read := make(map[string]*redis.StringSliceCmd, len(lanes))
+	for _, lane := range lanes {
+		n := per
+		if blocked.has(lane) {
+			n = 1
+		}
+		read[lane] = p.ZRange(ctx, q.keys.QueueLane(q.name, lane), 0, int64(n-1))
+	}
+	return read
+}
+
+// candidates returns the candidates of a claim: each job with due work and
+// its lane (the concurrency keys as stored), then the first jobs of each
+// lane at the head of the ready set (see perLane). It reads, in one round
+// trip, what ahead (read with the peek) does not hold; none when it holds
+// every head lane and nothing is due. A job whose record is gone has no
+// lane: the claim script drops it.
+func (q *queue) candidates(ctx context.Context, due, heads []string, want int, blocked *waits,
+	ahead map[string]*redis.StringSliceCmd) (ids, lanes []string, err error) {
+	var missed []string
+	for _, lane := range heads {
+		if cmd, ok := ahead[lane]; !ok || cmd.Err() != nil {
+			missed = append(missed, lane)
+		}
+	}
+	laneOf := make([]*redis.SliceCmd, len(due))
+	if len(due) > 0 || len(missed) > 0 {
+		_, err = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, id := range due {
+				laneOf[i] = p.HMGet(ctx, q.keys.Job(q.name, id), "kind", "concurrency_keys")
+			}
+			for lane, cmd := range q.readLanes(ctx, p, missed, perLaneOf(want, heads, blocked), blocked) {
+				if ahead == nil {
+					ahead = map[string]*redis.StringSliceCmd{}
+				}
+				ahead[lane] = cmd
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("read candidates %s: %w", q.name, err)
+		}
+	}
+	seen := map[string]bool{}
+	for i, id := range due {
+		seen[id] = true
+		ids = append(ids, id)
+		f := laneOf[i].Val()
+		kind, _ := f[0].(string)
+		keys, _ := f[1].(string)
+		if keys == "" {
+			kind = "" // the job is gone: no lane
+		}
+		lanes = append(lanes, scripts.Lane(kind, keys))
+	}
+	for _, lane := range heads {
+		for _, id := range ahead[lane].Val() {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+				lanes = append(lanes, lane)
+			}
+		}
+	}
+	return ids, lanes, nil
 }

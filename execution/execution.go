@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -101,6 +102,11 @@ func (e *Execution) ReportTokens(n int64) {
 // tokens is what the execution reported it spent, -1 when it reported
 // nothing (its estimate stands).
 func (e *Execution) tokens() int64 { return e.spent.Load() - 1 }
+
+// owner is e as the store's fenced writes name it.
+func (e *Execution) owner() store.RunningExecution {
+	return store.RunningExecution{JobID: e.JobID, ID: e.ID, Token: e.token, Keys: e.keys}
+}
 
 // Token is the execution's fencing token: pass it to every downstream write
 // (fencing.SetHeader) so a store can refuse this execution once a newer one

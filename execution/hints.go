@@ -1,6 +1,9 @@
 package execution
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // hints is what one claim of a queue leaves for the next: what it saw,
 // which the next claim's planning reads (look, early, takeAlong) and
@@ -155,4 +158,55 @@ func ask(want int, lanes []string, ckeys [][]string, blocked *waits, serves func
 		}
 	}
 	return asked
+}
+
+// laneCosts holds the cost of the last job read of each lane with a tpm
+// key, at most maxLaneCosts lanes (then it starts over): the early ask
+// reserves it for the lane's next jobs before they are read, which costs
+// a claim a round trip and a command a job less. A lane's jobs usually
+// cost alike (one caller's prompts and max_tokens); a job that costs more
+// is left by the claim script and claimed again at once, and one that
+// costs less holds the difference of its budget until it settles.
+type laneCosts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+const maxLaneCosts = 4096
+
+func (l *laneCosts) get(lane string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.m[lane]
+	return c, ok
+}
+
+func (l *laneCosts) set(lane string, cost int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= maxLaneCosts {
+		l.m = map[string]int64{}
+	}
+	l.m[lane] = cost
+}
+
+// jobsLeft returns, for each lane at the head of which a claim read fewer
+// jobs than the per it asked for (all it had), how many of them it did not
+// take. read holds the lane of each job read.
+func jobsLeft(heads, read []string, per int, claimed []*Execution) map[string]int {
+	n := map[string]int{}
+	for _, lane := range read {
+		n[lane]++
+	}
+	taken := map[string]int{}
+	for _, e := range claimed {
+		taken[e.lane]++
+	}
+	left := map[string]int{}
+	for _, lane := range heads {
+		if n[lane] < per { // a taken due job of the lane counts too: a hint
+			left[lane] = max(0, n[lane]-taken[lane])
+		}
+	}
+	return left
 }

@@ -256,7 +256,6 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 	}
 	w.metrics = metrics
 	ks := keys.New(cfg.Prefix)
-	leases := store.New(rdb, store.Config{Prefix: cfg.Prefix})
 	var usageTTL time.Duration // 0: not counted
 	if cfg.Usage != nil {
 		usageTTL = cfg.Usage.Retention()
@@ -266,14 +265,14 @@ func NewWorker(rdb redis.UniversalClient, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("execution: %w", err)
 		}
 		q := &queue{name: name, st: w.st, rdb: rdb, keys: ks, ttl: cfg.LeaseTTL,
-			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits, leases: leases,
+			retention: cfg.Retention, backoff: cfg.Backoff, maxEvents: cfg.MaxEvents, limits: w.limits,
 			back: 2 * cfg.Poll, usageTTL: usageTTL, metrics: w.metrics, alongFor: cmp.Or(cfg.alongFor, defaultAlongFor)}
 		q.hints.Store(&hints{costs: &laneCosts{}}) // the first claim finds nothing left
 		w.queues = append(w.queues, q)
 	}
 	w.reaper = &Reaper{queues: w.queues, interval: cfg.Heartbeat, foldAfter: cfg.FoldAfter, log: w.log}
 	if cfg.NATS != nil {
-		watcher, err := cancel.NewWatcher(leases, cfg.NATS, cancel.WatcherConfig{
+		watcher, err := cancel.NewWatcher(w.st, cfg.NATS, cancel.WatcherConfig{
 			Subject: cfg.CancelSubject, Logger: cfg.Logger,
 			// The heartbeat reads the job's cancel state, which is the truth;
 			// the watcher is only the fast path, so its own polling can be rare.
@@ -968,14 +967,14 @@ func (w *Worker) heartbeat(ctx context.Context, q *queue, rs []*running) {
 	for i, s := range statuses {
 		r := rs[i]
 		switch s {
-		case heartbeatLost:
+		case store.ExecutionLost:
 			r.stop(lease.ErrLost)
-		case heartbeatCancelRequested:
+		case store.ExecutionCancelRequested:
 			r.cancelSeen.note(cancelPathFlag)
 			r.e.traceCancel(cancelPathFlag)
 			r.stop(cancel.ErrRequested)
 			fallthrough
-		case heartbeatHeld:
+		case store.ExecutionHeld:
 			w.metrics.renewed(ctx, q.name, r, w.cfg.LeaseTTL)
 			r.e.traceRenewed()
 			r.extend(sent, w.cfg.LeaseTTL)

@@ -25,10 +25,10 @@ func (s *Store) PausedQueues(ctx context.Context) (map[string]bool, error) {
 // QueuedJob names a job by its queue and id.
 type QueuedJob struct{ Queue, ID string }
 
-// CancelRequested reads, in one round trip, whether each job of jobs has a
+// JobsCancelRequested reads, in one round trip, whether each job of jobs has a
 // cancel requested (its record's cancel_requested); false for a job with
 // no queue ("": not asked) or no record.
-func (s *Store) CancelRequested(ctx context.Context, jobs []QueuedJob) ([]bool, error) {
+func (s *Store) JobsCancelRequested(ctx context.Context, jobs []QueuedJob) ([]bool, error) {
 	cmds := make([]*redis.StringCmd, len(jobs))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, j := range jobs {

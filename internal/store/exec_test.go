@@ -1,12 +1,14 @@
 package store
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leasehold/leasehold/fencing"
 	"github.com/leasehold/leasehold/internal/store/keys"
 	"github.com/leasehold/leasehold/internal/testenv"
 )
@@ -15,7 +17,7 @@ import (
 // client and its keys.
 func newExecStore(t *testing.T) (*Store, redis.UniversalClient, keys.Space) {
 	t.Helper()
-	rdb := testenv.StartRedis(t).Client(t) // the package has no shared server (testenv.Main)
+	rdb := testenv.Redis(t).Client(t)
 	prefix := testenv.Prefix(t)
 	return New(rdb, Config{Prefix: prefix}), rdb, keys.New(prefix)
 }
@@ -57,7 +59,7 @@ func TestWorkerRegistry(t *testing.T) {
 	}
 }
 
-// PausedQueues reads the set the API writes; CancelRequested reads each
+// PausedQueues reads the set the API writes; JobsCancelRequested reads each
 // job's cancel_requested, false for a job not asked for or gone.
 func TestPausedQueuesAndCancelRequested(t *testing.T) {
 	t.Parallel()
@@ -74,7 +76,7 @@ func TestPausedQueuesAndCancelRequested(t *testing.T) {
 	rdb.HSet(ctx, ks.Job("q", "j1"), "cancel_requested", "1")
 	rdb.HSet(ctx, ks.Job("q", "j2"), "cancel_requested", "0")
 	rdb.HSet(ctx, ks.Job("q", "j4"), "cancel_requested", "1")
-	got, err := s.CancelRequested(ctx, []QueuedJob{{"q", "j1"}, {"q", "j2"}, {"q", "j3"}, {"", "j4"}})
+	got, err := s.JobsCancelRequested(ctx, []QueuedJob{{"q", "j1"}, {"q", "j2"}, {"q", "j3"}, {"", "j4"}})
 	if err != nil || len(got) != 4 || !got[0] || got[1] || got[2] || got[3] {
 		t.Fatalf("cancel requested: %v, %v; want [true false false false]", got, err)
 	}
@@ -98,5 +100,56 @@ func TestDepth(t *testing.T) {
 	d, err := s.Depth(ctx, "q")
 	if err != nil || d.Lanes[lane] != 3 || d.Oldest < 50*time.Second || d.Oldest > 2*time.Minute {
 		t.Fatalf("a lane of 3, its first job queued a minute ago: %+v, %v", d, err)
+	}
+}
+
+// The running execution's writes are fenced: a heartbeat renews the
+// lease (and tells a cancel requested) only for the execution that owns
+// the job, and so do a checkpoint and an emitted event; a stale token, or
+// the same token under another execution id, changes nothing.
+func TestRunningExecutionWrites(t *testing.T) {
+	t.Parallel()
+	s, rdb, ks := newExecStore(t)
+	ctx := t.Context()
+	run := func(job, exec string, token fencing.Token, cancel string) RunningExecution {
+		rdb.HSet(ctx, ks.Job("q", job), "state", "running", "token", token.String(), "exec_id", exec, "cancel_requested", cancel)
+		rdb.ZAdd(ctx, ks.QueueLeases("q"), redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: job})
+		return RunningExecution{JobID: job, ID: exec, Token: token}
+	}
+	held, cancelled := run("j1", "e1", 7, "0"), run("j2", "e2", 8, "1")
+	stale := held
+	stale.Token = 6
+	other := held
+	other.ID = "e0"
+	got, err := s.HeartbeatExecutions(ctx, HeartbeatParams{Queue: "q", TTL: time.Hour,
+		Executions: []RunningExecution{held, cancelled, stale, other}})
+	want := []ExecutionStatus{ExecutionHeld, ExecutionCancelRequested, ExecutionLost, ExecutionLost}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("heartbeat: %v, %v; want %v", got, err, want)
+	}
+	if left := time.Until(time.UnixMilli(int64(rdb.ZScore(ctx, ks.QueueLeases("q"), "j1").Val()))); left < 50*time.Minute {
+		t.Fatalf("the held lease expires in %v, want the hour it was renewed for", left)
+	}
+	// A slot of a key gone: the execution has lost its lease.
+	keyed := held
+	keyed.Keys = []string{"tenant:acme"}
+	if got, err := s.HeartbeatExecutions(ctx, HeartbeatParams{Queue: "q", TTL: time.Hour, Executions: []RunningExecution{keyed}}); err != nil ||
+		got[0] != ExecutionLost {
+		t.Fatalf("heartbeat without the key's slot: %v, %v; want lost", got, err)
+	}
+
+	for _, c := range []struct {
+		e  RunningExecution
+		ok bool
+	}{{held, true}, {stale, false}, {other, false}} {
+		if ok, err := s.SaveCheckpoint(ctx, "q", c.e, []byte(`{"n":1}`)); err != nil || ok != c.ok {
+			t.Errorf("checkpoint of %+v: %v, %v; want %v", c.e, ok, err, c.ok)
+		}
+		if ok, err := s.EmitEvent(ctx, "q", c.e, "log", []byte(`"hi"`)); err != nil || ok != c.ok {
+			t.Errorf("emit of %+v: %v, %v; want %v", c.e, ok, err, c.ok)
+		}
+	}
+	if n := rdb.XLen(ctx, ks.JobEvents("q", "j1")).Val(); n != 1 {
+		t.Errorf("%d events, want the owner's one", n)
 	}
 }

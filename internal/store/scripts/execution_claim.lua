@@ -23,7 +23,7 @@
 -- concurrency keys: "1" it does, "1:<tokens>" it does and reserved that
 -- many tokens of its keys' tpm budgets, "0" one of its keys was full, ""
 -- it was not asked for (the caller takes them in the keys' own slots
--- first, with the candidate's execution id: see execution/queue.go; a
+-- first, with the candidate's execution id: see execution/reserve.go; a
 -- candidate of a kind the worker does not serve is not asked for)
 -- ARGV[9+3n .. 8+4n] the lane (fair.lua) of each candidate, whose sorted
 -- set is its KEYS[8 + 3i]

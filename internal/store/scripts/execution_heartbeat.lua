@@ -1,7 +1,7 @@
 -- Renews the leases of one worker's executions in a queue, in one trip.
 -- KEYS[1] leases, then for each execution: its job hash
 -- ARGV[1] lease ttl_ms, then for each execution: job id, token, execution id
--- (newHeartbeatArgs in execution/queue.go is the one place in Go that lays
+-- (heartbeatArgs in internal/store/exec_heartbeat.go is the one place in Go that lays
 -- these KEYS and ARGV out: change the two together.)
 -- (The slots of its concurrency keys are renewed apart, in their own
 -- slots: lease_renew.lua.)
