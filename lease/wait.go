@@ -229,6 +229,15 @@ func (w *waiter) wait(ctx context.Context, poll, maxWait time.Duration) (TicketS
 	for {
 		sent := w.s.c.clock()
 		g, err := w.poll(ctx, !joined, len(w.also) == 0 || w.alsoHeld != nil, back)
+		if !joined && err == nil && w.s.c.clock().Sub(sent) >= w.ticketTTL {
+			// The join was answered a ticket TTL or more after it was
+			// sent: the ticket may have expired before the waiter learnt
+			// it was in line, and a join resent meanwhile (go-redis
+			// resends a script whose reply timed out) joins it again at
+			// the back, or is even granted. Either way the waiter did
+			// not hold its place: it is lost, as a paused waiter's is.
+			return w.leave(ctx, TicketExpired, fmt.Errorf("lease: wait %q: %w", w.s.key, ErrTicketLost))
+		}
 		if back && err == nil {
 			w.wake() // the ticket behind it heads the line now
 		}

@@ -18,18 +18,31 @@ import (
 type waitProcs struct {
 	w     *waitLine
 	procs map[string]*testenv.Process
+	limit int
 }
 
 func startWaitProcs(t *testing.T, w *waitLine, limit int, ttl, ticketTTL, hold time.Duration, names ...string) *waitProcs {
 	t.Helper()
-	wp := &waitProcs{w: w, procs: map[string]*testenv.Process{}}
-	for _, name := range names {
-		wp.procs[name] = testenv.StartHelper(t, "wait", envPrefix+"="+w.ks.Prefix(), envKey+"="+w.key,
-			envLimit+"="+strconv.Itoa(limit), envTTL+"="+ttl.String(), envTicketTTL+"="+ticketTTL.String(),
-			envHold+"="+hold.String(), envName+"="+name)
-	}
+	wp := &waitProcs{w: w, procs: map[string]*testenv.Process{}, limit: limit}
+	wp.add(t, ttl, ticketTTL, hold, names...)
 	return wp
 }
+
+// add starts more processes in wp's line, with a ticket TTL of their own.
+func (wp *waitProcs) add(t *testing.T, ttl, ticketTTL, hold time.Duration, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		wp.procs[name] = testenv.StartHelper(t, "wait", envPrefix+"="+wp.w.ks.Prefix(), envKey+"="+wp.w.key,
+			envLimit+"="+strconv.Itoa(wp.limit), envTTL+"="+ttl.String(), envTicketTTL+"="+ticketTTL.String(),
+			envHold+"="+hold.String(), envName+"="+name)
+	}
+}
+
+// survivorTTL is the ticket TTL of a waiter whose ticket a test needs to
+// outlive another's short one: long enough for its heartbeats to get
+// through a loaded machine's stalls, which a few hundred milliseconds
+// are not.
+const survivorTTL = 30 * time.Second
 
 // join sends holder to the named process to wait in line, and waits until
 // its ticket is in line.
@@ -169,7 +182,8 @@ func TestKilledWaiterLeavesTheLineByExpiry(t *testing.T) {
 	t.Parallel()
 	w := newWaitLine(t, testenv.Redis(t).Client(t))
 	const ticketTTL = 600 * time.Millisecond
-	wp := startWaitProcs(t, w, 1, time.Minute, ticketTTL, time.Millisecond, "doomed", "next")
+	wp := startWaitProcs(t, w, 1, time.Minute, ticketTTL, time.Millisecond, "doomed")
+	wp.add(t, time.Minute, survivorTTL, time.Millisecond, "next")
 	blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
 	wp.join(t, "doomed", "d")
 	wp.join(t, "next", "n")
@@ -230,7 +244,8 @@ func TestPausedWaiterLosesItsPlace(t *testing.T) {
 	t.Parallel()
 	w := newWaitLine(t, testenv.Redis(t).Client(t))
 	const ticketTTL = 300 * time.Millisecond
-	wp := startWaitProcs(t, w, 1, time.Minute, ticketTTL, time.Millisecond, "paused", "next")
+	wp := startWaitProcs(t, w, 1, time.Minute, ticketTTL, time.Millisecond, "paused")
+	wp.add(t, time.Minute, survivorTTL, time.Millisecond, "next")
 	blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
 	wp.join(t, "paused", "p")
 	wp.join(t, "next", "n")
@@ -238,11 +253,12 @@ func TestPausedWaiterLosesItsPlace(t *testing.T) {
 	if err := w.c.Release(t.Context(), blocker); err != nil {
 		t.Fatal(err)
 	}
-	wp.procs["next"].Line(t, "granted n ", 10*time.Second)
+	// Generous waits: on a loaded machine a helper may not run for seconds.
+	wp.procs["next"].Line(t, "granted n ", 30*time.Second)
 	wp.procs["paused"].Cont(t)
-	if got := wp.procs["paused"].Line(t, "left p ", 10*time.Second); got != "EXPIRED" {
+	if got := wp.procs["paused"].Line(t, "left p ", 30*time.Second); got != "EXPIRED" {
 		t.Fatalf("the paused waiter left in state %s, want EXPIRED", got)
 	}
-	wp.procs["next"].Line(t, "done n ", 10*time.Second)
+	wp.procs["next"].Line(t, "done n ", 30*time.Second)
 	testenv.Eventually(t, 5*time.Second, func() bool { return w.held(t) == 0 && w.waiting(t) == 0 }, "line not empty")
 }

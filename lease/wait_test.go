@@ -631,3 +631,79 @@ func TestJobsAndWaitersAlternateOnAFullKey(t *testing.T) {
 		}
 	}
 }
+
+// resentJoin delays the reply of the waiter's join (the first poll script
+// it sends) until its ticket has expired and the key has room, then runs
+// the script again and answers with that run's reply: what a waiter paused
+// while its join's reply was on the way sees, as go-redis resends a script
+// whose reply timed out.
+type resentJoin struct {
+	once    sync.Once
+	rdb     redis.UniversalClient
+	expired func() // called once the ticket has expired, before the resend
+}
+
+func (h *resentJoin) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resentJoin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *resentJoin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		// EVALSHA sha 12 KEYS...: the poll script, whose fourth key is the
+		// ticket's state.
+		if err := next(ctx, cmd); err != nil || !strings.HasPrefix(cmd.Name(), "eval") || len(args) < 7 || fmt.Sprint(args[2]) != "12" {
+			return err
+		}
+		resend := false
+		h.once.Do(func() { resend = true })
+		if !resend {
+			return nil
+		}
+		state := fmt.Sprint(args[6])
+		for h.rdb.Exists(ctx, state).Val() == 1 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		h.expired()
+		return next(ctx, cmd)
+	}
+}
+
+// A waiter whose join was answered only after its ticket expired (the
+// process paused with the reply on the way, and go-redis resent the join)
+// has lost its place, as one paused after its join has: the resend joined
+// it again and was granted the free slot, which Wait gives back.
+func TestWaitJoinAnsweredAfterItsTicketExpiredIsLost(t *testing.T) {
+	t.Parallel()
+	base := testenv.Redis(t).Client(t)
+	w := newWaitLine(t, base)
+	blocker := mustAcquire(t, w.c, w.key, "blocker", 1, time.Minute)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	rdb.AddHook(&resentJoin{rdb: base, expired: func() {
+		if err := w.c.Release(t.Context(), blocker); err != nil {
+			t.Error(err)
+		}
+	}})
+	c, err := lease.New(store.New(rdb, store.Config{Prefix: w.ks.Prefix()}), lease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	p, err := c.Semaphore(w.key, 1, time.Minute).Wait(t.Context(), "a",
+		lease.WaitConfig{Poll: lease.MinPoll, TicketTTL: 300 * time.Millisecond, Done: o.done})
+	if err == nil {
+		_ = p.Release()
+	}
+	if !errors.Is(err, lease.ErrTicketLost) {
+		t.Fatalf("wait returned %v, want ErrTicketLost", err)
+	}
+	o.want(t, lease.TicketExpired)
+	if n := w.held(t); n != 0 {
+		t.Fatalf("%d slots held after the waiter lost its place", n)
+	}
+}
