@@ -67,25 +67,11 @@ func violations(layer map[string]int, imports map[string][]string) []string {
 // the layers above them).
 func TestNoPackageImportsALayerAboveIt(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
 	imports := map[string][]string{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		pkg := strings.TrimPrefix(p.ImportPath, module)
+	for pkg, deps := range packageImports(t) {
+		pkg = strings.TrimPrefix(pkg, module)
 		imports[pkg] = nil
-		for _, d := range p.Imports {
+		for _, d := range deps {
 			if rel, ok := strings.CutPrefix(d, module); ok {
 				imports[pkg] = append(imports[pkg], rel)
 			}
@@ -123,24 +109,10 @@ func TestOnlyTheStoreTalksToRedis(t *testing.T) {
 		"execution": true, "internal/cli": true,
 		"internal/httpapi": true, "internal/replicas": true,
 	}
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
 	talks := map[string]bool{}
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		pkg := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, "github.com/leasehold/leasehold"), "/")
-		for _, d := range p.Imports {
+	for path, deps := range packageImports(t) {
+		pkg := strings.TrimPrefix(strings.TrimPrefix(path, "github.com/leasehold/leasehold"), "/")
+		for _, d := range deps {
 			storage := d == goRedis || d == module+"internal/store/keys" || d == module+"internal/store/scripts"
 			if !storage || owners[pkg] {
 				continue
@@ -157,5 +129,29 @@ func TestOnlyTheStoreTalksToRedis(t *testing.T) {
 		if !talks[pkg] {
 			t.Errorf("%s no longer talks to Redis: take it off notYet", pkg)
 		}
+	}
+}
+
+// packageImports maps each package of the module (its import path) to the
+// packages it imports, tests left out.
+func packageImports(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			return imports
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		imports[p.ImportPath] = p.Imports
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fencing"
+	"github.com/leasehold/leasehold/internal/store"
 	"github.com/leasehold/leasehold/job"
 )
 
@@ -31,7 +32,7 @@ func decodePeek(res []any) (peekReply, error) {
 	var out peekReply
 	var errs [5]error
 	for i, dst := range []*[]string{&out.heads, &out.scheduled, &out.expired, &out.overdue, &out.retired} {
-		*dst, errs[i] = stringList(res[i])
+		*dst, errs[i] = store.StringList(res[i])
 	}
 	if err := errors.Join(errs[:]...); err != nil {
 		return peekReply{}, fmt.Errorf("peek reply: %w", err)
@@ -91,9 +92,9 @@ func decodeClaim(res []any) (claimReply, error) {
 	if len(res) < 3 || (len(res)-3)%claimedJobFields != 0 {
 		return out, fmt.Errorf("claim reply of %d values: want 3 lists and %d values per job", len(res), claimedJobFields)
 	}
-	blocked, err1 := stringList(res[0])
-	expired, err2 := stringList(res[1])
-	costs, err3 := stringList(res[2])
+	blocked, err1 := store.StringList(res[0])
+	expired, err2 := store.StringList(res[1])
+	costs, err3 := store.StringList(res[2])
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return out, fmt.Errorf("claim reply: %w", err)
 	}
@@ -154,19 +155,4 @@ func decodeClaimedJob(f []any) (claimedJob, error) {
 		}
 	}
 	return j, nil
-}
-
-// stringList reads a list of strings from a script reply.
-func stringList(v any) ([]string, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%T, want a list", v)
-	}
-	out := make([]string, len(list))
-	for i, e := range list {
-		if out[i], ok = e.(string); !ok {
-			return nil, fmt.Errorf("%T in a list of strings", e)
-		}
-	}
-	return out, nil
 }

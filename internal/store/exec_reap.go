@@ -47,7 +47,7 @@ func (s *Store) FindDue(ctx context.Context, queue string) (DueWork, error) {
 	var lists [5][]string
 	for i := range lists {
 		if err == nil {
-			lists[i], err = stringList(reply[i])
+			lists[i], err = StringList(reply[i])
 		}
 	}
 	if err != nil {
@@ -213,7 +213,7 @@ func (s *Store) reap(ctx context.Context, duty string, p DueParams, jobs []DueJo
 		if n, ok = res[0].(int64); !ok {
 			err = fmt.Errorf("a count of %T", res[0])
 		} else {
-			lanes, err = stringList(res[1])
+			lanes, err = StringList(res[1])
 		}
 	}
 	if err != nil {
@@ -255,8 +255,8 @@ func (s *Store) reapArgs(duty string, p DueParams, jobs []DueJob, retire *retiri
 	return a
 }
 
-// stringList reads a list of strings from a script reply.
-func stringList(v any) ([]string, error) {
+// StringList decodes a script reply's list of strings.
+func StringList(v any) ([]string, error) {
 	list, ok := v.([]any)
 	if !ok {
 		return nil, fmt.Errorf("%T, want a list", v)

@@ -20,7 +20,6 @@ import (
 	"github.com/leasehold/leasehold/job"
 )
 
-
 // fixture is a Store on its own key prefix, with the key space to inspect
 // what it wrote.
 type fixture struct {
